@@ -1,0 +1,77 @@
+"""The `neuron-migrate` command line: parse, call, render. Logic lives in the packages; commands live in
+`neuron_migrate/commands/`, one module per command or command group, registered here."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+from neuron_migrate import __version__
+from neuron_migrate.errors import EXIT_INTERNAL, NeuronMigrateError
+
+app = typer.Typer(
+    name="neuron-migrate",
+    help="Move PyTorch code from NVIDIA GPUs to AWS Trainium (TorchNeuron): scan, fix, trace, report, check.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"neuron-migrate {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors (also NEURON_MIGRATE_DEBUG=1)."),
+) -> None:
+    if debug:
+        os.environ["NEURON_MIGRATE_DEBUG"] = "1"
+
+
+def _register_commands() -> None:
+    from neuron_migrate.commands import scan, rules
+
+    scan.register(app)
+    rules.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; a user error is one line on stderr and exit 2, a bug is exit 3."""
+    _register_commands()
+    debug = os.environ.get("NEURON_MIGRATE_DEBUG") == "1" or "--debug" in (argv or sys.argv[1:])
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except NeuronMigrateError as err:
+        if debug:
+            raise
+        typer.echo(f"neuron-migrate: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("neuron-migrate: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("neuron-migrate: interrupted", err=True)
+        sys.exit(130)
+    except Exception as err:  # a bug: say so plainly, keep the traceback for --debug
+        if debug:
+            raise
+        typer.echo(
+            f"neuron-migrate: internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback "
+            "and report it)",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)

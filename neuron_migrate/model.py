@@ -1,0 +1,255 @@
+"""The records every part of neuron-migrate shares.
+
+Plain frozen dataclasses. Each top-level record serialises to JSON with a `"schema": "neuron-migrate/<kind>/<n>"`
+tag so a scan or trace written today can be read by `report` and `check` tomorrow. Paths inside records are
+relative to the scanned root and use `/` separators.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from neuron_migrate.errors import InputFileError
+
+Severity = Literal["error", "warning", "info"]
+FixSafety = Literal["safe", "unsafe", "none"]
+Status = Literal["native", "cpu_fallback", "unsupported", "unknown"]
+Phase = Literal["forward", "backward", "optimizer"]
+
+SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+STATUSES: tuple[str, ...] = ("native", "cpu_fallback", "unsupported", "unknown")
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+
+SCAN_SCHEMA = "neuron-migrate/scan/1"
+TRACE_SCHEMA = "neuron-migrate/trace/1"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between two positions (1-based lines, 0-based character columns) with `text`."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A rewrite for one finding: what it does (`title`), how safe it is, and the edits."""
+
+    title: str
+    safety: FixSafety
+    edits: tuple[Edit, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One construct that ties code to CUDA, at an exact location.
+
+    `cell` is the 1-based code-cell number for notebooks (lines are then relative to the cell). `guard` names
+    the CUDA-only condition the code already sits under (e.g. `torch.cuda.is_available()`), if any.
+    `fixable` says whether the rule can rewrite it, and how safely, even when no `fix` is attached.
+    """
+
+    code: str
+    severity: Severity
+    category: str
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    message: str
+    source: str = ""
+    fixable: FixSafety = "none"
+    fix: Fix | None = None
+    cell: int | None = None
+    guard: str | None = None
+
+    @property
+    def location(self) -> str:
+        """`path:line:col`, or `path[cell N]:line:col` for notebooks (col 1-based for humans)."""
+        where = f"{self.path}[cell {self.cell}]" if self.cell is not None else self.path
+        return f"{where}:{self.line}:{self.col + 1}"
+
+    @property
+    def fingerprint(self) -> str:
+        """A location-independent identity: rule, file and the normalised source text (survives line moves)."""
+        text = re.sub(r"\s+", " ", self.source).strip()
+        digest = hashlib.sha256(f"{self.code}\0{self.path}\0{text}".encode()).hexdigest()
+        return digest[:16]
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file the scan could not analyse; it also appears as an NM9xx finding."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Everything one `scan` run found."""
+
+    root: str
+    findings: tuple[Finding, ...]
+    files_scanned: int
+    files_skipped_by_prefilter: int = 0
+    files_from_cache: int = 0
+    errors: tuple[FileError, ...] = ()
+    tool_version: str = ""
+    schema: str = SCAN_SCHEMA
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A line of user code that caused an op, with how many calls came from it."""
+
+    path: str
+    line: int
+    function: str = ""
+    count: int = 1
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class OpUse:
+    """One ATen overload a traced model executed, with dtypes, where and how often, and what the opdb says."""
+
+    op: str
+    dtypes: tuple[str, ...]
+    count: int
+    phase: Phase
+    call_sites: tuple[CallSite, ...] = ()
+    status: Status = "unknown"
+    note: str = ""
+    source: str = ""
+    observed: Status | None = None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How many distinct ops and how many op calls fall in each status."""
+
+    ops: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def of(uses: tuple[OpUse, ...] | list[OpUse]) -> "Coverage":
+        """Count distinct ops by their worst status over dtypes and phases, and calls by status."""
+        rank = {s: i for i, s in enumerate(("native", "unknown", "cpu_fallback", "unsupported"))}
+        worst: dict[str, str] = {}
+        calls = {s: 0 for s in STATUSES}
+        for use in uses:
+            calls[use.status] += use.count
+            prev = worst.get(use.op)
+            if prev is None or rank[use.status] > rank[prev]:
+                worst[use.op] = use.status
+        ops = {s: 0 for s in STATUSES}
+        for status in worst.values():
+            ops[status] += 1
+        return Coverage(ops=ops, calls=calls)
+
+    def share(self, status: str, by: Literal["ops", "calls"] = "calls") -> float:
+        counts = self.ops if by == "ops" else self.calls
+        total = sum(counts.values())
+        return counts.get(status, 0) / total if total else 1.0
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """What one `trace` run of one target recorded."""
+
+    target: str
+    device: str  # "torch-neuronx" | "stand-in" | "fake"
+    phases: tuple[str, ...]
+    opdb_version: str
+    opdb_pre_release: bool
+    ops: tuple[OpUse, ...]
+    coverage: Coverage
+    observed_fallbacks: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+    tool_version: str = ""
+    schema: str = TRACE_SCHEMA
+
+
+# --- JSON round trip -------------------------------------------------------------------------------------
+
+
+def to_dict(record: Any) -> Any:
+    """A JSON-ready dict of any record above, keeping field order."""
+    if dataclasses.is_dataclass(record):
+        return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    if isinstance(record, (list, tuple)):
+        return [to_dict(item) for item in record]
+    if isinstance(record, dict):
+        return {key: to_dict(value) for key, value in record.items()}
+    return record
+
+
+def to_json(record: Any) -> str:
+    """Serialise a record; the schema tag comes first."""
+    data = to_dict(record)
+    if isinstance(data, dict) and "schema" in data:
+        data = {"schema": data.pop("schema"), **data}
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Rebuild a dataclass from JSON data, nested records included."""
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    nested = {
+        Finding: {"fix": Fix},
+        Fix: {"edits": Edit},
+        ScanResult: {"findings": Finding, "errors": FileError},
+        OpUse: {"call_sites": CallSite},
+        TraceResult: {"ops": OpUse, "coverage": Coverage},
+    }.get(cls, {})
+    if not isinstance(data, dict):
+        raise InputFileError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name not in hints:
+            continue  # newer minor fields are ignored, not fatal
+        sub = nested.get(name)
+        if sub is not None and value is not None:
+            if isinstance(value, list):
+                value = tuple(_build(sub, item, where) for item in value)
+            else:
+                value = _build(sub, value, where)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise InputFileError(f"{where}: not a valid {cls.__name__} record ({err})") from None
+
+
+def from_json(text: str, expected: type, where: str) -> Any:
+    """Parse a scan or trace JSON document, checking its schema tag; errors name the file and the fix."""
+    schema = {ScanResult: SCAN_SCHEMA, TraceResult: TRACE_SCHEMA}[expected]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputFileError(f"{where}: not valid JSON ({err.msg} at line {err.lineno}); regenerate it") from None
+    got = data.get("schema") if isinstance(data, dict) else None
+    kind = schema.split("/")[1]
+    if got is None or got.rsplit("/", 1)[0] != schema.rsplit("/", 1)[0]:
+        raise InputFileError(
+            f"{where}: not a neuron-migrate {kind} file (schema {got!r}, expected {schema!r}); "
+            f"write one with `neuron-migrate {kind} --format json`"
+        )
+    return _build(expected, data, where)
