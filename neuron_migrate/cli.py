@@ -37,10 +37,11 @@ def _root(
 
 
 def _register_commands() -> None:
-    from neuron_migrate.commands import scan, rules
+    from neuron_migrate.commands import scan, rules, opdb
 
     scan.register(app)
     rules.register(app)
+    opdb.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

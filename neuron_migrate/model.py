@@ -31,13 +31,17 @@ TRACE_SCHEMA = "neuron-migrate/trace/1"
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace the text between two positions (1-based lines, 0-based character columns) with `text`."""
+    """Replace the text between two positions (1-based lines, 0-based character columns) with `text`.
+
+    In notebooks, `cell` is the 1-based code-cell number and lines are relative to that cell.
+    """
 
     line: int
     col: int
     end_line: int
     end_col: int
     text: str
+    cell: int | None = None
 
 
 @dataclass(frozen=True)

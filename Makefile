@@ -1,0 +1,29 @@
+# Two entry points (see README): `make demo` runs the main job on the bundled example, `make test` the tests.
+# Both create .venv on first use. torch is pinned to the CPU wheel first so that no extra resolves a CUDA build.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+NM := $(VENV)/bin/neuron-migrate
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test install clean docs
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[trace,hf,dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(NM) scan examples/cuda_project --exit-zero
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2
+
+docs: $(VENV)/.installed
+	$(NM) rules --format md > docs/rules.md
+
+clean:
+	rm -rf $(VENV) .neuron-migrate-cache .pytest_cache

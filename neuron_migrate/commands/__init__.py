@@ -1,0 +1,1 @@
+"""CLI commands: one module per command or command group, each exposing `register(app)`."""

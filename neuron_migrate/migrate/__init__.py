@@ -1,0 +1,1 @@
+"""Static analysis and codemods: find CUDA-specific code (`scan`) and rewrite it device-agnostically (`fix`)."""

@@ -1,0 +1,156 @@
+"""Run every selected rule over one source text in a single libcst traversal and return its findings.
+
+The traversal dispatches each node to the rules that have a `visit_<NodeType>` method for it, so forty rules
+cost one walk. Positions (libcst's `PositionProvider`, a second code-generation pass) are computed only when a
+rule reported something. This function never raises for bad input: a parse error becomes an NM901 finding.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from neuron_migrate.migrate.context import FileContext, PendingFinding
+from neuron_migrate.migrate.rule import Rule
+from neuron_migrate.model import Edit, Finding, Fix
+
+_SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_SUPPRESS = re.compile(r"#\s*neuron-migrate:\s*ignore(?!-file)(?:\[([A-Za-z0-9_,\s]+)\])?")
+_SUPPRESS_FILE = re.compile(r"#\s*neuron-migrate:\s*ignore-file(?:\[([A-Za-z0-9_,\s]+)\])?")
+
+
+class _Dispatcher(cst.CSTVisitor):
+    def __init__(self, ctx: FileContext, rules: list[Rule]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.visits: dict[str, list[Callable]] = defaultdict(list)
+        self.leaves: dict[str, list[Callable]] = defaultdict(list)
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith("visit_"):
+                    self.visits[attr[6:]].append(getattr(rule, attr))
+                elif attr.startswith("leave_"):
+                    self.leaves[attr[6:]].append(getattr(rule, attr))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        ctx = self.ctx
+        ctx.stack.append(node)
+        if isinstance(node, (cst.Import, cst.ImportFrom)) and len(ctx.scopes._stack) > 1:
+            ctx.scopes.bind_import(node)
+        elif isinstance(node, _SCOPE_NODES):
+            ctx.scopes.push()
+        for handler in self.visits.get(type(node).__name__, ()):
+            handler(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        for handler in self.leaves.get(type(original_node).__name__, ()):
+            handler(original_node)
+        if isinstance(original_node, _SCOPE_NODES):
+            self.ctx.scopes.pop()
+        self.ctx.stack.pop()
+
+
+def suppressions(lines: list[str]) -> tuple[dict[int, set[str] | None], set[str] | None | bool]:
+    """Per-line `# neuron-migrate: ignore[...]` codes (None = all) and the file-level ignore (False = none)."""
+    per_line: dict[int, set[str] | None] = {}
+    whole_file: set[str] | None | bool = False
+    for number, line in enumerate(lines, start=1):
+        if "neuron-migrate" not in line:
+            continue
+        if match := _SUPPRESS_FILE.search(line):
+            codes = {c.strip().upper() for c in match.group(1).split(",")} if match.group(1) else None
+            whole_file = codes
+        elif match := _SUPPRESS.search(line):
+            per_line[number] = {c.strip().upper() for c in match.group(1).split(",")} if match.group(1) else None
+    return per_line, whole_file
+
+
+def _suppressed(code: str, codes: set[str] | None | bool) -> bool:
+    if codes is False:
+        return False
+    return codes is None or any(code.startswith(c) for c in codes)  # type: ignore[union-attr]
+
+
+def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]]) -> list[Finding]:
+    """Findings of `rules` in a parsed module (positions relative to the module's text)."""
+    ctx = FileContext(module, path)
+    instances = [rule(ctx) for rule in rules]
+    module.visit(_Dispatcher(ctx, instances))
+    for instance in instances:
+        instance.finish()
+    if not ctx.pending:
+        return []
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines = module.code.splitlines()
+    per_line, whole_file = suppressions(lines)
+    findings = []
+    seen: set[tuple] = set()
+    for pending in ctx.pending:
+        finding = _finding(pending, positions, lines, ctx)
+        key = (finding.code, finding.line, finding.col, finding.end_line, finding.end_col)
+        if key in seen or _suppressed(finding.code, whole_file):
+            continue
+        if _suppressed(finding.code, per_line.get(finding.line, False)):
+            continue
+        seen.add(key)
+        findings.append(finding)
+    findings.sort(key=lambda f: (f.line, f.col, f.code))
+    return findings
+
+
+def _finding(pending: PendingFinding, positions: dict, lines: list[str], ctx: FileContext) -> Finding:
+    rule = pending.rule
+    where: CodeRange = positions[pending.node]
+    fix = None
+    if pending.fix is not None:
+        edits = [
+            _edit(positions[r.node], r.text) for r in pending.fix.replacements
+        ] + [edit for name in pending.fix.imports if (edit := _import_edit(name, ctx, positions)) is not None]
+        fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
+    line = where.start.line
+    return Finding(
+        code=rule.code,
+        severity=rule.severity,
+        category=rule.category(),
+        path=ctx.path,
+        line=line,
+        col=where.start.column,
+        end_line=where.end.line,
+        end_col=where.end.column,
+        message=pending.message,
+        source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
+        fixable=rule.fix_safety,
+        fix=fix,
+        guard=pending.guard,
+    )
+
+
+def _edit(where: CodeRange, text: str) -> Edit:
+    return Edit(where.start.line, where.start.column, where.end.line, where.end.column, text)
+
+
+def _import_edit(name: str, ctx: FileContext, positions: dict) -> Edit | None:
+    """An edit adding `import name` after the docstring and `__future__` imports, unless already imported."""
+    if ctx.module_binds(name):
+        return None
+    body = ctx.module.body
+    line = positions[body[0]].start.line if body else 1
+    for index, stmt in enumerate(body):
+        first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else None
+        is_doc = index == 0 and isinstance(first, cst.Expr) and isinstance(
+            first.value, (cst.SimpleString, cst.ConcatenatedString))
+        is_future = isinstance(first, cst.ImportFrom) and getattr(first.module, "value", None) == "__future__"
+        if not (is_doc or is_future):
+            break
+        line = positions[stmt].end.line + 1
+    return Edit(line, 0, line, 0, f"import {name}\n")
+
+
+def parse(source: str) -> cst.Module:
+    """Parse Python 3 source with libcst (raises `cst.ParserSyntaxError`)."""
+    return cst.parse_module(source)

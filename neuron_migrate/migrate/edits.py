@@ -1,0 +1,46 @@
+"""Applying a set of `Edit`s to a text: non-overlapping, de-duplicated, applied back to front."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from neuron_migrate.model import Edit
+
+
+class OverlappingEdits(ValueError):
+    """Two edits touch the same text; the caller drops the later fix and leaves it for a person."""
+
+
+def _offsets(text: str) -> list[int]:
+    starts = [0]
+    for index, char in enumerate(text):
+        if char == "\n":
+            starts.append(index + 1)
+    return starts
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> str:
+    """`text` with every edit applied; identical edits (e.g. two fixes adding `import torch`) count once."""
+    starts = _offsets(text)
+
+    def offset(line: int, col: int) -> int:
+        if line - 1 >= len(starts):
+            return len(text)
+        return min(starts[line - 1] + col, len(text))
+
+    spans = sorted({(offset(e.line, e.col), offset(e.end_line, e.end_col), e.text) for e in edits})
+    for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]):
+        if next_start < end:
+            raise OverlappingEdits(f"edits overlap at offset {next_start}")
+    for start, end, replacement in reversed(spans):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def compatible(accepted: list[Edit], candidate: Iterable[Edit], text: str) -> bool:
+    """Whether `candidate` edits can be applied together with the `accepted` ones."""
+    try:
+        apply_edits(text, [*accepted, *candidate])
+    except OverlappingEdits:
+        return False
+    return True

@@ -1,0 +1,149 @@
+"""The rule base class, the examples every rule carries, and the registry rules join by subclassing.
+
+A rule is one class with a stable code (`NM101`), a one-line message, a docstring in the sections
+What it does / Why it matters on Trainium / Example / Use instead / Fix safety, and its own VALID and INVALID
+examples. Tests and `docs/rules.md` are generated from those examples, so docs, tests and behaviour cannot
+drift apart.
+
+A rule instance lives for one file. The analyzer calls its `visit_<NodeType>(node)` and `leave_<NodeType>(node)`
+methods (libcst node class names) during one shared traversal, and `finish()` at the end of the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.model import FixSafety, Severity
+
+if TYPE_CHECKING:
+    from neuron_migrate.migrate.context import FileContext
+
+RULES: dict[str, type["Rule"]] = {}
+DOC_SECTIONS = ("What it does", "Why it matters on Trainium", "Example", "Use instead", "Fix safety")
+CATEGORY_OF_PREFIX = {
+    "NM1": "device",
+    "NM2": "amp",
+    "NM3": "distributed",
+    "NM4": "runtime",
+    "NM5": "compile",
+    "NM6": "environment",
+    "NM7": "manual",
+    "NM8": "numerics",
+    "NM9": "internal",
+}
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must flag `count` times; `fixed` is the whole file after the rule's fix (None: no fix)."""
+
+    code: str
+    fixed: str | None = None
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Part of a fix: replace `node`'s source text with `text` (positions are resolved after the traversal)."""
+
+    node: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """A fix before positions are known: replacements plus the imports the new code needs (`"torch"`, …)."""
+
+    title: str
+    replacements: tuple[Replacement, ...]
+    imports: tuple[str, ...] = ()
+    safety: FixSafety | None = None  # None: the rule's declared `fix_safety`
+
+
+class Rule:
+    """Base class of every rule; subclasses register themselves by their `code`."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    message: ClassVar[str] = ""
+    severity: ClassVar[Severity] = "warning"
+    fix_safety: ClassVar[FixSafety] = "none"
+    #: byte strings of which a file must contain at least one for this rule to be able to fire (pre-filter)
+    triggers: ClassVar[tuple[bytes, ...]] = ()
+    #: reported by the scanner from the file itself (no visitor, no examples)
+    file_level: ClassVar[bool] = False
+    VALID: ClassVar[tuple[str, ...]] = ()
+    INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.code:
+            return
+        if cls.code in RULES and RULES[cls.code].__qualname__ != cls.__qualname__:
+            raise RuntimeError(f"rule code {cls.code} is used by {RULES[cls.code].__name__} and {cls.__name__}")
+        RULES[cls.code] = cls
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    @classmethod
+    def category(cls) -> str:
+        return CATEGORY_OF_PREFIX[cls.code[:3]]
+
+    def report(self, node: cst.CSTNode, message: str | None = None, fix: FixSpec | None = None) -> None:
+        """Record a finding at `node` (message defaults to the rule's)."""
+        self.ctx.add(self, node, message or self.message, fix)
+
+    def finish(self) -> None:
+        """Called once after the traversal (for rules that decide at the end of the file)."""
+
+    @classmethod
+    def doc_sections(cls) -> dict[str, str]:
+        """The docstring split into its named sections (`What it does`, …)."""
+        text = _dedent_doc(cls.__doc__ or "")
+        heads = "|".join(re.escape(h) for h in DOC_SECTIONS)
+        parts = re.split(rf"^({heads}):?\s*$", text, flags=re.M)
+        sections = {}
+        for head, body in zip(parts[1::2], parts[2::2]):
+            sections[head] = body.strip("\n")
+        return sections
+
+
+def _dedent_doc(doc: str) -> str:
+    lines = doc.expandtabs().splitlines()
+    indents = [len(line) - len(line.lstrip()) for line in lines[1:] if line.strip()]
+    cut = min(indents, default=0)
+    return "\n".join([lines[0].strip()] + [line[cut:] for line in lines[1:]]) if lines else ""
+
+
+def load_rules() -> dict[str, type[Rule]]:
+    """Import every module under `neuron_migrate.migrate.rules` (each registers its rules); codes sorted."""
+    from neuron_migrate.migrate import rules as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    return dict(sorted(RULES.items()))
+
+
+def select_rules(select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> dict[str, type[Rule]]:
+    """Rules whose code starts with one of `select` (all when empty) and with none of `ignore`."""
+    from neuron_migrate.errors import UsageError
+
+    rules = load_rules()
+    for prefix in (*select, *ignore):
+        if not any(code.startswith(prefix.upper()) for code in rules):
+            known = ", ".join(rules)
+            raise UsageError(f"--select/--ignore: no rule code starts with {prefix!r}; known codes: {known}")
+    chosen = {
+        code: rule
+        for code, rule in rules.items()
+        if (not select or any(code.startswith(p.upper()) for p in select))
+        and not any(code.startswith(p.upper()) for p in ignore)
+    }
+    return chosen

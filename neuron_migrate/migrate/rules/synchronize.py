@@ -1,0 +1,71 @@
+"""NM401: `torch.cuda.synchronize`."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.migrate.patterns import QualifiedNameRule, guarded_call_fix
+from neuron_migrate.migrate.rule import FixSpec, Invalid
+
+
+class CudaSynchronize(QualifiedNameRule):
+    """`torch.cuda.synchronize()`, typically around timing code.
+
+    What it does
+    Flags calls of `torch.cuda.synchronize`.
+
+    Why it matters on Trainium
+    On a `neuron` device execution is asynchronous too, but `torch.cuda.synchronize()` waits for CUDA work
+    only: timings measured around it are wrong, and it fails on a machine without CUDA.
+
+    Example
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+
+    Use instead
+    if torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+    elapsed = time.perf_counter() - start
+
+    Fix safety
+    Safe: on CUDA the call is the same; without an accelerator the guard skips it, since
+    `torch.accelerator.synchronize()` raises there. Inside an existing CUDA-availability guard no second guard
+    is added.
+    """
+
+    code = "NM401"
+    name = "cuda-synchronize"
+    message = "`torch.cuda.synchronize()` waits for CUDA only: use `torch.accelerator.synchronize()`"
+    severity = "error"
+    fix_safety = "safe"
+    triggers = (b"synchronize",)
+    NAMES = {"torch.cuda.synchronize": "torch.accelerator.synchronize"}
+    VALID = (
+        "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n",
+        "import torch\ntorch.cpu.synchronize()\n",
+    )
+    INVALID = (
+        Invalid(
+            "import time, torch\ntorch.cuda.synchronize()\nt = time.time()\n",
+            "import time, torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n"
+            "t = time.time()\n",
+        ),
+        Invalid(
+            "import torch\ndef step(m):\n    m()\n    torch.cuda.synchronize()  # wait\n",
+            "import torch\ndef step(m):\n    m()\n    if torch.accelerator.is_available():\n"
+            "        torch.accelerator.synchronize()  # wait\n",
+        ),
+        Invalid(
+            "import torch\nif torch.accelerator.is_available():\n    torch.cuda.synchronize(0)\n",
+            "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize(0)\n",
+        ),
+        Invalid(
+            "from torch.cuda import synchronize as sync\nimport torch\nif torch.cuda.is_available():\n    sync()\n",
+            "import torch\nif torch.cuda.is_available():\n    torch.accelerator.synchronize()\n",
+        ),
+    )
+
+    def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        if call is None:
+            return super().fix_for(node, call, name)
+        return guarded_call_fix(self, call, name, self.NAMES[name], cpu_value="None")

@@ -1,0 +1,192 @@
+"""`scan`: find files, skip those that cannot match, reuse cached results, analyse the rest in a process pool.
+
+`scan_text` is the per-file runner: it never raises. Whatever goes wrong with one file becomes an NM9xx
+finding for that file and the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import libcst as cst
+
+from neuron_migrate import __version__
+from neuron_migrate.errors import UsageError
+from neuron_migrate.migrate.analyzer import analyze_module
+from neuron_migrate.migrate.cache import ScanCache, content_hash
+from neuron_migrate.migrate.rule import Rule, load_rules, select_rules
+from neuron_migrate.migrate.sources import (
+    Selection,
+    SourceFile,
+    SourceProblem,
+    SourceText,
+    decode,
+    discover,
+    read_bytes,
+)
+from neuron_migrate.model import Edit, FileError, Finding, Fix, ScanResult
+
+#: below this many files to parse, a process pool costs more than it saves
+POOL_THRESHOLD = 24
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Everything a scan needs; built once by the CLI (or a test) and passed down."""
+
+    paths: tuple[Path, ...]
+    root: Path
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    selection: Selection = field(default_factory=Selection)
+    jobs: int = 0  # 0: one per CPU
+    cache_dir: Path | None = None
+
+
+def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = None) -> ScanResult:
+    """Scan the files under `options.paths` and return every finding, sorted by path and position."""
+    for path in options.paths:
+        if not path.exists() and not path.is_symlink():
+            raise UsageError(f"{path}: no such file or directory; pass a file or folder to scan")
+    rules = select_rules(options.select, options.ignore)
+    files = discover(list(options.paths), options.root, options.selection)
+    cache = ScanCache(options.cache_dir, ",".join(rules))
+    findings: list[Finding] = []
+    errors: list[FileError] = []
+    work: list[tuple[SourceFile, str, SourceText, tuple[str, ...]]] = []
+    skipped = cached = 0
+    for source in files:
+        if source.kind == "kernel":
+            findings.extend(_kernel_findings(source, rules))
+            continue
+        data = read_bytes(source)
+        if isinstance(data, SourceProblem):
+            findings.extend(_problem(source, data, rules, errors))
+            continue
+        digest = content_hash(data)
+        hit = cache.get(source.rel, digest)
+        if hit is not None:
+            cached += 1
+            findings.extend(hit)
+            continue
+        active = tuple(code for code, rule in rules.items() if _triggered(rule, data))
+        if not active:
+            skipped += 1
+            cache.put(source.rel, digest, [])
+            continue
+        text = decode(source, data)
+        if isinstance(text, SourceProblem):
+            result = _problem(source, text, rules, errors)
+            cache.put(source.rel, digest, result)
+            findings.extend(result)
+            continue
+        work.append((source, digest, text, active))
+    for (source, digest, _, _), result in zip(work, _run(work, options.jobs, progress)):
+        for finding in result:
+            if finding.code in ("NM901", "NM903"):
+                errors.append(FileError(source.rel, finding.message))
+        cache.put(source.rel, digest, result)
+        findings.extend(result)
+    cache.save()
+    findings.sort(key=lambda f: (f.path, f.cell or 0, f.line, f.col, f.code))
+    return ScanResult(
+        root=options.root.as_posix(),
+        findings=tuple(findings),
+        files_scanned=len(files),
+        files_skipped_by_prefilter=skipped,
+        files_from_cache=cached,
+        errors=tuple(errors),
+        tool_version=__version__,
+    )
+
+
+def _triggered(rule: type[Rule], data: bytes) -> bool:
+    return not rule.triggers or any(trigger in data for trigger in rule.triggers)
+
+
+def _run(work: list, jobs: int, progress: Callable[[int, int], None] | None) -> list[list[Finding]]:
+    jobs = jobs or os.cpu_count() or 1
+    tasks = [(source.rel, text, active) for source, _, text, active in work]
+    results: list[list[Finding]] = []
+    if jobs == 1 or len(tasks) < POOL_THRESHOLD:
+        for done, task in enumerate(tasks, start=1):
+            results.append(scan_text(*task))
+            if progress:
+                progress(done, len(tasks))
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for done, result in enumerate(pool.map(_scan_task, tasks, chunksize=8), start=1):
+            results.append(result)
+            if progress:
+                progress(done, len(tasks))
+    return results
+
+
+def _scan_task(task: tuple[str, SourceText, tuple[str, ...]]) -> list[Finding]:
+    return scan_text(*task)
+
+
+def scan_text(rel: str, text: SourceText, codes: tuple[str, ...]) -> list[Finding]:
+    """Findings of the rules `codes` in one decoded file; never raises."""
+    rules = load_rules()
+    try:
+        module = cst.parse_module(text.text)
+    except cst.ParserSyntaxError as err:
+        hint = " (it looks like Python 2)" if _looks_like_python2(text.text) else ""
+        return _internal(rules, "NM901", rel, f"cannot parse: {err.message}{hint}", err.raw_line, err.raw_column)
+    except (RecursionError, MemoryError) as err:
+        return _internal(rules, "NM901", rel, f"cannot parse: {type(err).__name__}")
+    try:
+        findings = analyze_module(module, rel, [rules[code] for code in codes if code in rules])
+    except Exception as err:  # a rule bug must not lose the rest of the run
+        return _internal(rules, "NM903", rel, f"analysis failed: {type(err).__name__}: {err}")
+    if text.cells is not None:
+        findings = [_to_cell(f, text.cells) for f in findings]
+    return findings
+
+
+def _looks_like_python2(text: str) -> bool:
+    import re
+
+    return bool(re.search(r"^\s*print\s+[^(=\s]|^\s*exec\s+\"|except\s+\w+\s*,\s*\w+\s*:", text, re.M))
+
+
+def _internal(rules: dict, code: str, rel: str, message: str, line: int = 1, col: int = 0) -> list[Finding]:
+    if code not in rules:
+        return []
+    rule = rules[code]
+    line = max(line, 1)
+    return [Finding(code, rule.severity, rule.category(), rel, line, col, line, col, message)]
+
+
+def _problem(source: SourceFile, problem: SourceProblem, rules: dict, errors: list[FileError]) -> list[Finding]:
+    errors.append(FileError(source.rel, problem.reason))
+    return _internal(rules, problem.code, source.rel, problem.reason)
+
+
+def _kernel_findings(source: SourceFile, rules: dict) -> list[Finding]:
+    rule = rules.get("NM703")
+    if rule is None:
+        return []
+    return [Finding("NM703", rule.severity, rule.category(), source.rel, 1, 0, 1, 0, rule.message)]
+
+
+def _to_cell(finding: Finding, cells: list[tuple[int, int]]) -> Finding:
+    """Move a finding from virtual-module lines to (cell, line in cell)."""
+    cell, line = cells[min(finding.line, len(cells)) - 1]
+    end_cell, end_line = cells[min(finding.end_line, len(cells)) - 1]
+    fix = finding.fix
+    if fix is not None:
+        edits = []
+        for edit in fix.edits:
+            start, end = cells[min(edit.line, len(cells)) - 1], cells[min(edit.end_line, len(cells)) - 1]
+            if start[0] != end[0]:  # cannot happen for valid cells; drop the fix rather than guess
+                edits = None
+                break
+            edits.append(Edit(start[1], edit.col, end[1], edit.end_col, edit.text, cell=start[0]))
+        fix = Fix(fix.title, fix.safety, tuple(edits)) if edits is not None else None
+    return replace(finding, cell=cell, line=line, end_line=end_line if end_cell == cell else line, fix=fix)

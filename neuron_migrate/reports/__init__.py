@@ -1,0 +1,1 @@
+"""Rendering results: scan output formats, the effort report, SARIF."""

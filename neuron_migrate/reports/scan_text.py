@@ -1,0 +1,60 @@
+"""The human view of a scan: findings grouped by file with their source line, then a summary by category."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import groupby
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from neuron_migrate.model import ScanResult
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_FIX = {"safe": "[green]fixable[/]", "unsafe": "[yellow]fixable (unsafe)[/]", "none": "[dim]manual[/]"}
+
+
+def render_scan_text(result: ScanResult, console: Console, show_source: bool = True) -> None:
+    """Print findings by file, then totals by category and severity."""
+    for path, group in groupby(result.findings, key=lambda f: f.path):
+        console.print(f"[bold]{escape(path)}[/]")
+        for f in group:
+            where = f"cell {f.cell}, " if f.cell is not None else ""
+            console.print(
+                f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  {_FIX[f.fixable]}"
+            )
+            if show_source and f.source:
+                console.print(f"      [dim]{escape(f.source)}[/]", highlight=False)
+            if f.guard:
+                console.print(f"      [dim]already guarded by `{escape(f.guard)}`[/]")
+    render_scan_summary(result, console)
+
+
+def render_scan_summary(result: ScanResult, console: Console) -> None:
+    """Totals by category, fixability and severity, and what the run skipped."""
+    findings = result.findings
+    if findings:
+        table = Table(title="Findings by category", show_edge=False, pad_edge=False)
+        for column in ("category", "findings", "fixable", "manual", "files"):
+            table.add_column(column, justify="right" if column != "category" else "left")
+        by_category = Counter(f.category for f in findings)
+        for category, count in by_category.most_common():
+            items = [f for f in findings if f.category == category]
+            fixable = sum(1 for f in items if f.fixable != "none")
+            table.add_row(category, str(count), str(fixable), str(count - fixable), str(len({f.path for f in items})))
+        console.print()
+        console.print(table)
+    severities = Counter(f.severity for f in findings)
+    fixable = sum(1 for f in findings if f.fixable == "safe")
+    console.print(
+        f"\n{len(findings)} findings ({severities['error']} errors, {severities['warning']} warnings, "
+        f"{severities['info']} info) in {len({f.path for f in findings})} of {result.files_scanned} files; "
+        f"{fixable} safely fixable with `neuron-migrate fix`."
+    )
+    if result.errors:
+        console.print(f"[red]{len(result.errors)} files could not be analysed[/] (NM9xx findings above).")
+    console.print(
+        f"[dim]{result.files_skipped_by_prefilter} files skipped by the pre-filter, "
+        f"{result.files_from_cache} from cache.[/]"
+    )
