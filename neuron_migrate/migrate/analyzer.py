@@ -76,9 +76,10 @@ def _suppressed(code: str, codes: set[str] | None | bool) -> bool:
     return codes is None or any(code.startswith(c) for c in codes)  # type: ignore[union-attr]
 
 
-def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]]) -> list[Finding]:
+def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
+                   bound_modules: frozenset[str] = frozenset()) -> list[Finding]:
     """Findings of `rules` in a parsed module (positions relative to the module's text)."""
-    ctx = FileContext(module, path)
+    ctx = FileContext(module, path, bound_modules)
     instances = [rule(ctx) for rule in rules]
     module.visit(_Dispatcher(ctx, instances))
     for instance in instances:

@@ -27,9 +27,10 @@ class PendingFinding:
 class FileContext:
     """Per-file state shared by all rules during one traversal."""
 
-    def __init__(self, module: cst.Module, path: str) -> None:
+    def __init__(self, module: cst.Module, path: str, bound_modules: frozenset[str] = frozenset()) -> None:
         self.module = module
         self.path = path
+        self.bound_modules = bound_modules
         self.scopes = Scopes(module)
         self.stack: list[cst.CSTNode] = []
         self.pending: list[PendingFinding] = []
@@ -46,6 +47,8 @@ class FileContext:
 
     def module_binds(self, name: str) -> bool:
         """Whether the module's top-level imports bind `name` to the module of that name (e.g. `torch`)."""
+        if name in self.bound_modules:
+            return True
         return self.scopes.resolve_name(name) == name and name in self.scopes._stack[0]
 
     # --- tree --------------------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ class SourceText:
     text: str
     encoding: str = "utf-8"
     cells: list[tuple[int, int]] | None = None
+    #: modules imported elsewhere (earlier notebook cells), so fixes do not import them again
+    bound_modules: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

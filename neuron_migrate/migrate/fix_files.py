@@ -1,0 +1,204 @@
+"""`fix` on files: rewrite each file in memory (several passes until nothing changes), prove it parses, and
+write it back atomically with its encoding, BOM, line endings and (for notebooks) JSON layout kept.
+
+A file that changed on disk since it was read is refused, never overwritten. One file's failure is recorded
+and the run goes on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuron_migrate.migrate.cache import content_hash
+from neuron_migrate.migrate.fixer import fix_text
+from neuron_migrate.migrate.scanner import scan_text
+from neuron_migrate.migrate.sources import SourceFile, SourceText, decode, notebook_cells, read_bytes
+from neuron_migrate.model import Edit, Finding
+
+MAX_PASSES = 4
+
+
+@dataclass
+class FileFix:
+    """What `fix` did (or would do) to one file."""
+
+    rel: str
+    path: Path
+    original: bytes
+    new: bytes | None = None  # None: unchanged
+    applied: list[Finding] = field(default_factory=list)
+    left: list[tuple[Finding, str]] = field(default_factory=list)
+    error: str | None = None
+
+    def diff(self) -> str:
+        """A unified diff `git apply` takes (a/ b/ prefixes, paths relative to the scan root)."""
+        if self.new is None:
+            return ""
+        old_text, new_text = _display(self.original, self.rel), _display(self.new, self.rel)
+        lines = difflib.unified_diff(
+            old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+            fromfile=f"a/{self.rel}", tofile=f"b/{self.rel}",
+        )
+        out = []
+        for line in lines:
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        return "".join(out)
+
+
+def _display(data: bytes, rel: str) -> str:
+    return data.decode("utf-8-sig" if rel.endswith(".ipynb") else "utf-8", errors="surrogateescape")
+
+
+def fix_file(source: SourceFile, codes: tuple[str, ...], unsafe: bool) -> FileFix:
+    """Compute the fixed content of one file; never raises."""
+    data = read_bytes(source)
+    if not isinstance(data, bytes):
+        return FileFix(source.rel, source.path, b"", error=data.reason)
+    result = FileFix(source.rel, source.path, data)
+    try:
+        if source.kind == "notebook":
+            _fix_notebook(result, codes, unsafe)
+        else:
+            _fix_python(result, codes, unsafe)
+    except Exception as err:  # a bug in a fix must not lose the other files
+        result.new, result.error = None, f"fix failed: {type(err).__name__}: {err}"
+    return result
+
+
+def _passes(text: str, rel: str, codes: tuple[str, ...], unsafe: bool,
+            bound: frozenset[str] = frozenset()):
+    """Fix, rescan, fix again until a pass changes nothing; returns (text, applied, left)."""
+    applied: list[Finding] = []
+    left: list[tuple[Finding, str]] = []
+    for _ in range(MAX_PASSES):
+        found = scan_text(rel, SourceText(text, bound_modules=bound), codes)
+        outcome = fix_text(text, found, unsafe=unsafe)
+        applied.extend(outcome.applied)
+        left = outcome.left
+        if outcome.text == text:
+            break
+        text = outcome.text
+    return text, applied, left
+
+
+def _fix_python(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
+    decoded = decode(SourceFile(result.path, result.rel), result.original)
+    if not isinstance(decoded, SourceText):
+        result.error = decoded.reason
+        return
+    bom = result.original.startswith(b"\xef\xbb\xbf")
+    crlf = b"\r\n" in result.original
+    text = decoded.text.replace("\r\n", "\n") if crlf else decoded.text
+    new_text, result.applied, result.left = _passes(text, result.rel, codes, unsafe)
+    if new_text == text:
+        return
+    if crlf:
+        new_text = new_text.replace("\n", "\r\n")
+    encoding = "utf-8" if decoded.encoding == "utf-8-sig" else decoded.encoding
+    try:
+        encoded = new_text.encode(encoding)
+    except UnicodeEncodeError:
+        result.error = f"the fixed text cannot be encoded as {encoding}; left unchanged"
+        result.applied = []
+        return
+    result.new = (b"\xef\xbb\xbf" if bom and not encoded.startswith(b"\xef\xbb\xbf") else b"") + encoded
+
+
+def _fix_notebook(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
+    cells = notebook_cells(result.original)
+    new_cells = list(cells)
+    bound: set[str] = set()
+    for index, cell_text in enumerate(cells):
+        bound |= _imported_modules(cell_text)
+        if not cell_text.strip() or cell_text.lstrip().startswith("%%"):
+            continue
+        # a cell is fixed on its own; IPython magic lines are left alone (they are not Python)
+        if any(line.lstrip().startswith(("%", "!")) for line in cell_text.split("\n")):
+            continue
+        new_text, applied, left = _passes(cell_text, result.rel, codes, unsafe, frozenset(bound))
+        result.applied += [_in_cell(f, index + 1) for f in applied]
+        result.left += [(_in_cell(f, index + 1), why) for f, why in left]
+        new_cells[index] = new_text
+    if new_cells != cells:
+        result.new = _write_cells(result.original, new_cells)
+
+
+def _imported_modules(cell_text: str) -> set[str]:
+    """Module names a cell imports under their own name (`import torch`), magics ignored."""
+    import libcst as cst
+
+    from neuron_migrate.migrate.names import import_bindings
+
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell_text.split("\n"))
+    try:
+        module = cst.parse_module(code)
+    except cst.ParserSyntaxError:
+        return set()
+    found: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    found |= {local for local, full in import_bindings(small) if local == full}
+    return found
+
+
+def _in_cell(finding: Finding, cell: int) -> Finding:
+    from dataclasses import replace
+
+    return replace(finding, cell=cell)
+
+
+def _write_cells(original: bytes, cells: list[str]) -> bytes:
+    """The notebook with new code-cell sources, keeping its indent, key order and source form (list or str)."""
+    text = original.decode("utf-8-sig")
+    notebook = json.loads(text)
+    code_cells = [c for c in notebook["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
+    for cell, source in zip(code_cells, cells):
+        if isinstance(cell.get("source"), list):
+            cell["source"] = source.splitlines(keepends=True)
+        else:
+            cell["source"] = source
+    indent = _json_indent(text)
+    dumped = json.dumps(notebook, indent=indent, ensure_ascii=False)
+    return (dumped + ("\n" if text.endswith("\n") else "")).encode("utf-8")
+
+
+def _json_indent(text: str) -> int | None:
+    for line in text.splitlines()[1:3]:
+        stripped = line.lstrip(" ")
+        if stripped != line:
+            return len(line) - len(stripped)
+    return None
+
+
+def write_fixed(fix: FileFix) -> str | None:
+    """Replace the file atomically with its fixed content; returns why not, or None on success."""
+    if fix.new is None:
+        return None
+    current = read_bytes(SourceFile(fix.path, fix.rel))
+    if not isinstance(current, bytes) or content_hash(current) != content_hash(fix.original):
+        return "file changed on disk since it was read; rerun fix"
+    folder = fix.path.resolve().parent
+    try:
+        mode = stat.S_IMODE(fix.path.stat().st_mode)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{fix.path.name}.", suffix=".nm-tmp")
+        with os.fdopen(fd, "wb") as out:
+            out.write(fix.new)
+        os.chmod(tmp, mode)
+        os.replace(tmp, fix.path.resolve())
+    except OSError as err:
+        if "tmp" in locals():
+            Path(tmp).unlink(missing_ok=True)
+        return f"cannot write ({err.strerror})"
+    return None
+
+
+def edits_in_cell(edits: tuple[Edit, ...], cell: int) -> list[Edit]:
+    return [e for e in edits if e.cell == cell]
