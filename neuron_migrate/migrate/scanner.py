@@ -7,6 +7,7 @@ finding for that file and the run goes on.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -136,8 +137,11 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...]) -> list[Findin
     try:
         module = cst.parse_module(text.text)
     except cst.ParserSyntaxError as err:
-        hint = " (it looks like Python 2)" if _looks_like_python2(text.text) else ""
-        return _internal(rules, "NM901", rel, f"cannot parse: {err.message}{hint}", err.raw_line, err.raw_column)
+        hint = "; it looks like Python 2" if _looks_like_python2(text.text) else ""
+        # libcst's native parser reports the token after the error; its message has the real place
+        at = re.search(r"error at (\d+):(\d+)", str(err.message))
+        line, col = (int(at.group(1)), int(at.group(2))) if at else (err.editor_line, err.editor_column - 1)
+        return _internal(rules, "NM901", rel, f"cannot parse: syntax error at line {line}{hint}", line, col)
     except (RecursionError, MemoryError) as err:
         return _internal(rules, "NM901", rel, f"cannot parse: {type(err).__name__}")
     try:
@@ -151,8 +155,6 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...]) -> list[Findin
 
 
 def _looks_like_python2(text: str) -> bool:
-    import re
-
     return bool(re.search(r"^\s*print\s+[^(=\s]|^\s*exec\s+\"|except\s+\w+\s*,\s*\w+\s*:", text, re.M))
 
 
