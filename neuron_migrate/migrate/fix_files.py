@@ -71,7 +71,7 @@ def fix_file(source: SourceFile, codes: tuple[str, ...], unsafe: bool) -> FileFi
     return result
 
 
-def _passes(text: str, rel: str, codes: tuple[str, ...], unsafe: bool,
+def fix_until_stable(text: str, rel: str, codes: tuple[str, ...], unsafe: bool,
             bound: frozenset[str] = frozenset()):
     """Fix, rescan, fix again until a pass changes nothing; returns (text, applied, left)."""
     applied: list[Finding] = []
@@ -95,7 +95,7 @@ def _fix_python(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
     bom = result.original.startswith(b"\xef\xbb\xbf")
     crlf = b"\r\n" in result.original
     text = decoded.text.replace("\r\n", "\n") if crlf else decoded.text
-    new_text, result.applied, result.left = _passes(text, result.rel, codes, unsafe)
+    new_text, result.applied, result.left = fix_until_stable(text, result.rel, codes, unsafe)
     if new_text == text:
         return
     if crlf:
@@ -121,7 +121,7 @@ def _fix_notebook(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None
         # a cell is fixed on its own; IPython magic lines are left alone (they are not Python)
         if any(line.lstrip().startswith(("%", "!")) for line in cell_text.split("\n")):
             continue
-        new_text, applied, left = _passes(cell_text, result.rel, codes, unsafe, frozenset(bound))
+        new_text, applied, left = fix_until_stable(cell_text, result.rel, codes, unsafe, frozenset(bound))
         result.applied += [_in_cell(f, index + 1) for f in applied]
         result.left += [(_in_cell(f, index + 1), why) for f, why in left]
         new_cells[index] = new_text

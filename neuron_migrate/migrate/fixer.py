@@ -91,7 +91,7 @@ class _DropImports(cst.CSTTransformer):
     def _keep(self, node: cst.Import | cst.ImportFrom) -> list[cst.ImportAlias]:
         kept = []
         for alias in node.names:  # type: ignore[union-attr]
-            bound = import_bindings(node.with_changes(names=[alias]))
+            bound = import_bindings(node.with_changes(names=[alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)]))
             if not bound or bound[0][0] not in self.names:
                 kept.append(alias)
         return kept

@@ -1,0 +1,132 @@
+"""`fix` on files: diff by default, --write, --patch for git apply, byte-level preservation, refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from neuron_migrate.migrate.fix_files import fix_file, write_fixed
+from neuron_migrate.migrate.rule import load_rules
+from neuron_migrate.migrate.sources import SourceFile
+
+SYNC = "import torch\ntorch.cuda.synchronize()\n"
+FIXED = "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n"
+ALL = tuple(load_rules())
+
+
+def fix_bytes(tmp_path: Path, data: bytes, name: str = "a.py") -> bytes | None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return fix_file(SourceFile(path, name), ALL, unsafe=False).new
+
+
+def test_diff_by_default_writes_nothing_and_exits_1(run_cli, tmp_path):
+    (tmp_path / "a.py").write_text(SYNC)
+    proc = run_cli("fix", ".")
+    assert proc.returncode == 1
+    assert "-torch.cuda.synchronize()" in proc.stdout and "+    torch.accelerator.synchronize()" in proc.stdout
+    assert (tmp_path / "a.py").read_text() == SYNC
+
+
+def test_write_applies_and_second_run_is_clean(run_cli, tmp_path):
+    (tmp_path / "a.py").write_text(SYNC)
+    assert run_cli("fix", ".", "--write").returncode == 0
+    assert (tmp_path / "a.py").read_text() == FIXED
+    again = run_cli("fix", ".")
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_manual_findings_keep_exit_1_and_are_listed(run_cli, tmp_path):
+    (tmp_path / "a.py").write_text("import triton\n")
+    proc = run_cli("fix", ".", "--write")
+    if "NM701" in proc.stderr:  # the library rule is present
+        assert proc.returncode == 1 and "Left for a person" in proc.stderr
+        assert run_cli("fix", ".", "--write", "--exit-zero").returncode == 0
+
+
+def test_patch_is_taken_by_git_apply(run_cli, tmp_path):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(SYNC)
+    proc = run_cli("fix", ".", "--patch", "changes.patch")
+    assert (tmp_path / "pkg" / "a.py").read_text() == SYNC
+    patch = (tmp_path / "changes.patch").read_text()
+    assert patch.startswith("--- a/pkg/a.py\n+++ b/pkg/a.py\n"), proc.stderr
+    subprocess.run(["git", "apply", "changes.patch"], cwd=tmp_path, check=True)
+    assert (tmp_path / "pkg" / "a.py").read_text() == FIXED
+
+
+def test_crlf_bom_and_missing_final_newline_are_kept(tmp_path):
+    data = b"\xef\xbb\xbfimport torch\r\ntorch.cuda.synchronize()"
+    new = fix_bytes(tmp_path, data)
+    assert new == (b"\xef\xbb\xbfimport torch\r\nif torch.accelerator.is_available():\r\n"
+                   b"    torch.accelerator.synchronize()")
+
+
+def test_declared_encoding_is_kept(tmp_path):
+    data = "# -*- coding: latin-1 -*-\nname = 'caf\xe9'\n".encode("latin-1") + SYNC.encode()
+    new = fix_bytes(tmp_path, data)
+    assert new is not None and b"caf\xe9" in new and b"torch.accelerator.synchronize()" in new
+
+
+def test_tabs_indentation_is_kept(tmp_path):
+    data = b"import torch\ndef f():\n\tx = 1\n\ttorch.cuda.synchronize()\n"
+    assert fix_bytes(tmp_path, data) == (
+        b"import torch\ndef f():\n\tx = 1\n\tif torch.accelerator.is_available():\n\t\ttorch.accelerator.synchronize()\n")
+
+
+def test_file_changed_since_read_is_refused(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text(SYNC)
+    fix = fix_file(SourceFile(path, "a.py"), ALL, unsafe=False)
+    path.write_text(SYNC + "# edited meanwhile\n")
+    assert "changed on disk" in write_fixed(fix)
+    assert path.read_text() == SYNC + "# edited meanwhile\n"
+
+
+def test_permissions_are_kept(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text(SYNC)
+    path.chmod(0o750)
+    assert write_fixed(fix_file(SourceFile(path, "a.py"), ALL, unsafe=False)) is None
+    assert path.stat().st_mode & 0o777 == 0o750 and path.read_text() == FIXED
+
+
+def test_unparsable_file_is_left_alone(run_cli, tmp_path):
+    (tmp_path / "bad.py").write_text("import torch\ntorch.cuda.synchronize(\n")
+    (tmp_path / "good.py").write_text(SYNC)
+    proc = run_cli("fix", ".", "--write")
+    assert (tmp_path / "bad.py").read_text() == "import torch\ntorch.cuda.synchronize(\n"
+    assert (tmp_path / "good.py").read_text() == FIXED
+    assert proc.returncode == 1 and "NM901" in proc.stderr
+
+
+def test_notebook_cells_are_fixed_and_outputs_kept(run_cli, tmp_path):
+    notebook = {"cells": [
+        {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [
+            {"name": "stdout", "output_type": "stream", "text": ["ok\n"]}], "source": ["import torch\n", "print('ok')"]},
+        {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [],
+         "source": ["torch.cuda.synchronize()\n", "y = 2"]},
+        {"cell_type": "code", "execution_count": 3, "metadata": {}, "outputs": [], "source": ["%timeit torch.cuda.synchronize()"]},
+    ], "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    text = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    (tmp_path / "nb.ipynb").write_text(text)
+    assert run_cli("fix", ".", "--write").returncode in (0, 1)
+    after = json.loads((tmp_path / "nb.ipynb").read_text())
+    assert after["cells"][1]["source"] == [
+        "if torch.accelerator.is_available():\n", "    torch.accelerator.synchronize()\n", "y = 2"]
+    assert after["cells"][0] == notebook["cells"][0] and after["cells"][2] == notebook["cells"][2]
+    assert after["metadata"] == notebook["metadata"]
+    raw = (tmp_path / "nb.ipynb").read_text()
+    assert raw.endswith("}\n") and raw.startswith('{\n "cells"')
+
+
+def test_unsafe_fixes_need_the_flag(tmp_path):
+    from neuron_migrate.migrate.fixer import fix_text
+    from neuron_migrate.model import Edit, Finding, Fix
+
+    finding = Finding("NM999", "warning", "device", "a.py", 1, 0, 1, 1, "m", fixable="unsafe",
+                      fix=Fix("t", "unsafe", (Edit(1, 0, 1, 1, "y"),)))
+    assert fix_text("x\n", [finding]).text == "x\n"
+    assert fix_text("x\n", [finding], unsafe=True).text == "y\n"

@@ -1,0 +1,62 @@
+"""Property tests for the codemod: generated programs mixing CUDA idioms with unrelated code.
+
+Invariants: the fixed program parses; a second fix changes nothing; no edit falls outside its finding's
+lines (except an added import); lines that carry no finding survive unchanged and in order.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from neuron_migrate.migrate.fix_files import fix_until_stable
+from neuron_migrate.migrate.fixer import fix_text
+from neuron_migrate.migrate.rule import load_rules
+
+from .helpers import findings
+
+CODES = tuple(load_rules())
+IDIOMS = sorted({ex.code for rule in load_rules().values() for ex in rule.INVALID})
+UNRELATED = [
+    "x = 1\n",
+    "# cuda is mentioned in a comment\n",
+    'print("moving to cuda later")\n',
+    "def helper(a, b=2):\n    return a + b\n",
+    "class Box:\n    size = 3\n",
+    "values = [i * i for i in range(4)]\n",
+    'doc = """cuda in a string"""\n',
+    "if x:\n    y = 2\nelse:\n    y = 3\n",
+]
+
+
+def _parses(text: str) -> bool:
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return False
+    return True
+
+
+program = st.lists(st.sampled_from(IDIOMS + UNRELATED), min_size=1, max_size=6).map("".join).filter(_parses)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(source=program, unsafe=st.booleans())
+def test_fix_invariants(source, unsafe):
+    found = findings(source)
+    outcome = fix_text(source, found, unsafe=unsafe)
+    after = outcome.text
+    assert _parses(after)
+    final, _, _ = fix_until_stable(source, "example.py", CODES, unsafe)
+    assert _parses(final)
+    assert fix_until_stable(final, "example.py", CODES, unsafe)[0] == final, "a second fix run changed something"
+    for finding in outcome.applied:
+        for edit in finding.fix.edits:
+            is_import = edit.line == edit.end_line and edit.col == edit.end_col == 0 and edit.text.startswith("import ")
+            assert is_import or finding.line <= edit.line <= edit.end_line <= finding.end_line, (finding, edit)
+    touched = {n for f in outcome.applied for n in range(f.line, f.end_line + 1)}
+    kept = [line for n, line in enumerate(source.splitlines(), start=1)
+            if n not in touched and not line.lstrip().startswith(("import ", "from "))]
+    remaining = iter(after.splitlines())
+    assert all(any(line == other for other in remaining) for line in kept), "an untouched line changed"
