@@ -15,6 +15,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from neuron_migrate.migrate.context import FileContext, PendingFinding
+from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Rule
 from neuron_migrate.model import Edit, Finding, Fix
 
@@ -23,12 +24,35 @@ _SUPPRESS = re.compile(r"#\s*neuron-migrate:\s*ignore(?!-file)(?:\[([A-Za-z0-9_,
 _SUPPRESS_FILE = re.compile(r"#\s*neuron-migrate:\s*ignore-file(?:\[([A-Za-z0-9_,\s]+)\])?")
 
 
+def _is_reference(node: cst.CSTNode, parent: cst.CSTNode | None, stack: list[cst.CSTNode]) -> bool:
+    """Whether a Name/Attribute is the whole of a reference (not a part of a longer chain, not a binding)."""
+    if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+        return False
+    if isinstance(parent, (cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param)) and getattr(
+            parent, "name", None) is node:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return False
+    return not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in stack[-4:-1])
+
+
 class _Dispatcher(cst.CSTVisitor):
     def __init__(self, ctx: FileContext, rules: list[Rule]) -> None:
         super().__init__()
         self.ctx = ctx
         self.visits: dict[str, list[Callable]] = defaultdict(list)
         self.leaves: dict[str, list[Callable]] = defaultdict(list)
+        # rules that flag qualified names share one resolution per reference instead of one per rule
+        self.exact: dict[str, list[QualifiedNameRule]] = defaultdict(list)
+        self.prefixes: list[tuple[str, str, QualifiedNameRule]] = []
+        for rule in rules:
+            if isinstance(rule, QualifiedNameRule):
+                for name in rule.NAMES:
+                    if name.endswith(".*"):
+                        self.prefixes.append((name[:-1], name, rule))
+                    else:
+                        self.exact[name].append(rule)
+        self.heads = {name.split(".")[0] for name in self.exact} | {p.split(".")[0] for p, _, _ in self.prefixes}
         for rule in rules:
             for attr in dir(type(rule)):
                 if attr.startswith("visit_"):
@@ -43,9 +67,24 @@ class _Dispatcher(cst.CSTVisitor):
             ctx.scopes.bind_import(node)
         elif isinstance(node, _SCOPE_NODES):
             ctx.scopes.push()
+        elif isinstance(node, (cst.Name, cst.Attribute)) and (self.exact or self.prefixes):
+            self._dispatch_reference(node)
         for handler in self.visits.get(type(node).__name__, ()):
             handler(node)
         return True
+
+    def _dispatch_reference(self, node: cst.Name | cst.Attribute) -> None:
+        ctx = self.ctx
+        if not _is_reference(node, ctx.parent, ctx.stack):
+            return
+        qualified = ctx.qualified_name(node)
+        if qualified is None or qualified.split(".")[0] not in self.heads:
+            return
+        for rule in self.exact.get(qualified, ()):
+            rule.use(node, qualified)
+        for prefix, name, rule in self.prefixes:
+            if qualified.startswith(prefix):
+                rule.use(node, name)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         for handler in self.leaves.get(type(original_node).__name__, ()):

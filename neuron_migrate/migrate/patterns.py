@@ -107,31 +107,17 @@ class QualifiedNameRule(Rule):
                 return name
         return None
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._check(node)
-
-    def visit_Name(self, node: cst.Name) -> None:
-        parent = self.ctx.parent
-        # a Name that is an attribute's `attr`, an import's alias or a def's name is not a reference
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            return
-        if isinstance(parent, (cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param, cst.Arg)):
-            if not (isinstance(parent, cst.Arg) and parent.value is node):
-                return
-        self._check(node)
-
     def _check(self, node: cst.Name | cst.Attribute) -> None:
-        ctx = self.ctx
-        if not is_outermost_chain(node, ctx.parent):
-            return
-        if any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in ctx.stack[-4:-1]):
-            return
-        matched = self._match(ctx.qualified_name(node))
-        if matched is None:
-            return
-        parent = ctx.parent
+        """Check one reference (the analyzer calls `use` directly for references it has resolved)."""
+        matched = self._match(self.ctx.qualified_name(node))
+        if matched is not None:
+            self.use(node, matched)
+
+    def use(self, node: cst.Name | cst.Attribute, name: str) -> None:
+        """A reference to `name` (a key of NAMES) at `node`, found by the analyzer's shared name index."""
+        parent = self.ctx.parent
         call = parent if isinstance(parent, cst.Call) and parent.func is node else None
-        self.on_use(node, call, matched)
+        self.on_use(node, call, name)
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         """Report a use of `name`; `call` is the call when the use is `name(...)`."""

@@ -74,16 +74,16 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
             cached += 1
             findings.extend(hit)
             continue
-        active = tuple(code for code, rule in rules.items() if _triggered(rule, data))
-        if not active:
-            skipped += 1
-            cache.put(source.rel, digest, [])
-            continue
-        text = decode(source, data)
+        text = decode(source, data)  # cheap, and an undecodable file is reported whatever it contains
         if isinstance(text, SourceProblem):
             result = _problem(source, text, rules, errors)
             cache.put(source.rel, digest, result)
             findings.extend(result)
+            continue
+        active = tuple(code for code, rule in rules.items() if _triggered(rule, data))
+        if not active:
+            skipped += 1
+            cache.put(source.rel, digest, [])
             continue
         work.append((source, digest, text, active))
     for (source, digest, _, _), result in zip(work, _run(work, options.jobs, progress)):
@@ -106,6 +106,9 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
 
 
 def _triggered(rule: type[Rule], data: bytes) -> bool:
+    """Whether a file can hold a finding of `rule` (file-level rules are reported by the scanner itself)."""
+    if rule.file_level:
+        return False
     return not rule.triggers or any(trigger in data for trigger in rule.triggers)
 
 

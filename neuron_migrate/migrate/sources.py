@@ -86,6 +86,8 @@ def discover(paths: list[Path], root: Path, selection: Selection) -> list[Source
             rel = _rel(given, root)
             found[rel] = SourceFile(given, rel)
             continue
+        # a folder the user names explicitly is scanned even if .gitignore covers it (e.g. site-packages)
+        honour = ignored if ignored is not None and _rel(given, root) + "/" not in ignored else None
         for dirpath, dirnames, filenames in os.walk(given):
             dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS | selection.extra_skip_dirs
                                  and not (Path(dirpath, d).is_symlink()))
@@ -94,7 +96,7 @@ def discover(paths: list[Path], root: Path, selection: Selection) -> list[Source
                     continue
                 path = Path(dirpath, name)
                 rel = _rel(path, root)
-                if ignored is not None and rel in ignored:
+                if honour is not None and rel in honour:
                     continue
                 if selection.wants(rel):
                     found[rel] = SourceFile(path, rel)
