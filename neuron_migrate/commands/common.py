@@ -14,7 +14,7 @@ from neuron_migrate.errors import UsageError
 
 def stderr_console() -> Console:
     """Summaries go to stderr; colour only on a terminal."""
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def split_codes(values: list[str] | None) -> tuple[str, ...]:

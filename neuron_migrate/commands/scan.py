@@ -92,7 +92,7 @@ def scan_command(
             from rich.console import Console
 
             buffer = io.StringIO()
-            render_scan_text(result, Console(file=buffer, no_color=True, width=120))
+            render_scan_text(result, Console(file=buffer, no_color=True, width=120, emoji=False))
             write_output(buffer.getvalue(), output)
         else:
             render_scan_text(result, console)
