@@ -21,6 +21,7 @@ def fix_command(
     write: bool = typer.Option(False, "--write", help="Apply the fixes to the files (default: show a diff)."),
     patch: Optional[Path] = typer.Option(None, "--patch", help="Write the changes as a patch for `git apply`."),
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply fixes that need review."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 only if a fix is available (CI/pre-commit)."),
     select: Optional[list[str]] = typer.Option(None, "--select", help="Only these rule codes or prefixes."),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Skip these rule codes or prefixes."),
     exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Skip paths matching these globs."),
@@ -45,6 +46,8 @@ def fix_command(
     if patch is not None:
         write_output(diff, patch)
     failed = []
+    if write and check:
+        raise UsageError("--check and --write exclude each other: --check never writes")
     if write:
         for fix in changed:
             if (why := write_fixed(fix)) is not None:
@@ -54,7 +57,8 @@ def fix_command(
         write_output(diff, None)
     left = _summarise(fixes, write, unsafe_fixes)
     would_change = bool(changed) and not write
-    code = EXIT_FINDINGS if (left or would_change or failed) and not exit_zero else EXIT_OK
+    failing = would_change if check else (left or would_change or failed)
+    code = EXIT_FINDINGS if failing and not exit_zero else EXIT_OK
     raise typer.Exit(code)
 
 
