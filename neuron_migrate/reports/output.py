@@ -16,6 +16,13 @@ def write_output(text: str, output: Path | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    if output.exists() and not output.is_file():  # /dev/null, a FIFO, /dev/stdout: write through, never replace
+        try:
+            with open(output, "w", encoding="utf-8", newline="") as out:
+                out.write(text)
+        except OSError as err:
+            raise UsageError(f"--output {output}: cannot write ({err.strerror})") from None
+        return
     folder = output.absolute().parent
     if not folder.is_dir():
         raise UsageError(f"--output {output}: folder {folder} does not exist; create it or pick another path")
