@@ -257,3 +257,123 @@ def from_json(text: str, expected: type, where: str) -> Any:
             f"write one with `neuron-migrate {kind} --format json`"
         )
     return _build(expected, data, where)
+
+
+# --- effort and report (reports.effort builds them, reports.render renders them) -------------------------
+
+REPORT_SCHEMA = "neuron-migrate/report/1"
+
+
+@dataclass(frozen=True)
+class EffortWeight:
+    """One row of the effort table: a bucket of work, its engineer-hours range, and what the bucket means."""
+
+    bucket: str
+    low: float
+    likely: float
+    high: float
+    meaning: str
+    overridden: bool = False
+
+
+@dataclass(frozen=True)
+class EffortItem:
+    """The estimate for one finding (`subject="finding"`, `code` = rule code) or one non-native op
+    (`subject="op"`, `code` = ATen overload, `category` = its status), with the reason in one line.
+
+    `occurrence` counts findings of the same rule in the same file (1 = the first, at full weight);
+    `calls` and `call_sites` are the op's calls summed over every merged trace.
+    """
+
+    subject: Literal["finding", "op"]
+    code: str
+    bucket: str
+    category: str
+    path: str
+    line: int
+    low: float
+    likely: float
+    high: float
+    reason: str
+    message: str = ""
+    source: str = ""
+    help_uri: str = ""
+    occurrence: int = 1
+    fixable: FixSafety = "none"
+    calls: int = 0
+    dtypes: tuple[str, ...] = ()
+    call_sites: tuple[CallSite, ...] = ()
+
+
+@dataclass(frozen=True)
+class EffortTotal:
+    """A sum of items grouped by a key (a category, a file or an op), ranked by likely hours."""
+
+    key: str
+    low: float
+    likely: float
+    high: float
+    items: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One change and what it unblocks: the findings and fallback/unsupported calls it removes."""
+
+    action: str
+    removes_findings: int
+    removes_calls: int
+    low: float
+    likely: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Effort:
+    """Every item's estimate, the totals and rankings, and the weights that produced them."""
+
+    low: float
+    likely: float
+    high: float
+    hours_per_day: float
+    repeat_factor: float
+    weights: tuple[EffortWeight, ...]
+    items: tuple[EffortItem, ...]
+    by_category: tuple[EffortTotal, ...]
+    by_file: tuple[EffortTotal, ...]
+    by_op: tuple[EffortTotal, ...]
+    unblocks: tuple[Lever, ...]
+
+
+@dataclass(frozen=True)
+class OpSource:
+    """Where the op data of a report came from: one trace run and the opdb snapshot it looked ops up in."""
+
+    target: str
+    device: str
+    opdb_version: str
+    opdb_pre_release: bool
+    ops: int
+    calls: int
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `report` renders: the verdict, the scan's findings, the merged traces' ops, and the effort."""
+
+    root: str
+    verdict: str
+    summary: str
+    files_scanned: int
+    findings: tuple[Finding, ...]
+    ops: tuple[OpUse, ...]
+    coverage: Coverage | None
+    op_sources: tuple[OpSource, ...]
+    opdb_pre_release: bool
+    effort: Effort
+    generated: str = ""
+    tool_version: str = ""
+    schema: str = REPORT_SCHEMA
