@@ -37,11 +37,16 @@ def _root(
 
 
 def _register_commands() -> None:
-    from neuron_migrate.commands import scan, rules, opdb
+    from neuron_migrate.commands import check, fix, opdb, report, rules, scan, trace
 
     scan.register(app)
+    fix.register(app)
     rules.register(app)
     opdb.register(app)
+    trace.register(app)
+    check.register(app)
+    report.register(app)
+    __import__("neuron_migrate.commands.fleet", fromlist=["register"]).register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,145 @@
+"""The stand-in `neuron` device, exercised in a fresh interpreter (registration is permanent for a process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.trace.conftest import run_python
+
+DEVICE_CHECKS = r'''
+import json, torch
+from neuron_migrate.opdb import device
+from neuron_migrate.opdb.db import snapshot_from_dict
+
+snap = snapshot_from_dict({
+    "schema": "neuron-migrate/opdb/1", "version": "test-1", "torch_neuronx_version": "test", "pre_release": False,
+    "unlisted": None,
+    "ops": {
+        "aten::mm": {"status": "native"},
+        "aten::addmm": {"status": "cpu_fallback"},
+        "aten::add.Tensor": {"status": "native", "dtypes": {"float64": {"status": "unsupported"}}},
+        "aten::empty.memory_format": {"status": "native"},
+        "aten::copy_": {"status": "native"},
+    },
+}, "test")
+out = {}
+out["before"] = str(torch.accelerator.current_accelerator())
+device.install(snap)
+device.install(snap)  # idempotent
+x = torch.empty(3, device="neuron")
+out["empty"] = [str(x.device), type(x).__name__]
+out["accelerator"] = [str(torch.accelerator.current_accelerator()), torch.accelerator.is_available(),
+                      torch.accelerator.device_count()]
+out["tensor"] = torch.tensor([1, 2], device="neuron").cpu().tolist()
+
+a = torch.ones(2, 2, device="neuron"); b = torch.ones(2, 2, device="neuron")
+device.clear_op_tracking()
+a.mm(b); torch.addmm(a, a, b); a + b; a - b
+out["executed"] = sorted(device.get_executed_ops())
+out["fallback"] = sorted(device.get_fallback_ops())
+try:
+    a.double() + b.double()
+    out["unsupported"] = None
+except RuntimeError as err:
+    out["unsupported"] = str(err)
+device.clear_op_tracking()
+out["cleared"] = [sorted(device.get_executed_ops()), sorted(device.get_fallback_ops())]
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+model.to("neuron")
+out["param"] = [type(model[0].weight).__name__, str(model[0].weight.device),
+                isinstance(model[0].weight, torch.nn.Parameter)]
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(5, 8, device="neuron")
+before = model[0].weight.detach().cpu().clone()
+loss = model(x).square().mean()
+loss.backward()
+opt.step()
+out["trained"] = [bool((model[0].weight.detach().cpu() != before).any()), model[0].weight.grad is not None]
+ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+ref.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+out["same_math"] = torch.allclose(ref(x.cpu()), model(x).cpu(), atol=1e-6)
+
+for dtype in (torch.bfloat16, torch.float16):
+    with torch.autocast("neuron", dtype=dtype):
+        y = model(x)
+        out[f"autocast_{dtype}"] = [str(model[0](x).dtype), str(torch.relu(x).dtype)]
+    y.float().sum().backward()
+
+torch.manual_seed(7); r1 = torch.randn(3, device="neuron").cpu()
+torch.manual_seed(7); r2 = torch.randn(3, device="neuron").cpu()
+out["seeded"] = torch.equal(r1, r2)
+with torch.random.fork_rng(device_type="neuron"):
+    torch.randn(2, device="neuron")
+state = torch.get_device_module("neuron").get_rng_state()
+torch.get_device_module("neuron").set_rng_state(state)
+out["rng_state"] = str(state.dtype)
+
+from torch.utils._python_dispatch import TorchDispatchMode
+class Names(TorchDispatchMode):
+    def __init__(self):
+        super().__init__(); self.names = []
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func)); return func(*args, **(kwargs or {}))
+q = torch.randn(1, 2, 4, 8, device="neuron")
+with Names() as names:
+    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+out["sdpa"] = names.names
+with Names() as names:
+    torch.nn.functional.scaled_dot_product_attention(q.cpu(), q.cpu(), q.cpu(), is_causal=True)
+out["sdpa_cpu"] = names.names
+out["remainder"] = (torch.arange(5, device="neuron") % 3).cpu().tolist()
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return run_python(DEVICE_CHECKS)
+
+
+def test_registers_neuron_only_in_the_child(checks):
+    assert checks["before"] == "None"
+    assert checks["empty"] == ["neuron:0", "NeuronTensor"]
+    assert checks["accelerator"] == ["neuron", True, 1]
+    assert checks["tensor"] == [1, 2]
+
+
+def test_tracking_follows_the_snapshot(checks):
+    assert {"aten::mm", "aten::add.Tensor"} <= set(checks["executed"])
+    # addmm is cpu_fallback in the snapshot; sub.Tensor is not listed (unknown): both take the CPU fallback
+    assert {"aten::addmm", "aten::sub.Tensor"} <= set(checks["fallback"])
+    assert not {"aten::addmm", "aten::sub.Tensor"} & set(checks["executed"])
+    assert checks["cleared"] == [[], []]
+
+
+def test_unsupported_op_raises_naming_op_and_dtype(checks):
+    assert "aten::add.Tensor" in checks["unsupported"] and "float64" in checks["unsupported"]
+
+
+def test_model_trains_and_computes_like_cpu(checks):
+    assert checks["param"] == ["NeuronTensor", "neuron:0", True]
+    assert checks["trained"] == [True, True]
+    assert checks["same_math"] is True
+
+
+def test_autocast_casts_matmuls_only(checks):
+    assert checks["autocast_torch.bfloat16"] == ["torch.bfloat16", "torch.float32"]
+    assert checks["autocast_torch.float16"] == ["torch.float16", "torch.float32"]
+
+
+def test_rng(checks):
+    assert checks["seeded"] is True
+    assert checks["rng_state"] == "torch.uint8"
+
+
+def test_sdpa_takes_the_privateuse1_math_path(checks):
+    # On cpu tensors SDPA picks the CPU flash kernel; on a PrivateUse1 device it decomposes to the math path.
+    assert any("flash_attention_for_cpu" in name for name in checks["sdpa_cpu"])
+    assert not any("flash" in name for name in checks["sdpa"])
+    assert "aten.bmm.default" in checks["sdpa"] and "aten._safe_softmax.default" in checks["sdpa"]
+
+
+def test_wrapped_scalars_in_composites(checks):
+    assert checks["remainder"] == [0, 1, 2, 0, 1]
