@@ -1,0 +1,265 @@
+"""NM104 and NM105: code that asks "is this CUDA?" where it means "is this an accelerator?"."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.migrate.devices import (
+    agnostic_string,
+    availability,
+    capability_cue,
+    device_conditional,
+    device_type_text,
+    fit,
+    has_index,
+    is_cuda_string,
+    is_device_expr,
+)
+from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.patterns import DEVICE_EXPR, DEVICE_TYPE_EXPR, string_value
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
+
+_GATE = ("this check guards CUDA-only code (`{cue}`): keep it CUDA-only and give the other devices their own "
+         "path (no automatic fix)")
+
+
+def _negated(ctx) -> bool:
+    return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
+
+
+def _accelerator_test(rule: Rule, node: cst.CSTNode, type_text: str, positive: bool, title: str,
+                      unsafe: bool = False) -> FixSpec:
+    """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`."""
+    ctx = rule.ctx
+    if _negated(ctx):
+        node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
+    else:
+        parent = ctx.parent
+    text = fit(f'{type_text} {"!=" if positive else "=="} "cpu"', parent, comparison=True)
+    imports = ("torch",) if "torch." in text else ()
+    return FixSpec(title, (Replacement(node, text),), imports=imports, safety="unsafe" if unsafe else None)
+
+
+class IsCuda(Rule):
+    """`tensor.is_cuda`.
+
+    What it does
+    Flags reads of the `.is_cuda` attribute.
+
+    Why it matters on Trainium
+    `is_cuda` is False for a tensor on `neuron`, so code that picks its fast path or moves data back with
+    `if x.is_cuda:` silently takes the CPU path on Trainium.
+
+    Example
+    if not x.is_cuda:
+        x = x.to(device)
+
+    Use instead
+    if x.device.type == "cpu":
+        x = x.to(device)
+
+    Fix safety
+    Unsafe: `x.device.type != "cpu"` is also true for `meta` and for other non-CPU devices (`mps`, `xpu`,
+    `neuron`), where `is_cuda` was False; check that the code under the test suits them. A test that guards
+    CUDA-only code (fused or flash kernels, compute capability, NCCL) gets no fix: it must stay CUDA-only.
+    """
+
+    code = "NM104"
+    name = "is-cuda"
+    message = "`.is_cuda` is False on Trainium: test `x.device.type != \"cpu\"` for any accelerator"
+    severity = "warning"
+    fix_safety = "unsafe"
+    triggers = (b"is_cuda",)
+    VALID = (
+        'import torch\non_accel = x.device.type != "cpu"\n',
+        "class T:\n    def __init__(self):\n        self.is_cuda = False\n",
+        '"""Check x.is_cuda first."""\n# if x.is_cuda:\n',
+    )
+    INVALID = (
+        Invalid(
+            "import torch\ndef f(x, y):\n    if not x.is_cuda:\n        x = x.to(y.device)\n"
+            "    return x.is_cuda and y.is_cuda\n",
+            'import torch\ndef f(x, y):\n    if x.device.type == "cpu":\n        x = x.to(y.device)\n'
+            '    return x.device.type != "cpu" and y.device.type != "cpu"\n',
+            count=3,
+        ),
+        Invalid(
+            "same = a.is_cuda == b.is_cuda\n",
+            'same = (a.device.type != "cpu") == (b.device.type != "cpu")\n',
+            count=2,
+        ),
+        Invalid("def f(x):\n    if _fused is not None and x.is_cuda:\n        return _fused.apply(x)\n    return x\n"),
+        Invalid("from flash_attn import flash_attn_func\nuse_flash = q.is_cuda\n"),
+    )
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value != "is_cuda":
+            return
+        parent = self.ctx.parent
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.Del)):
+            return  # a class of the user's own that sets an `is_cuda` attribute
+        if (self.ctx.qualified_name(node) or "").startswith("torch."):
+            return
+        cue = capability_cue(self.ctx)
+        if cue:
+            self.report(node, f"`.is_cuda`: {_GATE.format(cue=cue)}")
+            return
+        owner = self.ctx.code(node.value).strip()
+        fix = _accelerator_test(self, node, f"{owner}.device.type", True,
+                                "Test the device type against `cpu` (also true for meta devices)")
+        self.report(node, fix=fix)
+
+
+class CudaDeviceCheck(Rule):
+    """Tests that a device is CUDA, and CUDA-or-CPU choices.
+
+    What it does
+    Flags `device.type == 'cuda'`, `device == 'cuda'`, `'cuda' in device`, `device.startswith('cuda')` on
+    values that hold a device (by name, `x.device`, `str(...)` of one, or a name given a device in the
+    module; `.type == 'cuda'` on anything), and `'cuda' if cond else 'cpu'` conditionals.
+
+    Why it matters on Trainium
+    On Trainium the device type is `neuron`, so every such test is False and the code silently takes its
+    CPU path (no AMP, no pinned memory, no non-blocking copies, the wrong device).
+
+    Example
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    use_amp = device.type == "cuda"
+
+    Use instead
+    device = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
+    use_amp = device.type != "cpu"
+
+    Fix safety
+    Safe: `'cuda' if torch.cuda.is_available() else 'cpu'` becomes the accelerator's type, which is `cuda` on
+    a CUDA machine and `cpu` without an accelerator, as before; with another condition only the `'cuda'`
+    string is replaced, so the condition still decides. A test on a value that clearly holds a device
+    becomes `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
+    `torch.device(s).type`. Unsafe for `.type == 'cuda'` on something not known to be a device. No fix for a
+    test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay CUDA-only), for a
+    comparison with an indexed string, or for membership in a list of device types.
+    """
+
+    code = "NM105"
+    name = "cuda-device-check"
+    message = "CUDA-only device test: test for any accelerator (`device.type != \"cpu\"`)"
+    severity = "warning"
+    fix_safety = "safe"
+    triggers = (b"cuda",)
+    VALID = (
+        'import torch\nif backend == "nccl":\n    pass\nif name == "cuda":\n    print(name)\n',
+        'if "cuda" in sys.argv:\n    pass\nif key.startswith("cuda"):\n    pass\n',
+        'import torch\nok = x.device.type != "cpu"\nmode = "fast" if fast else "cpu"\n',
+    )
+    INVALID = (
+        Invalid(
+            'import torch\ndevice = "cuda" if torch.cuda.is_available() else "cpu"\n'
+            'use_amp = device == "cuda"\npin = "cuda" in device\n',
+            f'import torch\ndevice = {DEVICE_TYPE_EXPR}\nuse_amp = torch.device(device).type != "cpu"\n'
+            'pin = torch.device(device).type != "cpu"\n',
+            count=3,
+        ),
+        Invalid(
+            'import torch\ndev = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+            'if dev.type == "cuda" and not args.device.startswith("cuda:"):\n    torch.cuda.synchronize()\n',
+            f'import torch\ndev = {DEVICE_EXPR}\n'
+            'if dev.type != "cpu" and torch.device(args.device).type == "cpu":\n    torch.cuda.synchronize()\n',
+            count=3,
+        ),
+        Invalid(
+            'import torch\ndef f(x, node, gpu):\n    a = "cuda" in str(x.device)\n    b = node.type != "cuda"\n'
+            '    return ("cuda:0" if gpu else "cpu"), a, b\n',
+            'import torch\ndef f(x, node, gpu):\n    a = x.device.type != "cpu"\n    b = node.type == "cpu"\n'
+            f'    return ({DEVICE_TYPE_EXPR} + ":0" if gpu else "cpu"), a, b\n',
+            count=3,
+        ),
+        Invalid(
+            'import torch\nif x.device.type == "cuda" and torch.cuda.get_device_capability()[0] >= 8:\n'
+            '    attn = flash(x)\nif device.type in ("cuda", "xpu"):\n    pass\n',
+            count=2,
+        ),
+    )
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        if not device_conditional(self.ctx, node):
+            return
+        ctx = self.ctx
+        cuda, other = (node.body, node.orelse) if is_cuda_string(node.body) else (node.orelse, node.body)
+        available = availability(ctx, node.test)
+        collapse = (string_value(other) == "cpu" and not has_index(cuda) and available is not None
+                    and available == (cuda is node.body))
+        message = "CUDA-or-CPU choice: use the current accelerator's type (`cpu` when there is none)"
+        if not collapse:
+            fix = FixSpec("Replace the CUDA string with the current accelerator's type",
+                          (Replacement(cuda, agnostic_string(ctx, cuda)),), imports=("torch",))
+        elif isinstance(ctx.parent, cst.Arg) and isinstance(ctx.ancestor(2), cst.Call) and (
+                ctx.call_name(ctx.ancestor(2)) == "torch.device" and len(ctx.ancestor(2).args) == 1):
+            fix = FixSpec("Replace with the current accelerator",
+                          (Replacement(ctx.ancestor(2), fit(DEVICE_EXPR, ctx.ancestor(3))),), imports=("torch",))
+        else:
+            fix = FixSpec("Replace with the current accelerator's type", (Replacement(node, DEVICE_TYPE_EXPR),),
+                          imports=("torch",))
+        self.report(node, message, fix)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if len(node.comparisons) != 1:
+            return
+        op, right = node.comparisons[0].operator, node.comparisons[0].comparator
+        left = node.left
+        if isinstance(op, (cst.In, cst.NotIn)):
+            self._membership(node, left, right, isinstance(op, cst.In))
+        elif isinstance(op, (cst.Equal, cst.NotEqual)):
+            value, other = (right, left) if is_cuda_string(right) else (left, right)
+            if is_cuda_string(value):
+                self._equality(node, other, value, isinstance(op, cst.Equal))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(node.args) == 1):
+            return
+        if string_value(node.args[0].value) not in ("cuda", "cuda:") or not self._device(func.value):
+            return
+        self._check(node, device_type_text(self.ctx, func.value), True)
+
+    def _equality(self, node: cst.Comparison, other: cst.BaseExpression, value: cst.BaseExpression,
+                  equal: bool) -> None:
+        if isinstance(other, cst.Attribute) and other.attr.value == "type":
+            clear = self._device(other.value)
+            if has_index(value):
+                return
+            self._check(node, self.ctx.code(other).strip(), equal, unsafe=not clear,
+                        note="" if clear else f"; check that `{self.ctx.code(other.value).strip()}` is a device")
+        elif self._device(other):
+            if has_index(value):
+                self.report(node, "Comparison with an indexed CUDA device: compare `torch.device(...).type` "
+                                  "and `.index` separately")
+                return
+            self._check(node, self._type_text(other), equal)
+
+    def _membership(self, node: cst.Comparison, left: cst.BaseExpression, right: cst.BaseExpression,
+                    inside: bool) -> None:
+        if string_value(left) == "cuda" and self._device(right):
+            self._check(node, self._type_text(right), inside)
+        elif (isinstance(right, (cst.Tuple, cst.List, cst.Set))
+              and any(string_value(e.value) == "cuda" for e in right.elements)
+              and (self._device(left) or (isinstance(left, cst.Attribute) and left.attr.value == "type"))):
+            self.report(node, "CUDA in a list of device types: add the accelerator's type where it supports "
+                                  "this code, or test `!= \"cpu\"` (no automatic fix)")
+
+    def _check(self, node: cst.CSTNode, type_text: str, positive: bool, unsafe: bool = False,
+               note: str = "") -> None:
+        cue = capability_cue(self.ctx)
+        if cue:
+            self.report(node, _GATE.format(cue=cue))
+            return
+        fix = _accelerator_test(self, node, type_text, positive, "Test for any accelerator (type != `cpu`)", unsafe)
+        self.report(node, self.message + note, fix)
+
+    def _device(self, expr: cst.BaseExpression) -> bool:
+        return is_device_expr(self.ctx, expr)
+
+    def _type_text(self, expr: cst.BaseExpression) -> str:
+        key = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+        if key and key.lower().endswith("type"):  # already a device type string
+            return self.ctx.code(expr).strip()
+        return device_type_text(self.ctx, expr)

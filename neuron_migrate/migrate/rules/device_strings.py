@@ -1,0 +1,175 @@
+"""NM101: `'cuda'` / `'cuda:N'` / `f"cuda:{i}"` strings where they are used as a device."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.migrate.devices import (
+    agnostic_device,
+    agnostic_string,
+    device_conditional,
+    fit,
+    has_index,
+    is_cuda_string,
+    value_slot,
+)
+from neuron_migrate.migrate.patterns import DEVICE_EXPR
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
+
+_FORK_RNG = ("`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
+             "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`")
+_MAP_LOCATION = ("; `map_location` rejects `cpu:N`, so on a CPU-only machine this index must go: "
+                 "load onto the current device and check that it is the right one")
+
+
+class CudaDeviceString(Rule):
+    """A CUDA device string used as a device.
+
+    What it does
+    Flags `'cuda'`, `'cuda:N'`, `f"cuda:{i}"`, `"cuda:{}".format(i)`, `"cuda:%d" % i` and `"cuda:" + str(i)`
+    where they are used as a device: the first argument of `.to()`, any `device=`, `map_location=`,
+    `device_type=`, `torch.set_default_device()`; a value assigned to a name called `device`, `dev`,
+    `device_type` or `*_device`, or to a name that reaches one of those places elsewhere in the module; the
+    default of such a parameter, of a `--device` command-line option or of `.get("device", ...)`; a
+    `{"device": ...}` value; the value returned by a `*device*` function. `'cuda'` in comments, docstrings,
+    log and help texts, annotations, dict keys and Lightning's `accelerator=` is not a device and is left
+    alone; `torch.device('cuda')` is NM102 and `'cuda' if ... else 'cpu'` is NM105.
+
+    Why it matters on Trainium
+    The Trainium device is `neuron`: a tensor or model sent to `'cuda'` fails with "Torch not compiled with
+    CUDA enabled", and a `--device cuda` default makes every run fail unless someone passes a flag.
+
+    Example
+    device = f"cuda:{local_rank}"
+    model.to(device)
+    batch = torch.ones(8, device="cuda")
+
+    Use instead
+    device = f"{(torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu')).type}:{local_rank}"
+    model.to(device)
+    batch = torch.ones(8, device=torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"))
+
+    Fix safety
+    Safe: on a CUDA machine every rewrite names the same device as before (`current_accelerator()` is
+    `cuda`, without an index, like `'cuda'`); on `neuron` it names `neuron`; without an accelerator, `cpu`.
+    A string stays a string (the accelerator's type, with the same index), so later string tests,
+    formatting and serialisation keep working; `cpu:N` is a valid placement. Only where a torch API takes the
+    value directly does a bare `'cuda'` become the device expression. Unsafe where an index reaches
+    `map_location` (`torch.load` rejects `cpu:N`, so the index is dropped). No fix for
+    `fork_rng(device_type=...)`.
+    """
+
+    code = "NM101"
+    name = "cuda-device-string"
+    message = ("CUDA device string: use the current accelerator "
+               "(`torch.accelerator.current_accelerator()`, CPU when there is none)")
+    severity = "error"
+    fix_safety = "safe"
+    triggers = (b"cuda",)
+    VALID = (
+        ('"""Runs on CUDA."""\n# use cuda here\nimport logging\nlogger = logging.getLogger()\n'
+         'print("cuda device", 0)\nlogger.info("using cuda:%d", 0)\nprint("cuda")\n'),
+        'import argparse\np = argparse.ArgumentParser()\np.add_argument("--device", help="e.g. cuda:0")\n',
+        'x: "cuda" = None\ncfg = {"accelerator": "gpu", "backend": "cuda"}\nbackends = {"cuda": "nccl"}\n',
+        'import lightning as L\ntrainer = L.Trainer(accelerator="cuda", devices=1)\n',
+        'cuda_note = "see docs"\nprint(cuda_note)\nname = "cuda"\nprint(f"running on {name}")\n',
+        ('import torch\nd = torch.device("cuda")\nwith torch.autocast("cuda"):\n    pass\n'
+         'torch.amp.autocast(device_type="cuda")\n'),
+        'import torch\nok = x.device.type == "cuda"\nd = "cuda" if torch.cuda.is_available() else "cpu"\n',
+        'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\nkind = "cuda"\nif backend == "nccl":\n    pass\n',
+    )
+    INVALID = (
+        Invalid(
+            'import torch\nx = torch.ones(2).to("cuda")\n',
+            'import torch\nx = torch.ones(2).to(torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu"))\n',
+        ),
+        Invalid(
+            "import os\nimport torch\n\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+            'device = f"cuda:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
+            'x = torch.ones(1, 2, device="cuda")\nif torch.cuda.is_available():\n    y = x.to("cuda:0")\n',
+            "import os\nimport torch\n\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
+            "device = f\"{(torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu'))"
+            '.type}:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
+            'x = torch.ones(1, 2, device=torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu"))\nif torch.cuda.is_available():\n'
+            '    y = x.to(torch.device((torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu")).type, 0))\n',
+            count=3,
+        ),
+        Invalid(
+            'def run(model, device="cuda"):\n    return model.to(device)\n',
+            'import torch\ndef run(model, device=(torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu")).type):\n    return model.to(device)\n',
+        ),
+        Invalid(
+            'import argparse\nimport torch as th\np = argparse.ArgumentParser()\n'
+            'p.add_argument("--device", default="cuda", help="e.g. cuda:0")\n'
+            'cfg = {"device": "cuda:1"}\ngpu = cfg.get("device", "cuda")\nz = th.zeros(2, device=gpu)\n',
+            'import torch\nimport argparse\nimport torch as th\np = argparse.ArgumentParser()\n'
+            'p.add_argument("--device", default=(torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu")).type, help="e.g. cuda:0")\n'
+            'cfg = {"device": (torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu")).type + ":1"}\ngpu = cfg.get("device", (torch.accelerator.current_accelerator('
+            'check_available=True) or torch.device("cpu")).type)\nz = th.zeros(2, device=gpu)\n',
+            count=3,
+        ),
+        Invalid(
+            'import torch\ntarget = "cuda:{}".format(rank)\nbatch = batch.to(target, non_blocking=True)\n'
+            'ckpt = torch.load("m.pt", map_location="cuda:%d" % rank)\n',
+            'import torch\ntarget = (torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu")).type + ":" + "{}".format(rank)\nbatch = batch.to(target, non_blocking=True)\n'
+            'ckpt = torch.load("m.pt", map_location=torch.accelerator.current_accelerator(check_available=True) '
+            'or torch.device("cpu"))\n',
+            count=2,
+        ),
+        Invalid(
+            'import torch\ndev, dtype = "cuda", torch.float16\nopts = dict(device="cuda")\n',
+            'import torch\ndev, dtype = (torch.accelerator.current_accelerator(check_available=True) or '
+            'torch.device("cpu")).type, torch.float16\nopts = dict(device=(torch.accelerator.current_accelerator('
+            'check_available=True) or torch.device("cpu")).type)\n',
+            count=2,
+        ),
+        Invalid('import torch\nwith torch.random.fork_rng(device_type="cuda"):\n    pass\n'),
+    )
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        self._check(node)
+
+    def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> None:
+        self._check(node)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self._check(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._check(node)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        self._check(node)
+
+    def _check(self, node: cst.BaseExpression) -> None:
+        if not is_cuda_string(node):
+            return
+        parent = self.ctx.parent
+        if isinstance(parent, cst.IfExp) and node is not parent.test and device_conditional(self.ctx, parent):
+            return  # NM105's
+        indexed = has_index(node)
+        slot = value_slot(self.ctx, indexed)
+        if slot is None:
+            return
+        if slot.kind == "none":
+            self.report(node, _FORK_RNG)
+            return
+        message = f"CUDA device string in {slot.where}: use the current accelerator (CPU when there is none)"
+        unsafe = indexed and slot.map_location
+        if slot.kind == "device" and not (indexed and not slot.map_location):
+            text, what = fit(DEVICE_EXPR, parent), "the current accelerator"
+        elif slot.kind == "device":
+            text, what = agnostic_device(self.ctx, node), "the current accelerator, same index"
+        else:
+            text, what = agnostic_string(self.ctx, node), "the current accelerator's type"
+        fix = FixSpec(f"Replace the CUDA device string with {what}", (Replacement(node, text),),
+                      imports=("torch",), safety="unsafe" if unsafe else None)
+        self.report(node, message + (_MAP_LOCATION if unsafe else ""), fix)
+

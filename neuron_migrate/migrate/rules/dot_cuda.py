@@ -1,0 +1,126 @@
+"""NM103: `x.cuda()` / `model.cuda(i)`."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.migrate.devices import device_flow, is_device_name
+from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.patterns import DEVICE_EXPR, DEVICE_TYPE_EXPR, keyword, positional
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
+
+#: names that hold a device index by convention (`local_rank`, `gpu`, `args.gpu_id`, `i`)
+_INDEX_NAME = re.compile(r"^(i|idx|index|\w*rank|\w*gpu|\w*_id|\w*_idx|\w*_index|device_id|id)$", re.IGNORECASE)
+
+
+class DotCuda(Rule):
+    """`.cuda()` on a tensor or module.
+
+    What it does
+    Flags calls of a `.cuda(...)` method: `x.cuda()`, `model.cuda(local_rank)`,
+    `batch.cuda(non_blocking=True)`.
+
+    Why it matters on Trainium
+    `.cuda()` always means CUDA: on Trainium and on a CPU-only machine it raises "Torch not compiled with
+    CUDA enabled". `.to(device)` with the current accelerator works on all three.
+
+    Example
+    model = model.cuda(local_rank)
+    x = x.cuda(non_blocking=True)
+
+    Use instead
+    model = model.to(torch.device((torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type, local_rank))
+    x = x.to(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"), non_blocking=True)
+
+    Fix safety
+    Safe for `.cuda()` (the current device, like `current_accelerator()`, which carries no index) and for an
+    index that is an int literal or is named like one (`local_rank`, `gpu`, `i`, `*_id`): it becomes
+    `torch.device(type, index)`, and `cpu:N` is a valid placement. Other keywords (`non_blocking`,
+    `memory_format`) are kept. Unsafe when the argument's name does not say it is an index: a device
+    variable becomes `.to(device)` (wrong if it holds an int), anything else `torch.device(type, value)`.
+    """
+
+    code = "NM103"
+    name = "dot-cuda"
+    message = "`.cuda()` is CUDA-only: use `.to(device)` with the current accelerator"
+    severity = "error"
+    fix_safety = "safe"
+    triggers = (b".cuda(",)
+    VALID = (
+        'import torch\nx = torch.ones(2).to("cpu")\nuse = torch.cuda.is_available()\n',
+        "import torch\nv = torch.version.cuda\nflag = torch.backends.cuda.matmul.allow_tf32\n",
+        "def f(x):\n    return x.cuda  # a reference, not a call\n",
+        "import tvm\ndev = tvm.cuda(0)\n",
+        '"""Call x.cuda() to move it."""\n# model.cuda()\n',
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\nx = torch.ones(2).cuda(non_blocking=True)\n",
+            f"import torch\nmodel = torch.nn.Linear(2, 2).to({DEVICE_EXPR})\n"
+            f"x = torch.ones(2).to({DEVICE_EXPR}, non_blocking=True)\n",
+            count=2,
+        ),
+        Invalid(
+            "def place(model, batch, local_rank):\n    model = model.cuda(local_rank)\n"
+            "    return model, [t.cuda(device=0) for t in batch]\n",
+            f"import torch\ndef place(model, batch, local_rank):\n"
+            f"    model = model.to(torch.device({DEVICE_TYPE_EXPR}, local_rank))\n"
+            f"    return model, [t.to(device=torch.device({DEVICE_TYPE_EXPR}, 0)) for t in batch]\n",
+            count=2,
+        ),
+        Invalid(
+            'import torch\ndevice = f"cuda:{rank}"\nif torch.cuda.is_available():\n    x = x.cuda().half()\n'
+            "y = y.cuda(device)\nz = z.cuda(args.which)\n",
+            'import torch\ndevice = f"cuda:{rank}"\nif torch.cuda.is_available():\n'
+            f"    x = x.to({DEVICE_EXPR}).half()\ny = y.to(device)\n"
+            f"z = z.to(torch.device({DEVICE_TYPE_EXPR}, args.which))\n",
+            count=3,
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
+            return
+        if (self.ctx.qualified_name(func) or "").startswith("torch.") or self._on_module(func.value):
+            return  # torch.Tensor.cuda(x) (unbound, rare); tvm.cuda(0), a module's own function
+        fix, note = self._fix(node, func)
+        self.report(node, self.message + note, fix)
+
+    def _on_module(self, receiver: cst.BaseExpression) -> bool:
+        key = dotted(receiver) if isinstance(receiver, (cst.Name, cst.Attribute)) else None
+        head = key.split(".")[0] if key else None
+        return head is not None and any(head in table for table in self.ctx.scopes._stack)
+
+    def _fix(self, call: cst.Call, func: cst.Attribute) -> tuple[FixSpec, str]:
+        """The fix, and what a person must check when it is unsafe."""
+        arg = positional(call, 0) or keyword(call, "device")
+        edits = [Replacement(func.attr, "to")]
+        unsafe, note = False, ""
+        if arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+            if arg is None:
+                text = DEVICE_EXPR + (", " if call.args else "")
+                edits.append(Replacement(call.whitespace_before_args, text))
+            else:
+                edits.append(Replacement(arg, _keep_keyword(arg, DEVICE_EXPR)))
+            title = "Replace `.cuda()` with `.to()` the current accelerator"
+        else:
+            key = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+            index = self.ctx.code(arg.value).strip()
+            if isinstance(arg.value, cst.Integer) or (key and _INDEX_NAME.match(key.rsplit(".", 1)[-1])):
+                text = f"torch.device({DEVICE_TYPE_EXPR}, {index})"
+            elif is_device_name(key):
+                text, unsafe = index, key not in device_flow(self.ctx).holders
+                note = f"; check that `{index}` is a device, not an int index" if unsafe else ""
+            else:
+                text, unsafe = f"torch.device({DEVICE_TYPE_EXPR}, {index})", True
+                note = f"; check that `{index}` is a device index"
+            edits.append(Replacement(arg, _keep_keyword(arg, text)))
+            title = f"Replace `.cuda({index})` with `.to()` the current accelerator"
+        return FixSpec(title, tuple(edits), imports=("torch",), safety="unsafe" if unsafe else None), note
+
+
+def _keep_keyword(arg: cst.Arg, text: str) -> str:
+    return f"device={text}" if arg.keyword is not None else text

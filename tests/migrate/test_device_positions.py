@@ -1,0 +1,187 @@
+"""Device strings count only in device positions (NM101–NM105, NM109), and the combined fixes run on CPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import libcst as cst
+import pytest
+
+from neuron_migrate.migrate.fixer import fix_text
+
+from .helpers import findings, fixed
+
+CODES = ("NM101", "NM102", "NM103", "NM104", "NM105", "NM109")
+
+DECOYS = {
+    "comment": "import torch\n# use cuda here\nx = 1\n",
+    "docstring": 'def f():\n    """Runs on CUDA."""\n',
+    "print": 'd = 0\nprint("cuda device", d)\nprint("cuda")\n',
+    "log": 'import logging\nlogger = logging.getLogger()\ni = 0\nlogger.info("using cuda:%d", i)\n',
+    "fstring-log": 'import logging\nrank = 0\nlogging.info(f"cuda:{rank} ready")\n',
+    "help": 'import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument("--device", help="e.g. cuda:0")\n',
+    "help-of-other-option": 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--backend", default="cuda")\n',
+    "annotation": 'x: "cuda" = None\ndef f(d: "cuda" = None) -> "cuda":\n    return d\n',
+    "lightning-dict": 'cfg = {"accelerator": "gpu"}\nmeta = {"accelerator": "cuda", "strategy": "ddp"}\n',
+    "lightning-trainer": 'from lightning import Trainer\ntrainer = Trainer(accelerator="cuda")\n',
+    "note": 'cuda_note = "see docs"\nprint(cuda_note)\n',
+    "nccl": 'backend = "nccl"\nif backend == "nccl":\n    pass\n',
+    "name-only-logged": 'import logging\nname = "cuda"\nlogging.info("running on %s", name)\n',
+    "backend-map-key": 'backends = {"cuda": "nccl", "cpu": "gloo"}\n',
+    "env-var": 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n',
+    "version": "import torch\nprint(torch.version.cuda)\n",
+    "other-string-test": 'import sys\nif "cuda" in sys.argv:\n    pass\nif op.startswith("cuda"):\n    pass\n',
+    "is-cuda-setter": "class Holder:\n    def __init__(self):\n        self.is_cuda = True\n",
+}
+
+
+@pytest.mark.parametrize("source", DECOYS.values(), ids=DECOYS.keys())
+def test_decoy_is_not_reported(source):
+    assert [f"{f.code} {f.location}" for f in findings(source, CODES)] == []
+
+
+def test_all_decoys_in_one_file_are_not_reported():
+    source = "\n".join(DECOYS.values())
+    assert findings(source, CODES) == []
+
+
+POSITIONS = {
+    "to-positional": ('x = x.to("cuda")\n', 1),
+    "to-keyword": ('x = x.to(device="cuda:1", non_blocking=True)\n', 1),
+    "device-keyword": ('import torch\nx = torch.zeros(2, device="cuda")\n', 1),
+    "map-location": ('import torch\ns = torch.load("f.pt", map_location="cuda")\n', 1),
+    "map-location-positional": ('import torch\ns = torch.load("f.pt", "cuda")\n', 1),
+    "set-default-device": ('import torch\ntorch.set_default_device("cuda")\n', 1),
+    "named-device": ('device = "cuda"\n', 1),
+    "named-suffix": ('TRAIN_DEVICE = "cuda:0"\nself_dev = None\n', 1),
+    "attribute-target": ('class M:\n    def __init__(self):\n        self.device = "cuda"\n', 1),
+    "flows-into-to": ('target = "cuda"\nx = x.to(target)\n', 1),
+    "flows-through-copy": ('t = "cuda"\ndevice = t\n', 1),
+    "flows-into-local-function": ('def run(m, where):\n    return m.to(where)\nrun(m, "cuda")\n', 1),
+    "param-default": ('def f(dev="cuda"):\n    pass\n', 1),
+    "param-default-flow": ('def f(m, where="cuda"):\n    return m.to(where)\n', 1),
+    "cli-default": ('import argparse\np = argparse.ArgumentParser()\np.add_argument("--device", default="cuda")\n', 1),
+    "click-default": ('import click\n@click.option("--train-device", default="cuda")\ndef main(train_device):\n    pass\n', 1),
+    "dict-setting": ('cfg = {"device": "cuda"}\n', 1),
+    "subscript-setting": ('cfg["device"] = "cuda"\ncfg["name"] = "cuda"\n', 1),
+    "get-default": ('import os\nd = os.environ.get("DEVICE", "cuda")\ne = getattr(args, "device", "cuda")\n', 2),
+    "returned-by-device-function": ('def get_device():\n    return "cuda"\n', 1),
+    "or-default": ('device = args.device or "cuda"\n', 1),
+    "user-function-keyword": ('run(model, device="cuda")\n', 1),
+    "format-forms": ('a_device = "cuda:{}".format(r)\nb_device = "cuda:%d" % r\nc_device = "cuda:" + str(r)\n', 3),
+    "unused-name": ('where = "cuda"\nprint(where)\n', 0),
+    "inside-torch-device": ('import torch\nd = torch.device("cuda")\n', 0),
+    "autocast-is-nm2xx": ('import torch\nwith torch.autocast(device_type="cuda"):\n    pass\n', 0),
+    "comparison-is-nm105": ('ok = device == "cuda"\n', 0),
+    "conditional-is-nm105": ('import torch\nd = "cuda" if torch.cuda.is_available() else "cpu"\n', 0),
+}
+
+
+@pytest.mark.parametrize(("source", "count"), POSITIONS.values(), ids=POSITIONS.keys())
+def test_device_positions(source, count):
+    assert len(findings(source, ("NM101",))) == count
+
+
+def test_guarded_code_is_still_reported_with_its_guard():
+    source = 'import torch\nif torch.cuda.is_available():\n    x = x.to("cuda")\n    y = x.cuda()\n'
+    got = findings(source, CODES)
+    assert [f.code for f in got] == ["NM101", "NM103"]
+    assert all(f.guard == "torch.cuda.is_available()" for f in got)
+
+
+def test_index_reaching_map_location_is_unsafe():
+    source = 'import torch\ndevice = f"cuda:{rank}"\nstate = torch.load("m.pt", map_location=device)\n'
+    (finding,) = findings(source, ("NM101",))
+    assert finding.fix.safety == "unsafe" and "map_location" in finding.message
+    assert fix_text(source, [finding]).text == source  # not applied without --unsafe-fixes
+    plain = 'import torch\ndevice = "cuda"\nstate = torch.load("m.pt", map_location=device)\n'
+    assert findings(plain, ("NM101",))[0].fix.safety == "safe"
+
+
+def test_capability_gates_get_no_fix():
+    source = ("import torch\nfused = device.type == 'cuda'\nopt = torch.optim.AdamW(p, fused=x.is_cuda)\n"
+              "if x.is_cuda and torch.cuda.get_device_capability()[0] >= 8:\n    pass\n")
+    got = findings(source, CODES)
+    assert [f.code for f in got] == ["NM105", "NM104", "NM104"]
+    assert all(f.fix is None and "CUDA-only" in f.message for f in got)
+
+
+def test_unknown_type_owner_is_unsafe():
+    (finding,) = findings('ok = node.type == "cuda"\n', ("NM105",))
+    assert finding.fix.safety == "unsafe"
+    (finding,) = findings('ok = x.device.type == "cuda"\n', ("NM105",))
+    assert finding.fix.safety == "safe"
+
+
+TRAIN = '''\
+import argparse
+import io
+import os
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cuda", help="where to train, e.g. cuda:0")
+args = parser.parse_args([])
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+device = f"cuda:{local_rank}"
+model = torch.nn.Linear(4, 2).to(device)
+model = model.cuda(local_rank)
+x = torch.randn(3, 4).cuda()
+if x.is_cuda:
+    x = x.float()
+dev = torch.device("cuda")
+y = torch.zeros(3, 2, device="cuda")
+kind = "cuda" if torch.cuda.is_available() else "cpu"
+out = model(x) + y.to(args.device)
+if "cuda" in device and dev.type == "cuda":
+    out = out.cuda(non_blocking=True)
+buf = torch.cuda.FloatTensor(2, 2)
+blob = io.BytesIO()
+torch.save({"w": model.weight}, blob)
+blob.seek(0)
+state = torch.load(blob, map_location="cuda")
+print(out.device.type, buf.device.type, kind, state["w"].device.type)
+'''
+
+
+def _run(source: str, tmp_path) -> subprocess.CompletedProcess:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    return subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "LOCAL_RANK": "0"})
+
+
+def test_combined_fixes_do_not_overlap_and_run_on_cpu(tmp_path):
+    got = findings(TRAIN, CODES)
+    assert {f.code for f in got} == set(CODES)
+    outcome = fix_text(TRAIN, got, unsafe=True)
+    assert outcome.left == [], [(f.code, f.line, why) for f, why in outcome.left]
+    after = outcome.text
+    cst.parse_module(after)
+    assert fixed(after, CODES, unsafe=True) == after
+    assert findings(after, CODES) == []
+    assert _run(TRAIN, tmp_path).returncode != 0  # the CUDA original fails on this CPU-only machine
+    result = _run(after, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["cpu", "cpu", "cpu", "cpu"]
+
+
+def test_rewritten_strings_stay_strings(tmp_path):
+    source = textwrap.dedent('''\
+        import torch
+        def pick(device="cuda"):
+            return device
+        d = pick()
+        assert isinstance(d, str) and not ("cuda" in d and d.startswith("cuda"))
+        rank_device = "cuda:%d" % 0
+        assert rank_device.split(":")[1] == "0", rank_device
+        t = torch.ones(1).to(rank_device)
+        print(d, rank_device, t.device.type)
+    ''')
+    after = fixed(source, CODES, unsafe=True)
+    result = _run(after, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["cpu", "cpu:0", "cpu"]
