@@ -1,0 +1,206 @@
+"""NM204–NM205: the device-generic `torch.amp` API pinned to CUDA, by a 'cuda' string or by a default."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.migrate.amp import (
+    CUDA_AUTOCAST_DTYPE,
+    bind_arguments,
+    enabled_value,
+    is_literal,
+    keyword_arguments,
+    rebuilt_safety,
+)
+from neuron_migrate.migrate.patterns import DEVICE_TYPE_EXPR, keyword, positional, string_value
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
+
+_DEV = DEVICE_TYPE_EXPR
+_ON = "torch.accelerator.is_available()"
+_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+_CUSTOM = {f"torch.amp{m}.custom_{d}" for m in ("", ".autocast_mode") for d in ("fwd", "bwd")}
+_SCALER = {"torch.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+
+
+def device_first_call(rule: Rule, call: cst.Call, device_param: str, params: tuple[str, ...],
+                      overrides: dict[str, str | None]) -> str | None:
+    """`call` rewritten with the current device type as `device_param` (positional if it was, or absent) and
+    its other arguments as keywords in `params` order, with `overrides` applied; None if `*args`/`**kw`."""
+    bound = bind_arguments(call, (device_param, *params))
+    if bound is None:
+        return None
+    as_keyword = keyword(call, device_param) is not None
+    first = f"{device_param}={DEVICE_TYPE_EXPR}" if as_keyword else DEVICE_TYPE_EXPR
+    rest = keyword_arguments(rule.ctx, bound, params, {device_param: None, **overrides})
+    return f"{rule.ctx.code(call.func)}({', '.join([first, *rest])})"
+
+
+class AutocastCudaDevice(Rule):
+    """`torch.autocast('cuda')` and other `torch.amp` calls whose device type is the string 'cuda'.
+
+    What it does
+    Flags `torch.autocast` / `torch.amp.autocast` with device type 'cuda' (positional or `device_type=`),
+    and `torch.amp.custom_fwd` / `custom_bwd` with `device_type='cuda'`.
+
+    Why it matters on Trainium
+    Autocast for 'cuda' does nothing on a `neuron` device (it only warns that CUDA is missing), so the model
+    silently trains in float32; `custom_fwd(device_type='cuda')` ignores `neuron` autocast.
+
+    Example
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x)
+
+    Use instead
+    device_type = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=torch.accelerator.is_available()):
+        loss = model(x)
+
+    Fix safety
+    Safe: on CUDA the call is unchanged in effect. CUDA autocast was off on a machine without CUDA, so the
+    rewrite passes `enabled=... torch.accelerator.is_available()` (not under an existing availability check)
+    and, when no dtype was given, CUDA's default `torch.float16` (the CPU default would be bfloat16). A call
+    with `*args`/`**kwargs` only gets its device string replaced, as an unsafe fix: on a CPU-only machine
+    that autocast is then on.
+    """
+
+    code = "NM204"
+    name = "autocast-cuda-device"
+    message = "autocast for 'cuda' is off on Trainium: use the current accelerator's device type"
+    severity = "error"
+    fix_safety = "safe"
+    triggers = (b"autocast", b"custom_fwd", b"custom_bwd")
+    ORDER = ("dtype", "enabled", "cache_enabled")
+    VALID = (
+        "import torch\nwith torch.autocast('cpu', dtype=torch.bfloat16):\n    pass\n",
+        "import torch\nwith torch.autocast(device.type):\n    pass\n",
+        "import torch\nwith torch.autocast('neuron'):\n    pass\n",
+        "import torch\nlog.info('autocast on cuda')\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nwith torch.autocast('cuda'):\n    pass\n",
+            f"import torch\nwith torch.autocast({_DEV}, dtype=torch.float16, enabled={_ON}):\n    pass\n",
+        ),
+        Invalid(
+            "from torch.amp import autocast\n@autocast(device_type='cuda', enabled=False)\ndef f(x):\n    return x\n",
+            f"import torch\nfrom torch.amp import autocast\n@autocast(device_type={_DEV}, enabled=False)\n"
+            "def f(x):\n    return x\n",
+        ),
+        Invalid(
+            "import torch\nwith torch.amp.autocast('cuda', torch.bfloat16, use_amp):\n    pass\n",
+            f"import torch\nwith torch.amp.autocast({_DEV}, dtype=torch.bfloat16, enabled=use_amp and {_ON}):\n"
+            "    pass\n",
+        ),
+        Invalid(
+            "import torch\n@torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)\ndef f(ctx, x):\n"
+            "    return x\n",
+            f"import torch\n@torch.amp.custom_fwd(device_type={_DEV}, cast_inputs=torch.float32)\ndef f(ctx, x):\n"
+            "    return x\n",
+        ),
+        Invalid(
+            "import torch\nwith torch.autocast('cuda', **kw):\n    pass\n",
+            f"import torch\nwith torch.autocast({_DEV}, **kw):\n    pass\n",
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.ctx.call_name(node)
+        if name in _AUTOCAST:
+            device = positional(node, 0) or keyword(node, "device_type")
+        elif name in _CUSTOM:
+            device = keyword(node, "device_type")
+        else:
+            return
+        if device is None or string_value(device.value) != "cuda":
+            return
+        self.report(node, fix=self._fix(node, device, name in _AUTOCAST))
+
+    def _fix(self, call: cst.Call, device: cst.Arg, is_autocast: bool) -> FixSpec:
+        if is_autocast:
+            bound = bind_arguments(call, ("device_type", *self.ORDER)) or {}
+            enabled = bound.get("enabled")
+            overrides = {"enabled": enabled_value(self.ctx, enabled)}
+            if "dtype" not in bound and not is_literal(enabled, "False"):
+                overrides["dtype"] = CUDA_AUTOCAST_DTYPE
+            new = device_first_call(self, call, "device_type", self.ORDER, overrides)
+            if new is not None:
+                return FixSpec("Autocast on the current device (float16 as on CUDA, off without an accelerator "
+                               "as before)", (Replacement(call, new),), imports=("torch",),
+                               safety=rebuilt_safety(call))
+        safety = "unsafe" if is_autocast else None
+        return FixSpec("Use the current device type", (Replacement(device.value, DEVICE_TYPE_EXPR),),
+                       imports=("torch",), safety=safety)
+
+
+class GradScalerDefaultDevice(Rule):
+    """`torch.amp.GradScaler()` without a device, or with device 'cuda'.
+
+    What it does
+    Flags `torch.amp.GradScaler` (also `torch.GradScaler`) calls that pass no device (the default is
+    'cuda') or pass the string 'cuda'.
+
+    Why it matters on Trainium
+    A scaler for 'cuda' disables itself when CUDA is missing, so float16 training on `neuron` runs with no
+    loss scaling and small gradients underflow to zero.
+
+    Example
+    scaler = torch.amp.GradScaler(enabled=use_amp)
+
+    Use instead
+    device_type = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
+    scaler = torch.amp.GradScaler(device_type, enabled=use_amp and torch.accelerator.is_available())
+
+    Fix safety
+    Safe: on CUDA the scaler is the same; a 'cuda' scaler was disabled without CUDA, and a scaler for "cpu"
+    would be enabled, so the rewrite passes `enabled=... torch.accelerator.is_available()` (not under an
+    existing availability check). A 'cuda' scaler built with `*args`/`**kwargs` is reported without a fix;
+    without a visible device such a call is not reported (the device may be among the unpacked arguments).
+    """
+
+    code = "NM205"
+    name = "gradscaler-default-device"
+    message = "`GradScaler` defaults to device 'cuda' and is disabled on Trainium: pass the current device type"
+    severity = "warning"
+    fix_safety = "safe"
+    triggers = (b"GradScaler",)
+    PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+    VALID = (
+        "import torch\nscaler = torch.amp.GradScaler(device.type)\n",
+        "import torch\nscaler = torch.amp.GradScaler('cpu', enabled=False)\n",
+        "import torch\nscaler = torch.amp.GradScaler(**scaler_kwargs)\n",
+        "import torch\nscaler = torch.amp.GradScaler(*args)\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nscaler = torch.amp.GradScaler()\n",
+            f"import torch\nscaler = torch.amp.GradScaler({_DEV}, enabled={_ON})\n",
+        ),
+        Invalid(
+            "from torch.amp import GradScaler\nscaler = GradScaler('cuda', init_scale=1024, enabled=cfg.fp16)\n",
+            f"import torch\nfrom torch.amp import GradScaler\nscaler = GradScaler({_DEV}, init_scale=1024, "
+            f"enabled=cfg.fp16 and {_ON})\n",
+        ),
+        Invalid(
+            "import torch\nif torch.accelerator.is_available():\n    scaler = torch.GradScaler(device='cuda')\n",
+            f"import torch\nif torch.accelerator.is_available():\n    scaler = torch.GradScaler(device={_DEV})\n",
+        ),
+        Invalid(
+            "import torch\nscaler = torch.amp.GradScaler('cuda', *rest)\n",
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.call_name(node) not in _SCALER:
+            return
+        device = positional(node, 0) or keyword(node, "device")
+        if device is None and any(arg.star for arg in node.args):
+            return  # the device may be among the unpacked arguments
+        if device is not None and string_value(device.value) != "cuda":
+            return
+        bound = bind_arguments(node, ("device", *self.PARAMS)) or {}
+        new = device_first_call(self, node, "device", self.PARAMS,
+                                {"enabled": enabled_value(self.ctx, bound.get("enabled"))})
+        fix = None if new is None else FixSpec(
+            "Scale on the current device (disabled without an accelerator as before)", (Replacement(node, new),),
+            imports=("torch",), safety=rebuilt_safety(node))
+        self.report(node, fix=fix)
