@@ -144,7 +144,8 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+            z_loss = 1e-4 * torch.logsumexp(logits.float(), dim=-1).pow(2).mean()  # keeps logits from drifting
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1)) + z_loss
         return logits, loss
 
     @torch.no_grad()

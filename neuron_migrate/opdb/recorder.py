@@ -127,8 +127,21 @@ def run_composite(func: Any, args: Any, kwargs: Any) -> Any:
         return func(*args, **kwargs)
     args = _coerce_numbers(func, args)
     if key == "CompositeImplicitAutograd":
-        return func.decompose(*args, **kwargs)
-    return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
+        return _refresh(func.decompose(*args, **kwargs))
+    return _refresh(func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs))
+
+
+def _refresh(value: Any) -> Any:
+    """A composite kernel often fills an empty result through an out= callee that resizes it (logsumexp ->
+    logsumexp.out). A wrapper subclass (the stand-in's tensors hold their data in `.elem`) keeps its old
+    shape while the data it wraps was resized: give such a result a fresh wrapper, so autograd records the
+    real shape."""
+    elem = getattr(value, "elem", None)
+    if isinstance(value, torch.Tensor) and isinstance(elem, torch.Tensor):
+        return type(value)(elem) if value.shape != elem.shape else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_refresh(v) for v in value)
+    return value
 
 
 def _coerce_numbers(func: Any, args: Any) -> list[Any]:

@@ -143,3 +143,22 @@ def test_sdpa_takes_the_privateuse1_math_path(checks):
 
 def test_wrapped_scalars_in_composites(checks):
     assert checks["remainder"] == [0, 1, 2, 0, 1]
+
+
+def test_composite_result_resized_by_an_out_callee_keeps_its_shape():
+    # logsumexp has no neuron kernel in the pre-release snapshot: its composite kernel fills an empty result
+    # through logsumexp.out, which resizes it; autograd must see the real shape (it once saw [0]).
+    result = run_python("""
+        import json, torch
+        from neuron_migrate.opdb import device
+        device.install()
+        x = torch.randn(4, 8, device="neuron", requires_grad=True)
+        y = torch.logsumexp(x, dim=-1)
+        y.pow(2).mean().backward()
+        ref = torch.logsumexp(x.detach().cpu(), dim=-1)
+        print(json.dumps({"shape": list(y.shape), "grad": list(x.grad.shape),
+                          "close": bool(torch.allclose(y.detach().cpu(), ref)),
+                          "fallbacks": sorted(device.get_fallback_ops())}))
+    """)
+    assert result["shape"] == [4] and result["grad"] == [4, 8] and result["close"]
+    assert "aten::logsumexp.out" in result["fallbacks"]
