@@ -18,6 +18,10 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(NM) scan examples/cuda_project --exit-zero
+	mkdir -p out
+	$(NM) trace examples/cuda_project/trace_target.py:build --format json --output out/trace.json
+	$(NM) report examples/cuda_project --trace out/trace.json --format html --output report.html
+	@echo "Open report.html for the effort estimate; \`$(NM) fix examples/cuda_project\` shows the rewrites."
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2
