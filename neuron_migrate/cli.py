@@ -37,7 +37,7 @@ def _root(
 
 
 def _register_commands() -> None:
-    from neuron_migrate.commands import check, fix, opdb, report, rules, scan, trace
+    from neuron_migrate.commands import check, fix, fleet, opdb, report, rules, scan, trace
 
     scan.register(app)
     fix.register(app)
@@ -45,8 +45,8 @@ def _register_commands() -> None:
     opdb.register(app)
     trace.register(app)
     check.register(app)
+    fleet.register(app)
     report.register(app)
-    __import__("neuron_migrate.commands.fleet", fromlist=["register"]).register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

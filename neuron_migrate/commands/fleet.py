@@ -1,0 +1,131 @@
+"""`neuron-migrate fleet hf`: trace a tiny instance of every transformers architecture of a task on `neuron` and
+report which run natively, with CPU fallbacks, or fail, and which missing ops block the most. See docs/fleet.md."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from neuron_migrate.commands.common import stderr_console
+from neuron_migrate.errors import UsageError
+
+DEFAULT_CACHE = Path(".neuron-migrate-cache")
+fleet_app = typer.Typer(help="Trace whole fleets of models on `neuron` and rank what blocks them.",
+                        no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `fleet` command group to the app."""
+    app.add_typer(fleet_app, name="fleet")
+
+
+@fleet_app.command("hf")
+def hf_command(
+    task: str = typer.Option("causal-lm", "--task", help="causal-lm, seq2seq or masked-lm"),
+    models: str | None = typer.Option(None, "--models", help="only these model types, a,b,...; each is traced "
+                                         "for --task if it has it, else for the first task that lists it"),
+    inference: bool = typer.Option(False, "--inference/--train", help="forward only, or forward + backward + "
+                                   "AdamW step (default)"),
+    jobs: int = typer.Option(max(1, os.cpu_count() or 1), "--jobs", "-j", help="architectures traced at once"),
+    timeout: float = typer.Option(180.0, "--timeout", help="seconds before one architecture's process is killed"),
+    max_memory: int = typer.Option(4096, "--max-memory", help="resident-memory bound of each architecture's "
+                                   "process, in MB (0: none)"),
+    device: str = typer.Option("neuron", "--device", help="neuron (real torch-neuronx if present, else the "
+                               "stand-in) or stand-in"),
+    opdb: str | None = typer.Option(None, "--opdb", help="opdb snapshot version or .json path (default newest)"),
+    cache_dir: Path = typer.Option(DEFAULT_CACHE, "--cache-dir", help="where results are cached"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the cache"),
+    refresh: bool = typer.Option(False, "--refresh", help="re-trace everything, then update the cache"),
+    output_format: str = typer.Option("text", "--format", help="text (summary on stderr), json, md or html"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="write the --format output to this file"),
+    output_dir: Path | None = typer.Option(None, "--output-dir", help="write fleet.json, fleet.md and "
+                                              "fleet.html into this folder"),
+    list_only: bool = typer.Option(False, "--list", help="list the architectures the run would trace, and stop"),
+    top: int = typer.Option(10, "--top", help="how many ranked ops the text summary shows"),
+) -> None:
+    """Trace every architecture of a task (or --models) and report verdicts, the op matrix and the ranking."""
+    from neuron_migrate.fleet.enumerate import parse_models
+    from neuron_migrate.fleet.matrix import build_result
+    from neuron_migrate.fleet.render import FORMATS, render
+    from neuron_migrate.fleet.runner import FleetOptions
+    from neuron_migrate.reports.output import write_output
+
+    if output_format not in FORMATS:
+        raise UsageError(f"--format {output_format}: use one of {', '.join(FORMATS)}")
+    if output is not None and output_format == "text":
+        raise UsageError("--output needs --format json, md or html (the text summary goes to stderr)")
+    if output_dir is not None and not output_dir.is_dir():
+        raise UsageError(f"--output-dir {output_dir}: not a folder; create it first")
+    options = FleetOptions(task=task, models=parse_models(models), inference=inference, jobs=jobs,
+                           timeout=timeout, max_memory_mb=max_memory or None, device=device, opdb=opdb,
+                           cache_dir=None if no_cache else cache_dir, refresh=refresh, list_only=list_only)
+    console = stderr_console()
+    run = _run_with_progress(options, console)
+    if list_only:
+        for arch in run.architectures:
+            typer.echo(f"{arch.model_type}\t{arch.task}\t{arch.architecture}")
+        return
+    result = build_result(run, task, inference, device)
+    if output_dir is not None:
+        for fmt, name in (("json", "fleet.json"), ("md", "fleet.md"), ("html", "fleet.html")):
+            write_output(render(result, fmt), output_dir / name)
+    if output_format != "text":
+        write_output(render(result, output_format), output)
+    render_summary(result, console, top)
+
+
+def _run_with_progress(options, console: Console):
+    from neuron_migrate.fleet.runner import run_fleet
+
+    if not console.is_terminal:
+        return run_fleet(options)
+    columns = (TextColumn("[bold]fleet[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        bar = progress.add_task("starting (importing torch + transformers) …", total=None)
+
+        def plan(archs) -> None:
+            progress.update(bar, total=len(archs), description=f"{options.task} ({options.mode})")
+
+        def done(record) -> None:
+            progress.update(bar, advance=1, description=f"{record['model_type']}: {record.get('outcome')}")
+
+        return run_fleet(options, on_record=done, on_plan=plan)
+
+
+def render_summary(result, console: Console, top: int = 10) -> None:
+    """The human summary on stderr: shares, verdict counts, the top ranked ops, and what failed."""
+    from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS
+
+    s = result.summary
+    console.print(f"[bold]fleet hf[/] {result.task} ({result.mode}) on {result.device} ({result.backend or 'nothing ran'}): "
+                  f"{s.total} architectures, "
+                  f"{result.traced} traced, {result.from_cache} from cache; opdb {result.opdb_version}")
+    if result.opdb_pre_release:
+        console.print("[bold yellow]PRE-RELEASE opdb snapshot[/]: statuses may differ on a real torch-neuronx")
+    console.print(f"[bold]{s.counts['native']}/{s.total} run natively out of the box ({s.native_share:.1%})[/]; "
+                  f"{s.runs_share:.1%} run at all; {s.native_share_of_buildable:.1%} of the {s.buildable} buildable")
+    console.print(f"definition: {s.definition}")
+    console.print("  ".join(f"{VERDICT_LABELS[v]}: {s.counts[v]}" for v in VERDICTS))
+    if result.ranking and top:
+        table = Table(title=f"ops blocking or slowing the most architectures (top {min(top, len(result.ranking))})",
+                      title_justify="left")
+        for column in ("op", "blocks", "fails in", "slows", "alone", "unlock step", "native after"):
+            if column == "op":
+                table.add_column(column, min_width=24, overflow="fold")
+            else:
+                table.add_column(column, justify="right")
+        for rank in result.ranking[:top]:
+            table.add_row(rank.op, str(rank.blocks), str(rank.fails), str(rank.slows), str(rank.sole), str(rank.unlock_step or ""),
+                          "" if rank.cumulative_native is None else str(rank.cumulative_native))
+        console.print(table)
+    failed = [a for a in result.architectures if a.verdict.startswith("fails")]
+    for arch in failed[:top]:
+        console.print(f"  {arch.model_type}: {VERDICT_LABELS[arch.verdict]}: {arch.reason}", highlight=False)
+    if len(failed) > top:
+        console.print(f"  … and {len(failed) - top} more (see --format md/html/json)")

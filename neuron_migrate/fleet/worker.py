@@ -1,0 +1,192 @@
+"""What one forked child of the fleet server does: register the device, trace one architecture, write a record.
+
+It reuses the `trace` machinery unchanged (`opdb.child.select_backend` and `trace_one`, `opdb.targets` for the
+tiny config), so a fleet entry is the same TraceResult `trace --hf MODEL_TYPE` gives. Two additions:
+
+- the stage (build / step / cpu-check) is written to a file before each stage, so the server can say where a
+  child that timed out or crashed was;
+- when the step fails on `neuron`, the same tiny model is built and stepped on plain CPU: if that fails too,
+  the fault is the tiny instance (config, inputs), not the device.
+
+Everything here runs only in a forked child; the process ends with `os._exit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from neuron_migrate.errors import NeuronMigrateError
+from neuron_migrate.fleet.enumerate import TASKS
+from neuron_migrate.model import to_dict
+
+
+def _set_stage(path: Path, stage: str) -> None:
+    path.write_text(stage, encoding="utf-8")
+
+
+def _factory_of_trace(model_type: str) -> str:
+    """The Auto class `targets.build_hf` (that is, `trace --hf`) picks for a model type."""
+    from transformers.models.auto import modeling_auto as auto
+
+    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return "AutoModelForSeq2SeqLM"
+    if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return "AutoModelForCausalLM"
+    return "AutoModel"
+
+
+def build_for_task(model_type: str, overrides: dict[str, Any], device: Any, task: str) -> Any:
+    """A tiny model of `model_type` built by the task's Auto class. Identical to `targets.build_hf` whenever
+    that picks the same class (then it IS build_hf); otherwise the same config and inputs, another head."""
+    import torch
+    import transformers
+
+    from neuron_migrate.opdb import targets
+
+    auto_class = TASKS[task][1]
+    if auto_class == _factory_of_trace(model_type):
+        return _ORIGINAL_BUILD(model_type, overrides, device)
+    config = transformers.AutoConfig.for_model(model_type, **targets.hf_config_kwargs(model_type, overrides))
+    with torch.device(device):
+        model = getattr(transformers, auto_class).from_config(config)
+        ids = torch.randint(3, config.vocab_size, targets.HF_BATCH)
+    return targets.Workload(targets._model_to(model, device), {"input_ids": ids, "labels": ids})
+
+
+_ORIGINAL_BUILD: Any = None
+
+
+def _error_fields(err: BaseException) -> dict[str, Any]:
+    """Error class, last line and innermost library frame of an exception (of the one behind a TargetError)."""
+    cause = err
+    if isinstance(err, NeuronMigrateError):  # trace_one re-raises user errors `from None`: the original is context
+        cause = err.__cause__ or err.__context__ or err
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    model_line = raised = ""
+    for frame, line in traceback.walk_tb(cause.__traceback__):
+        name = _short(frame.f_code.co_filename)
+        raised = f"{name}:{line}"
+        if not name.startswith(("torch/", "neuron_migrate/")):
+            model_line = raised  # the innermost line of the model's (library's) own code
+    where = model_line if model_line == raised or not model_line else f"{model_line} (raised in {raised})"
+    return {"error_class": type(cause).__name__, "error_line": (lines[-1] if lines else "")[:300],
+            "error_where": where or raised, **_failing_op(cause)}
+
+
+def _failing_op(err: BaseException) -> dict[str, Any]:
+    """The ATen op (and input dtypes) whose call raised, read from the innermost `__torch_dispatch__` frame of
+    the traceback (the device's or the recorder's); empty when the error did not come from inside an op."""
+    found: dict[str, Any] = {}
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        func = frame.f_locals.get("func") if frame.f_code.co_name == "__torch_dispatch__" else None
+        if func is None:
+            continue
+        from neuron_migrate.opdb.recorder import op_dtypes, op_name
+
+        name = op_name(func)
+        if name:
+            args, kwargs = frame.f_locals.get("args") or (), frame.f_locals.get("kwargs") or {}
+            found = {"error_op": name, "error_dtypes": list(op_dtypes(args, kwargs))}
+    return found
+
+
+def _short(filename: str) -> str:
+    """`.../site-packages/transformers/x.py` -> `transformers/x.py`; our own files relative to the package."""
+    if "site-packages/" in filename:
+        return filename.split("site-packages/", 1)[1]
+    marker = "/neuron_migrate/"
+    return "neuron_migrate/" + filename.split(marker, 1)[1] if marker in filename else filename
+
+
+def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> str | None:
+    """Build and step the same tiny model on plain CPU; None when it runs, else the one-line error."""
+    import torch
+
+    from neuron_migrate.opdb.child import run_step
+    from neuron_migrate.opdb.recorder import OpRecorder
+
+    try:
+        torch.manual_seed(0)
+        work = build_for_task(job["model_type"], job["hf_config"], "cpu", job["task"])
+        run_step(work, OpRecorder(snapshot, options["root"], device_type="cpu"), options["inference"])
+    except Exception as err:  # noqa: BLE001 - any failure here is the answer, not a bug
+        fields = _error_fields(err)
+        return f"{fields['error_class']}: {fields['error_line']}"
+    return None
+
+
+def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage_file: Path) -> dict[str, Any]:
+    """Trace one architecture in this (forked) process; always returns a record, never raises."""
+    global _ORIGINAL_BUILD
+    from neuron_migrate.opdb import child, targets
+
+    record: dict[str, Any] = {"key": job["key"], "model_type": job["model_type"], "task": job["task"],
+                              "architecture": job["architecture"], "stage": "build", "error": None, "trace": None,
+                              "cpu_error": None, "cpu_checked": False}
+    started = time.perf_counter()
+    _set_stage(stage_file, "build")
+    if _ORIGINAL_BUILD is None:
+        _ORIGINAL_BUILD = targets.build_hf
+
+    def build(model_type: str, overrides: dict[str, Any], device: Any) -> Any:
+        # trace_one builds through targets.build_hf; this child-only wrapper picks the task's head and marks
+        # the moment the build is over, so a failure can be told apart as a build or a step failure.
+        work = build_for_task(model_type, overrides, device, job["task"])
+        record["architecture"] = type(work.model).__name__
+        record["stage"] = "step"
+        _set_stage(stage_file, "step")
+        return work
+
+    targets.build_hf = build
+    spec = targets.TargetSpec("hf", job["model_type"], (), dict(job["hf_config"]))
+    try:
+        backend = child.select_backend(options["device"], False, snapshot)
+        result = child.trace_one(spec, options, backend, snapshot)
+        record["trace"] = to_dict(result)
+        record["stage"] = "done"
+    except NeuronMigrateError as err:
+        record["error"] = str(err)
+        record.update(_error_fields(err))
+        if record["stage"] == "step":
+            _set_stage(stage_file, "cpu-check")
+            record["cpu_checked"] = True
+            record["cpu_error"] = _cpu_check(job, options, snapshot)
+    finally:
+        targets.build_hf = _ORIGINAL_BUILD
+    record["seconds"] = round(time.perf_counter() - started, 3)
+    return record
+
+
+def child_main(job: dict[str, Any], options: dict[str, Any], snapshot: Any, job_dir: Path) -> None:
+    """Body of a forked child: own session, own log, one thread, trace, write the record atomically, exit."""
+    import signal
+
+    os.setsid()  # the server kills the whole group on timeout, helpers included
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not ours
+    log = os.open(job_dir / f"{job['key']}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    code = 0
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # --jobs children share the cores; more threads only contend
+        record = trace_job(job, options, snapshot, job_dir / f"{job['key']}.stage")
+        tmp = job_dir / f"{job['key']}.json.tmp"
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, job_dir / f"{job['key']}.json")
+    except BaseException:  # noqa: BLE001 - a harness bug: leave the traceback in the log for the parent
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
