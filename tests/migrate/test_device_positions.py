@@ -185,3 +185,10 @@ def test_rewritten_strings_stay_strings(tmp_path):
     result = _run(after, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["cpu", "cpu:0", "cpu"]
+
+
+def test_cuda_in_a_stringified_device_is_a_device_check():
+    source = 'import torch\nm = torch.nn.Linear(2, 2)\non_gpu = "cuda" in str(next(m.parameters()).device)\n'
+    assert fixed(source, ("NM105",)) == (
+        'import torch\nm = torch.nn.Linear(2, 2)\non_gpu = next(m.parameters()).device.type != "cpu"\n')
+    assert fixed('x = "cuda" in str(name)\n', ("NM105",)) == 'x = "cuda" in str(name)\n'

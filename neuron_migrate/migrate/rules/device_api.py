@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule
-from neuron_migrate.migrate.rule import Invalid
+import libcst as cst
+
+from neuron_migrate.migrate.patterns import QualifiedNameRule, guarded_call_fix
+from neuron_migrate.migrate.rule import FixSpec, Invalid
 
 
 class CudaDeviceApi(QualifiedNameRule):
@@ -28,7 +30,9 @@ class CudaDeviceApi(QualifiedNameRule):
 
     Fix safety
     Safe: each `torch.accelerator` function behaves like its CUDA counterpart on a CUDA machine, and on a
-    CPU-only machine `is_available()` is False and `device_count()` is 0 as before.
+    CPU-only machine `is_available()` is False and `device_count()` is 0 as before. A `set_device` statement
+    is guarded by `torch.accelerator.is_available()`: selecting a device means nothing without one, and
+    `set_device_index` raises there, so the rewritten script still runs on a CPU-only machine.
     """
 
     code = "NM106"
@@ -64,6 +68,11 @@ class CudaDeviceApi(QualifiedNameRule):
             "import torch\nuse_gpu = torch.accelerator.is_available()\n",
         ),
         Invalid(
+            "import torch\ndef setup(rank):\n    torch.cuda.set_device(rank)\n",
+            "import torch\ndef setup(rank):\n    if torch.accelerator.is_available():\n"
+            "        torch.accelerator.set_device_index(rank)\n",
+        ),
+        Invalid(
             "import torch\nwith torch.cuda.device(1):\n    pass\n",
             "import torch\nwith torch.accelerator.device_index(1):\n    pass\n",
         ),
@@ -72,3 +81,10 @@ class CudaDeviceApi(QualifiedNameRule):
             "import torch\ndef f():\n    return torch.accelerator.current_device_index()\n",
         ),
     )
+
+    def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        if call is not None and name == "torch.cuda.set_device":
+            fix = guarded_call_fix(self, call, name, self.NAMES[name], cpu_value=None)
+            if fix is not None:
+                return fix
+        return super().fix_for(node, call, name)

@@ -240,6 +240,8 @@ class CudaDeviceCheck(Rule):
                     inside: bool) -> None:
         if string_value(left) == "cuda" and self._device(right):
             self._check(node, self._type_text(right), inside)
+        elif string_value(left) == "cuda" and (inner := self._stringified_device(right)) is not None:
+            self._check(node, f"{self.ctx.code(inner).strip()}.type", inside)
         elif (isinstance(right, (cst.Tuple, cst.List, cst.Set))
               and any(string_value(e.value) == "cuda" for e in right.elements)
               and (self._device(left) or (isinstance(left, cst.Attribute) and left.attr.value == "type"))):
@@ -257,6 +259,14 @@ class CudaDeviceCheck(Rule):
 
     def _device(self, expr: cst.BaseExpression) -> bool:
         return is_device_expr(self.ctx, expr)
+
+    def _stringified_device(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`d` for `str(d)` where `d` is a device (`str(next(model.parameters()).device)`), else None."""
+        if not (isinstance(expr, cst.Call) and self.ctx.call_name(expr) == "str" and len(expr.args) == 1):
+            return None
+        inner = expr.args[0].value
+        is_device_attr = isinstance(inner, cst.Attribute) and inner.attr.value == "device"
+        return inner if is_device_attr or self._device(inner) else None
 
     def _type_text(self, expr: cst.BaseExpression) -> str:
         key = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
