@@ -28,13 +28,33 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
             return len(text)
         return min(starts[line - 1] + col, len(text))
 
-    spans = sorted({(offset(e.line, e.col), offset(e.end_line, e.end_col), e.text) for e in edits})
+    spans = sorted({_whole_line_deletion(text, offset(e.line, e.col), offset(e.end_line, e.end_col), e.text)
+                    for e in edits})
     for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]):
         if next_start < end:
             raise OverlappingEdits(f"edits overlap at offset {next_start}")
     for start, end, replacement in reversed(spans):
         text = text[:start] + replacement + text[end:]
     return text
+
+
+def _whole_line_deletion(text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+    """A deletion that empties its lines also takes their indentation and line break (no blank lines left);
+    one that leaves only a comment moves the comment to the statement's indentation."""
+    if replacement:
+        return start, end, replacement
+    line_start = text.rfind("\n", 0, start) + 1
+    if end > start and text[end - 1] == "\n":
+        line_end = end
+    else:
+        newline = text.find("\n", end)
+        line_end = len(text) if newline == -1 else newline + 1
+    rest = text[end:line_end]
+    if text[line_start:start].strip():
+        return start, end, replacement
+    if rest.strip():  # a trailing comment stays, at the statement's indentation
+        return start, end + len(rest) - len(rest.lstrip(" \t")), replacement
+    return line_start, line_end, replacement
 
 
 def compatible(accepted: list[Edit], candidate: Iterable[Edit], text: str) -> bool:

@@ -163,18 +163,36 @@ def indentation(ctx) -> str:
     )
 
 
-def guarded_call_fix(rule: Rule, call: cst.Call, name: str, target: str, cpu_value: str | None) -> FixSpec | None:
-    """Swap `call`'s callee for `target`, guarded by `torch.accelerator.is_available()`.
+def call_args(rule: Rule, call: cst.Call, positional: tuple[str, ...] = ()) -> str | None:
+    """`(a, b)` for `call`; keywords named in `positional` become positional arguments in that order.
+
+    The `torch.accelerator` functions take their device or stream positionally only. None when the call has
+    `*`/`**` arguments or keywords not in `positional` (when any are listed), or when a keyword would land
+    after a missing positional.
+    """
+    if not positional:
+        return rule.ctx.code(call)[len(rule.ctx.code(call.func)):]
+    values = [rule.ctx.code(a.value) for a in call.args if a.keyword is None]
+    if any(a.star for a in call.args) or len(values) > len(positional):
+        return None
+    keywords = {a.keyword.value: rule.ctx.code(a.value) for a in call.args if a.keyword is not None}
+    for name in positional[len(values):]:
+        if name in keywords:
+            values.append(keywords.pop(name))
+        elif keywords:
+            return None  # a later keyword cannot be moved past a missing positional
+    return None if keywords else f"({', '.join(values)})"
+
+
+def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None) -> FixSpec | None:
+    """Replace `call` by `new_call`, run only when an accelerator is available.
 
     The `torch.accelerator` versions of synchronize, empty_cache and the memory statistics raise on a machine
     without an accelerator, where the CUDA versions were no-ops or returned 0. A call that is a whole
-    statement becomes an `if` block; a call inside an expression becomes `(new if available else cpu_value)`.
-    Code already under a CUDA-availability guard needs no second one.
+    statement becomes an `if` block; a call inside an expression becomes `(new if available else cpu_value)`
+    (no fix when `cpu_value` is None). Code already under a CUDA-availability guard needs no second one.
     """
     ctx = rule.ctx
-    args = ctx.code(call)[len(ctx.code(call.func)):]
-    new_call = f"{target}{args}"
-    title = f"Replace `{name}` with `{target}`"
     if under_availability_guard(ctx):
         return FixSpec(title, (Replacement(call, new_call),), imports=("torch",))
     if is_expression_statement(ctx, call) is not None:
@@ -184,8 +202,12 @@ def guarded_call_fix(rule: Rule, call: cst.Call, name: str, target: str, cpu_val
     if cpu_value is None:
         return None
     guarded = f"({new_call} if torch.accelerator.is_available() else {cpu_value})"
-    return FixSpec(f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),),
-                   imports=("torch",))
+    return FixSpec(f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),), imports=("torch",))
+
+
+def guarded_call_fix(rule: Rule, call: cst.Call, name: str, target: str, cpu_value: str | None) -> FixSpec | None:
+    """`guarded_fix` for a call whose callee `name` is swapped for `target`, arguments kept."""
+    return guarded_fix(rule, call, f"{target}{call_args(rule, call)}", f"Replace `{name}` with `{target}`", cpu_value)
 
 
 def under_availability_guard(ctx) -> bool:

@@ -130,3 +130,15 @@ def test_unsafe_fixes_need_the_flag(tmp_path):
                       fix=Fix("t", "unsafe", (Edit(1, 0, 1, 1, "y"),)))
     assert fix_text("x\n", [finding]).text == "x\n"
     assert fix_text("x\n", [finding], unsafe=True).text == "y\n"
+
+
+def test_deleted_statements_leave_no_blank_or_indented_lines():
+    from neuron_migrate.migrate.edits import apply_edits
+    from neuron_migrate.model import Edit
+
+    text = "def f():\n    a = 1\n    b = 2  # why\n    c = 3\n"
+    assert apply_edits(text, [Edit(2, 4, 2, 9, "")]) == "def f():\n    b = 2  # why\n    c = 3\n"
+    assert apply_edits(text, [Edit(3, 4, 3, 9, "")]) == "def f():\n    a = 1\n    # why\n    c = 3\n"
+    assert apply_edits(text, [Edit(2, 4, 3, 0, "")]) == "def f():\n    b = 2  # why\n    c = 3\n"
+    assert apply_edits("x = 1\ny = 2", [Edit(2, 0, 2, 5, "")]) == "x = 1\n"
+    assert apply_edits("f(a, b)\n", [Edit(1, 2, 1, 5, "")]) == "f(b)\n"  # not a whole line: only the span

@@ -1,0 +1,207 @@
+"""NM501–NM503: `torch.compile` options that only mean something to Inductor on CUDA."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, string_value
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
+
+#: torch.compile modes other than "default" (a `.compile(mode=...)` method is only trusted with one of these)
+_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "lite")
+_INDUCTOR_KEYS = ("epilogue_fusion", "coordinate_descent_tuning", "shape_padding", "aggressive_fusion",
+                  "benchmark_kernel", "freezing", "use_mixed_mm")
+
+
+def compile_call(rule: Rule, call: cst.Call, torch_specific: bool) -> bool:
+    """Whether `call` is `torch.compile(...)`, or `x.compile(...)` with an argument only torch.compile takes."""
+    if rule.ctx.call_name(call) == "torch.compile":
+        return True
+    func = call.func
+    # `model.compile(...)` (nn.Module.compile) forwards to torch.compile; other `.compile` methods (re, keras)
+    # are only accepted when the argument is unmistakably a torch.compile one
+    return isinstance(func, cst.Attribute) and func.attr.value == "compile" and torch_specific
+
+
+def without_argument(rule: Rule, call: cst.Call, arg: cst.Arg) -> str:
+    """The source of `call` with `arg` removed (commas and the trailing-comma style kept right)."""
+    args = list(call.args)
+    index = args.index(arg)
+    args.pop(index)
+    if args and index == len(args):  # removed the last argument: the new last one takes its comma (or none)
+        args[-1] = args[-1].with_changes(comma=arg.comma)
+    return rule.ctx.module.code_for_node(call.with_changes(args=args))
+
+
+class CompileCudaMode(Rule):
+    """`torch.compile(mode=...)` with a mode other than `"default"`.
+
+    What it does
+    Flags `torch.compile(..., mode="reduce-overhead" | "max-autotune" | "max-autotune-no-cudagraphs" | …)`
+    (also as a decorator and as `model.compile(...)`).
+
+    Why it matters on Trainium
+    These modes tune Inductor's Triton kernels and use CUDA graphs. The `neuron` backend supports only the
+    default mode: it ignores the others with a warning.
+
+    Example
+    model = torch.compile(model, mode="max-autotune")
+
+    Use instead
+    model = torch.compile(model)
+
+    Fix safety
+    Unsafe: on CUDA the mode changes speed (autotuning, CUDA graphs) and memory use, so dropping it is a
+    decision for a person. Modes given as variables are not flagged.
+    """
+
+    code = "NM501"
+    name = "compile-cuda-mode"
+    message = "`mode={mode}` is a CUDA/Inductor tuning mode; the neuron backend supports only the default mode"
+    severity = "warning"
+    fix_safety = "unsafe"
+    triggers = (b"compile",)
+    VALID = (
+        "import torch\nm = torch.compile(model)\n",
+        "import torch\nm = torch.compile(model, mode='default')\n",
+        "import re\np = re.compile('x')\n",
+        "import torch\nm = torch.compile(model, mode=args.mode)\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nmodel = torch.compile(model, mode=\"max-autotune\")\n",
+            "import torch\nmodel = torch.compile(model)\n",
+        ),
+        Invalid(
+            "from torch import compile as tc\n@tc(mode='reduce-overhead', fullgraph=True)\ndef f(x):\n    return x\n",
+            "from torch import compile as tc\n@tc(fullgraph=True)\ndef f(x):\n    return x\n",
+        ),
+        Invalid(
+            "model.compile(\n    mode='max-autotune-no-cudagraphs',\n)\n",
+            "model.compile(\n    )\n",
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        arg = keyword(node, "mode")
+        mode = string_value(arg.value) if arg is not None else None
+        if mode is None or mode == "default" or not compile_call(self, node, mode in _MODES):
+            return
+        fix = FixSpec(f"Remove `mode={mode!r}`", (Replacement(node, without_argument(self, node, arg)),))
+        self.report(arg, self.message.format(mode=repr(mode)), fix)
+
+
+class CompileDynamic(Rule):
+    """`torch.compile(dynamic=True)`.
+
+    What it does
+    Flags `torch.compile(..., dynamic=True)` (also as a decorator and as `model.compile(...)`).
+
+    Why it matters on Trainium
+    The `neuron` backend compiles for static shapes: `dynamic=True` is rejected during compilation. Shapes
+    that vary are compiled once per shape, so pad or bucket inputs to a few fixed shapes.
+
+    Example
+    model = torch.compile(model, dynamic=True)
+
+    Use instead
+    model = torch.compile(model)  # and pad inputs to a few fixed shapes
+
+    Fix safety
+    Unsafe: on CUDA, dropping `dynamic=True` lets the compiler specialise on the first shapes it sees and
+    recompile when they change, which can cost time for inputs of many shapes.
+    """
+
+    code = "NM502"
+    name = "compile-dynamic"
+    message = "`dynamic=True` is rejected by the neuron backend: compile for fixed shapes (pad or bucket inputs)"
+    severity = "warning"
+    fix_safety = "unsafe"
+    triggers = (b"dynamic",)
+    VALID = (
+        "import torch\nm = torch.compile(model, dynamic=False)\n",
+        "import torch\nm = torch.compile(model)\n",
+        "import torch\ntorch._dynamo.mark_dynamic(x, 0)\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nm = torch.compile(model, dynamic=True, fullgraph=True)\n",
+            "import torch\nm = torch.compile(model, fullgraph=True)\n",
+        ),
+        Invalid(
+            "import torch\n@torch.compile(dynamic=True)\ndef f(x):\n    return x\n",
+            "import torch\n@torch.compile()\ndef f(x):\n    return x\n",
+        ),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        arg = keyword(node, "dynamic")
+        if arg is None or not (isinstance(arg.value, cst.Name) and arg.value.value == "True"):
+            return
+        if compile_call(self, node, True):
+            self.report(arg, fix=FixSpec("Remove `dynamic=True`", (Replacement(node, without_argument(self, node, arg)),)))
+
+
+class CompileInductorOptions(QualifiedNameRule):
+    """Inductor settings: `torch.compile(options={"triton.cudagraphs": ...})` and `torch._inductor.config.*`.
+
+    What it does
+    Flags `options={...}` dicts of `torch.compile` with Triton, CUDA-graph or autotuning keys
+    (`triton.*`, `cuda.*`, `*cudagraph*`, `*autotune*`, `epilogue_fusion`, `coordinate_descent_tuning`, …),
+    and every use of `torch._inductor.config`.
+
+    Why it matters on Trainium
+    The `neuron` backend does not use Inductor: it reads only a few options of its own and ignores the
+    rest, so these settings silently stop doing anything.
+
+    Example
+    torch._inductor.config.coordinate_descent_tuning = True
+    model = torch.compile(model, options={"triton.cudagraphs": True})
+
+    Use instead
+    model = torch.compile(model)  # backend "neuron" on Trainium; tune with the Neuron compiler's options
+
+    Fix safety
+    No automatic fix: whether the CUDA tuning should stay for CUDA runs is a decision for a person.
+    """
+
+    code = "NM503"
+    name = "compile-inductor-options"
+    message = "`{name}` configures Inductor, which the neuron backend does not use: remove it or keep it for CUDA"
+    severity = "warning"
+    fix_safety = "none"
+    triggers = (b"_inductor", b"options")
+    NAMES = {"torch._inductor.config.*": None}
+    VALID = (
+        "import torch\nm = torch.compile(model, options={'model_name': 'gpt'})\n",
+        "import torch\nm = torch.compile(model)\n",
+        "import torch\ncfg = torch._dynamo.config.cache_size_limit\n",
+    )
+    INVALID = (
+        Invalid("import torch\nm = torch.compile(model, options={'triton.cudagraphs': True, 'max_autotune': True})\n"),
+        Invalid(
+            "import torch._inductor.config as inductor_config\ninductor_config.coordinate_descent_tuning = True\n"
+            "with inductor_config.patch(epilogue_fusion=False):\n    pass\n",
+            count=2,
+        ),
+    )
+
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        actual = self.ctx.qualified_name(node) or name
+        self.report(call or node, self.message.format(name=actual))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        arg = keyword(node, "options")
+        if arg is None or not isinstance(arg.value, cst.Dict):
+            return
+        keys = [string_value(e.key) for e in arg.value.elements if isinstance(e, cst.DictElement)]
+        cuda_keys = [k for k in keys if k is not None and _is_cuda_key(k)]
+        if cuda_keys and compile_call(self, node, True):
+            listed = ", ".join(repr(k) for k in cuda_keys)
+            self.report(arg, f"Inductor options {listed} are ignored by the neuron backend: remove them or keep "
+                             "them for CUDA runs")
+
+
+def _is_cuda_key(key: str) -> bool:
+    return (key.startswith(("triton.", "cuda.", "cutlass")) or "cudagraph" in key or "autotune" in key
+            or key in _INDUCTOR_KEYS)

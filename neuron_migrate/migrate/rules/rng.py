@@ -1,0 +1,257 @@
+"""NM404 / NM405: seeding and saving the CUDA random number generators."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.patterns import (
+    DEVICE_EXPR,
+    QualifiedNameRule,
+    call_args,
+    guarded_fix,
+    indentation,
+    is_expression_statement,
+    keyword,
+    positional,
+    under_availability_guard,
+)
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
+
+_DEVICE_MODULE = f"torch.get_device_module({DEVICE_EXPR})"
+
+
+def _with_random_spelling(names: dict) -> dict:
+    """Each `torch.cuda.X` also as `torch.cuda.random.X`, where the functions are defined."""
+    return {**names, **{n.replace("torch.cuda.", "torch.cuda.random.", 1): v for n, v in names.items()}}
+
+
+class CudaManualSeed(QualifiedNameRule):
+    """`torch.cuda.manual_seed(s)` / `torch.cuda.manual_seed_all(s)`.
+
+    What it does
+    Flags calls of and references to `torch.cuda.manual_seed` and `torch.cuda.manual_seed_all`.
+
+    Why it matters on Trainium
+    They seed the CUDA generators only: on a `neuron` device the run is not reproducible. `torch.manual_seed`
+    seeds the CPU and every accelerator's generators, `neuron` included.
+
+    Example
+    torch.cuda.manual_seed_all(seed)
+
+    Use instead
+    torch.manual_seed(seed)
+
+    Fix safety
+    Safe when the same block already calls `torch.manual_seed` with the same seed and only other seeding
+    statements sit in between (the usual "seed everything" function): then the CPU generator is reset to the
+    state it already had. Unsafe otherwise, because `torch.manual_seed` also reseeds the CPU generator, which
+    changes every CPU random number drawn afterwards (data shuffling, initialisation on the CPU).
+    """
+
+    code = "NM404"
+    name = "cuda-manual-seed"
+    message = "`{short}` seeds CUDA only: use `torch.manual_seed`, which seeds every device"
+    severity = "warning"
+    fix_safety = "safe"
+    triggers = (b"manual_seed",)
+    NAMES = _with_random_spelling({
+        "torch.cuda.manual_seed": "torch.manual_seed",
+        "torch.cuda.manual_seed_all": "torch.manual_seed",
+    })
+    VALID = (
+        "import torch\ntorch.manual_seed(0)\n",
+        "import torch\ntorch.mps.manual_seed(0)\n",
+        "import random\nrandom.seed(0)\n",
+    )
+    INVALID = (
+        Invalid(
+            "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n"
+            "    if torch.cuda.is_available():\n        torch.cuda.manual_seed_all(s)\n",
+            "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n"
+            "    if torch.cuda.is_available():\n        torch.manual_seed(s)\n",
+        ),
+        Invalid(
+            "from torch.cuda import manual_seed\nmanual_seed(1234)\n",
+            "import torch\ntorch.manual_seed(1234)\n",
+        ),
+        Invalid(
+            "import torch\ntorch.manual_seed(0)\nx = torch.rand(3)\ntorch.cuda.manual_seed(0)\n",
+            "import torch\ntorch.manual_seed(0)\nx = torch.rand(3)\ntorch.manual_seed(0)\n",
+        ),
+        Invalid("import torch\nseeders = [torch.cuda.manual_seed_all]\n"),
+    )
+
+    def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        seed = _only_argument(call, "seed") if call is not None else None
+        if seed is None:
+            return None
+        seed_code = self.ctx.code(seed.value)
+        safety = "safe" if self._seeded_before(seed_code) else "unsafe"
+        return FixSpec(f"Replace `{name}` with `torch.manual_seed`",
+                       (Replacement(call, f"torch.manual_seed({seed_code})"),), imports=("torch",), safety=safety)
+
+    def _seeded_before(self, seed_code: str) -> bool:
+        """Whether `torch.manual_seed(<same seed>)` runs just before, with only seeding statements between."""
+        stack = self.ctx.stack
+        for child, parent in zip(reversed(stack), reversed(stack[:-1])):
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                for stmt in reversed(parent.body[:parent.body.index(child)]):
+                    if self._is_manual_seed(stmt, seed_code):
+                        return True
+                    if not _is_seeding(stmt):
+                        return False
+            elif isinstance(parent, cst.If) and child is parent.body:
+                continue  # `if torch.cuda.is_available():` draws no random numbers: look before the `if`
+            elif not isinstance(parent, (cst.SimpleStatementLine, cst.Expr, cst.Call, cst.IndentedBlock)):
+                return False
+        return False
+
+    def _is_manual_seed(self, stmt: cst.CSTNode, seed_code: str) -> bool:
+        for call in _statement_calls(stmt):
+            if self.ctx.call_name(call) in ("torch.manual_seed", "torch.random.manual_seed"):
+                seed = _only_argument(call, "seed")
+                return seed is not None and self.ctx.code(seed.value) == seed_code
+        return False
+
+
+def _only_argument(call: cst.Call, name: str) -> cst.Arg | None:
+    if len(call.args) != 1:
+        return None
+    return positional(call, 0) or keyword(call, name)
+
+
+def _statement_calls(stmt: cst.CSTNode) -> list[cst.Call]:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return []
+    return [s.value for s in stmt.body if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)]
+
+
+def _is_seeding(stmt: cst.CSTNode) -> bool:
+    """A line that only seeds generators or sets determinism flags (`random.seed(s)`, `os.environ[...] = …`)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            callee = (dotted(small.value.func) or "").rsplit(".", 1)[-1]
+            if "seed" not in callee and "deterministic" not in callee:
+                return False
+        elif isinstance(small, cst.Assign):
+            targets = [cst.Module([]).code_for_node(t.target) for t in small.targets]
+            if not all("environ" in t or "backends." in t or "seed" in t for t in targets):
+                return False
+        else:
+            return False
+    return True
+
+
+class CudaRngState(QualifiedNameRule):
+    """Saving and restoring CUDA generator states: `torch.cuda.get_rng_state(_all)` / `set_rng_state(_all)`.
+
+    What it does
+    Flags `torch.cuda.get_rng_state`, `get_rng_state_all`, `set_rng_state` and `set_rng_state_all`.
+
+    Why it matters on Trainium
+    They save and restore the CUDA generators only: a checkpoint taken on a `neuron` device would not
+    capture its random state. There is no `torch.accelerator` RNG API; the accelerator's device module
+    (`torch.get_device_module(device)`: `torch.cuda`, `torch.neuron`) has `get_rng_state(device)` and
+    `set_rng_state(state, device)`. `torch.cpu` has neither.
+
+    Example
+    state = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}
+
+    Use instead
+    state = {"cpu": torch.get_rng_state(), "cuda": [
+        torch.get_device_module(device).get_rng_state(i) for i in range(torch.accelerator.device_count())]}
+
+    Fix safety
+    Safe: each rewrite does what the CUDA call did on CUDA and without CUDA. `get_rng_state_all()` becomes
+    a per-device list, empty without an accelerator as before (device modules other than CUDA's lack the
+    `_all` functions). `set_rng_state` and `set_rng_state_all` did nothing without CUDA, so they are guarded
+    with `torch.accelerator.is_available()`. `get_rng_state()` raised without CUDA and still does.
+    """
+
+    code = "NM405"
+    name = "cuda-rng-state"
+    message = "`{short}` covers CUDA only: use the accelerator's device module (`torch.get_device_module`)"
+    severity = "warning"
+    fix_safety = "safe"
+    triggers = (b"rng_state",)
+    NAMES = _with_random_spelling({
+        "torch.cuda.get_rng_state": f"{_DEVICE_MODULE}.get_rng_state",
+        "torch.cuda.set_rng_state": f"{_DEVICE_MODULE}.set_rng_state",
+        "torch.cuda.get_rng_state_all": None,
+        "torch.cuda.set_rng_state_all": None,
+    })
+    VALID = (
+        "import torch\nstate = torch.get_rng_state()\n",
+        "import torch\ntorch.set_rng_state(state)\n",
+        f"import torch\ns = {_DEVICE_MODULE}.get_rng_state()\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nstate = {'cpu': torch.get_rng_state(), 'cuda': torch.cuda.get_rng_state_all()}\n",
+            "import torch\nstate = {'cpu': torch.get_rng_state(), 'cuda': "
+            f"[{_DEVICE_MODULE}.get_rng_state(i) for i in range(torch.accelerator.device_count())]}}\n",
+        ),
+        Invalid(
+            "import torch\ndef load(state):\n    torch.cuda.set_rng_state_all(state['cuda'])\n",
+            "import torch\ndef load(state):\n    if torch.accelerator.is_available():\n"
+            "        for device_index, rng_state in enumerate(state['cuda']):\n"
+            f"            {_DEVICE_MODULE}.set_rng_state(rng_state, device_index)\n",
+        ),
+        Invalid(
+            "import torch.cuda\nif torch.cuda.is_available():\n    saved = torch.cuda.get_rng_state()\n"
+            "    torch.cuda.set_rng_state(saved)\n",
+            "import torch.cuda\nif torch.cuda.is_available():\n"
+            f"    saved = {_DEVICE_MODULE}.get_rng_state()\n    {_DEVICE_MODULE}.set_rng_state(saved)\n",
+            count=2,
+        ),
+        Invalid(
+            "from torch.cuda.random import set_rng_state\nset_rng_state(s)\n",
+            f"import torch\nif torch.accelerator.is_available():\n    {_DEVICE_MODULE}.set_rng_state(s)\n",
+        ),
+    )
+
+    def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        short = name.rsplit(".", 1)[-1]
+        if call is None:
+            return None
+        title = f"Replace `{name}` with the device module's `{short.removesuffix('_all')}`"
+        args = call_args(self, call)
+        if short == "get_rng_state":
+            return FixSpec(title, (Replacement(call, f"{_DEVICE_MODULE}.get_rng_state{args}"),), imports=("torch",))
+        if short == "set_rng_state":
+            return guarded_fix(self, call, f"{_DEVICE_MODULE}.set_rng_state{args}", title, cpu_value="None")
+        if short == "get_rng_state_all" and not call.args:
+            text = f"[{_DEVICE_MODULE}.get_rng_state(i) for i in range(torch.accelerator.device_count())]"
+            return FixSpec(title, (Replacement(call, text),), imports=("torch",))
+        if short == "set_rng_state_all":
+            return self._set_all_fix(call, title)
+        return None
+
+    def _set_all_fix(self, call: cst.Call, title: str) -> FixSpec | None:
+        states = _only_argument(call, "new_states")
+        if states is None or is_expression_statement(self.ctx, call) is None:
+            return None
+        index, state = (_fresh_name(self.ctx.module.code, n) for n in ("device_index", "rng_state"))
+        step = self.ctx.module.default_indent
+        indent = indentation(self.ctx)
+        head = f"for {index}, {state} in enumerate({self.ctx.code(states.value)}):"
+        body = f"{_DEVICE_MODULE}.set_rng_state({state}, {index})"
+        if under_availability_guard(self.ctx):
+            text = f"{head}\n{indent}{step}{body}"
+        else:
+            text = f"if torch.accelerator.is_available():\n{indent}{step}{head}\n{indent}{step}{step}{body}"
+        return FixSpec(title, (Replacement(call, text),), imports=("torch",))
+
+
+def _fresh_name(code: str, name: str) -> str:
+    """`name`, or `name_2`, … — whichever the file does not use yet (the loop must not rebind user names)."""
+    candidate, number = name, 1
+    while re.search(rf"\b{candidate}\b", code):
+        number += 1
+        candidate = f"{name}_{number}"
+    return candidate

@@ -1,0 +1,184 @@
+"""NM406: CUDA streams and events (`torch.cuda.Stream`, `Event`, `stream()`, `current_stream()`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+
+from neuron_migrate.migrate.context import PendingFinding
+from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
+
+_TARGETS = {
+    "Stream": "torch.Stream",
+    "Event": "torch.Event",
+    "stream": None,  # rewritten to its argument: `with s:`
+    "current_stream": "torch.accelerator.current_stream",
+    "set_stream": "torch.accelerator.set_stream",
+    "default_stream": None,
+}
+_MESSAGES = {
+    "Stream": "`torch.cuda.Stream` is CUDA-only: use `torch.Stream`, which takes the current accelerator",
+    "Event": "`torch.cuda.Event` is CUDA-only: use `torch.Event`, which takes the current accelerator",
+    "stream": "`torch.cuda.stream(s)` selects a CUDA stream only: use the stream as the context manager (`with s:`)",
+    "current_stream": "`torch.cuda.current_stream` is CUDA-only: use `torch.accelerator.current_stream()`",
+    "set_stream": "`torch.cuda.set_stream` is CUDA-only: use `torch.accelerator.set_stream`",
+    "default_stream": "`torch.cuda.default_stream` has no accelerator equivalent: keep the stream "
+                      "`torch.accelerator.current_stream()` returns outside any stream context",
+}
+#: calls that certainly return a stream (so `with torch.cuda.stream(x):` never gets None)
+_STREAM_MAKERS = {"torch.Stream", "torch.accelerator.current_stream"} | {
+    f"torch.cuda{sub}.{name}" for sub in ("", ".streams") for name in ("Stream", "ExternalStream")
+} | {"torch.cuda.current_stream", "torch.cuda.default_stream"}
+# positional parameters of the CUDA constructors that are keyword-only in torch.Stream / torch.Event
+_KEYWORDS = {"Stream": ("device", "priority"), "Event": ("enable_timing", "blocking", "interprocess")}
+
+
+class CudaStreamEvent(QualifiedNameRule):
+    """CUDA streams and events.
+
+    What it does
+    Flags `torch.cuda.Stream`, `Event`, `stream(...)`, `current_stream`, `set_stream` and `default_stream`,
+    called or referenced (`functools.partial(torch.cuda.stream, s)`, `isinstance(s, torch.cuda.Stream)`).
+
+    Why it matters on Trainium
+    They exist for CUDA only: on a `neuron` device they fail. `torch.Stream` and `torch.Event` take the
+    current accelerator (CUDA, `neuron`, or the CPU's dummy stream), a `torch.Stream` is its own context
+    manager, and `torch.accelerator.current_stream()` / `set_stream()` cover the rest.
+
+    Example
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = x.to(device, non_blocking=True)
+    torch.cuda.current_stream().wait_stream(side)
+
+    Use instead
+    side = torch.Stream()
+    with side:
+        y = x.to(device, non_blocking=True)
+    torch.accelerator.current_stream().wait_stream(side)
+
+    Fix safety
+    Safe for calls: on CUDA each replacement does the same (positional `priority` and event flags become
+    keywords, as `torch.Stream` / `torch.Event` require). Without an accelerator the CUDA versions raised,
+    except `torch.cuda.stream(None)`; `torch.Stream()` works there (a CPU stream, `with` is a no-op) and
+    `torch.Event()` is created but raises on `record()`, so event timing still needs an accelerator.
+    `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
+    stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Bare references get an
+    unsafe fix (positional arguments, subclasses and `partial` keywords differ), `default_stream` and
+    references to `stream` none.
+    """
+
+    code = "NM406"
+    name = "cuda-stream-event"
+    message = "CUDA streams and events are CUDA-only: use `torch.Stream` / `torch.Event` / `torch.accelerator`"
+    severity = "error"
+    fix_safety = "safe"
+    triggers = (b"stream", b"Stream", b"Event")
+    NAMES = {f"torch.cuda{sub}.{short}": target for short, target in _TARGETS.items()
+             for sub in ("", ".streams") if sub == "" or short in ("Stream", "Event")}
+    VALID = (
+        "import torch\ns = torch.Stream()\nwith s:\n    pass\n",
+        "import torch\ne = torch.Event(enable_timing=True)\ncur = torch.accelerator.current_stream()\n",
+        "import torch\nwith torch.cpu.stream(None):\n    pass\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\nside = torch.cuda.Stream(priority=-1)\nwith torch.cuda.stream(side):\n    pass\n"
+            "torch.cuda.current_stream().wait_stream(side)\n",
+            "import torch\nside = torch.Stream(priority=-1)\nwith side:\n    pass\n"
+            "torch.accelerator.current_stream().wait_stream(side)\n",
+            count=3,
+        ),
+        Invalid(
+            "from torch.cuda import Event\nstart, end = Event(True), Event(enable_timing=True)\n",
+            "import torch\nstart, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)\n",
+            count=2,
+        ),
+        Invalid(
+            "import torch.cuda as tc\ndef run(s=None):\n    with tc.stream(s):\n        pass\n",
+            "def run(s=None):\n    with s:\n        pass\n",
+        ),
+        Invalid(
+            "import functools, torch\nenter = functools.partial(torch.cuda.stream, s)\n",
+        ),
+        Invalid(
+            "import torch\nok = isinstance(s, torch.cuda.Stream)\ncur = torch.cuda.current_stream(device=0)\n",
+            "import torch\nok = isinstance(s, torch.Stream)\ncur = torch.accelerator.current_stream(0)\n",
+            count=2,
+        ),
+    )
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.assigned: dict[str, list[cst.BaseExpression]] = {}
+        self.stream_contexts: list[tuple[PendingFinding, FixSpec, cst.BaseExpression]] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self.assigned.setdefault(self.ctx.code(target.target), []).append(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.assigned.setdefault(self.ctx.code(node.target), []).append(node.value)
+
+    def message_for(self, name: str) -> str:
+        return _MESSAGES[name.rsplit(".", 1)[-1]]
+
+    def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        short = name.rsplit(".", 1)[-1]
+        target = _TARGETS[short]
+        if call is None:
+            if target is None:
+                return None
+            return FixSpec(f"Replace `{name}` with `{target}`", (Replacement(node, target),), imports=("torch",),
+                           safety="unsafe")
+        if short == "stream":
+            return self._stream_context_fix(call)
+        if short in _KEYWORDS:
+            args = self._keyword_args(call, _KEYWORDS[short], keep_first=short == "Stream")
+        else:
+            args = call_args(self, call, positional=("device",) if short == "current_stream" else ("stream",))
+        if target is None or args is None:
+            return None
+        return FixSpec(f"Replace `{name}` with `{target}`", (Replacement(call, f"{target}{args}"),),
+                       imports=("torch",))
+
+    def _keyword_args(self, call: cst.Call, names: tuple[str, ...], keep_first: bool) -> str | None:
+        """The arguments with positionals turned into keywords (the first kept positional when `keep_first`)."""
+        parts = []
+        for index, arg in enumerate(call.args):
+            value = self.ctx.code(arg.value)
+            if arg.star or (arg.keyword is not None and arg.keyword.value not in names) or index >= len(names):
+                return None
+            if arg.keyword is not None:
+                parts.append(f"{arg.keyword.value}={value}")
+            else:
+                parts.append(value if keep_first and index == 0 else f"{names[index]}={value}")
+        return f"({', '.join(parts)})"
+
+    def _stream_context_fix(self, call: cst.Call) -> FixSpec | None:
+        arg = call.args[0] if len(call.args) == 1 else None
+        if arg is None or arg.star or (arg.keyword is not None and arg.keyword.value != "stream"):
+            return None
+        if isinstance(arg.value, cst.Name) and arg.value.value == "None":
+            return None
+        return FixSpec("Use the stream itself as the context manager",
+                       (Replacement(call, self.ctx.code(arg.value)),), safety="unsafe")
+
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        super().on_use(node, call, name)
+        pending = self.ctx.pending[-1]
+        if call is not None and name.endswith(".stream") and pending.fix is not None:
+            self.stream_contexts.append((pending, pending.fix, call.args[0].value))
+
+    def finish(self) -> None:
+        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream."""
+        for pending, fix, argument in self.stream_contexts:
+            values = [argument] if isinstance(argument, cst.Call) else self.assigned.get(self.ctx.code(argument), [])
+            if values and all(self._makes_stream(v) for v in values):
+                pending.fix = replace(fix, safety="safe")
+
+    def _makes_stream(self, value: cst.BaseExpression) -> bool:
+        return isinstance(value, cst.Call) and self.ctx.call_name(value) in _STREAM_MAKERS

@@ -1,0 +1,144 @@
+"""The runtime and compile rules (NM402–NM412, NM501–NM503) beyond their own examples: which fixes are safe
+or unsafe case by case, and that fixed code actually runs on this CPU-only torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from .helpers import findings, fixed
+
+RUNTIME = ("NM402", "NM403", "NM404", "NM405", "NM406", "NM407", "NM408", "NM409", "NM410", "NM411", "NM412",
+           "NM501", "NM502", "NM503")
+
+
+def _safety(source: str, code: str) -> list[str | None]:
+    return [f.fix.safety if f.fix else None for f in findings(source, (code,))]
+
+
+def test_manual_seed_is_safe_only_right_after_the_same_torch_seed():
+    seeded = "import torch, numpy as np\ntorch.manual_seed(s)\nnp.random.seed(s)\ntorch.cuda.manual_seed_all(s)\n"
+    other_seed = "import torch\ntorch.manual_seed(1)\ntorch.cuda.manual_seed_all(s)\n"
+    draws_between = "import torch\ntorch.manual_seed(s)\nw = torch.randn(3)\ntorch.cuda.manual_seed(s)\n"
+    alone = "import torch\ndef f(s):\n    torch.cuda.manual_seed(s)\n"
+    assert _safety(seeded, "NM404") == ["safe"]
+    assert _safety(other_seed, "NM404") == ["unsafe"]
+    assert _safety(draws_between, "NM404") == ["unsafe"]
+    assert _safety(alone, "NM404") == ["unsafe"]
+    assert fixed(alone, ("NM404",)) == alone  # unsafe fixes wait for --unsafe-fixes
+
+
+def test_stream_context_is_safe_only_when_the_argument_is_always_a_stream():
+    made_here = "import torch\ns = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    pass\n"
+    attribute = ("import torch\nclass P:\n    def __init__(self):\n        self.s = torch.cuda.Stream()\n"
+                 "    def run(self):\n        with torch.cuda.stream(self.s):\n            pass\n")
+    maybe_none = "import torch\ns = torch.cuda.Stream() if fast else None\nwith torch.cuda.stream(s):\n    pass\n"
+    inline = "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
+    assert _safety(made_here, "NM406") == ["safe", "safe"]
+    assert _safety(attribute, "NM406") == ["safe", "safe"]
+    assert sorted(_safety(maybe_none, "NM406")) == ["safe", "unsafe"]
+    assert _safety(inline, "NM406") == ["safe", "safe"]
+    assert _safety("import torch\nwith torch.cuda.stream(None):\n    pass\n", "NM406") == [None]
+
+
+def test_stream_fixes_on_one_line_converge_in_two_runs():
+    source = "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
+    once = fixed(source, ("NM406",))
+    assert fixed(once, ("NM406",)) == "import torch\nwith torch.Stream():\n    pass\n"
+
+
+def test_set_rng_state_all_loop_does_not_rebind_user_names():
+    source = "import torch\ndevice_index = 3\nrng_state = 1\ntorch.cuda.set_rng_state_all(states)\n"
+    after = fixed(source, ("NM405",))
+    assert "for device_index_2, rng_state_2 in enumerate(states):" in after
+    assert "device_index = 3\nrng_state = 1\n" in after
+
+
+def test_matmul_tf32_fix_is_withheld_where_the_new_precision_api_is_used():
+    mixed = "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.conv.fp32_precision = 'tf32'\n"
+    assert [f.fix for f in findings(mixed, ("NM411",))] == [None]
+    legacy_only = "import torch\ntorch.backends.cudnn.allow_tf32 = True\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
+    assert _safety(legacy_only, "NM411") == ["safe"]
+
+
+def test_cudnn_assignment_sharing_a_line_becomes_pass():
+    source = "import torch\nx = 1; torch.backends.cudnn.benchmark = True\n"
+    assert fixed(source, ("NM410",), unsafe=True) == "x = 1; pass\n"
+
+
+def test_pin_memory_is_not_flagged_under_a_guard_or_on_torch_functions():
+    guarded = "import torch\nif torch.cuda.is_available():\n    x = x.pin_memory()\n"
+    helper = "from torch.utils.data._utils.pin_memory import pin_memory\nb = pin_memory(batch, 'cuda')\n"
+    assert findings(guarded, ("NM412",)) == []
+    assert findings(helper, ("NM412",)) == []
+
+
+def test_mode_and_dynamic_on_one_call_are_both_dropped_after_two_runs():
+    source = "import torch\nm = torch.compile(model, mode='max-autotune', dynamic=True)\n"
+    assert {f.code for f in findings(source, ("NM501", "NM502"))} == {"NM501", "NM502"}
+    once = fixed(source, ("NM501", "NM502"), unsafe=True)
+    assert fixed(once, ("NM501", "NM502"), unsafe=True) == "import torch\nm = torch.compile(model)\n"
+
+
+def test_strings_and_comments_do_not_count():
+    source = ('"""Uses torch.cuda.empty_cache() and torch.backends.cudnn.benchmark."""\n'
+              "# torch.cuda.manual_seed(0); torch.compile(m, mode='max-autotune')\n"
+              "print('torch.cuda.Stream() with pin_memory=True')\n")
+    assert findings(source, RUNTIME) == []
+
+
+# CUDA code that fails on a CPU-only machine in several places; after the fixes it must run there, with the
+# values the CUDA calls gave without CUDA.
+CUDA_PROGRAM = """\
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+torch.manual_seed(0)
+torch.cuda.manual_seed_all(0)
+torch.backends.cudnn.benchmark = True
+torch.backends.cudnn.deterministic = True
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.cuda.reset_peak_memory_stats()
+assert torch.cuda.max_memory_allocated() == 0
+assert torch.cuda.memory_stats() == {}
+torch.cuda.empty_cache()
+states = torch.cuda.get_rng_state_all()
+assert states == []
+torch.cuda.set_rng_state_all(states)
+side = torch.cuda.Stream(priority=-1)
+with torch.cuda.stream(side):
+    x = torch.ones(2).pin_memory()
+with torch.cuda.nvtx.range("block"):
+    y = x + 1
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as both:
+    y * 2
+with profile(activities=[ProfilerActivity.CUDA]) as device_only:
+    y * 3
+assert len(both.key_averages()) and len(device_only.key_averages())
+q = torch.randn(1, 1, 4, 8)
+with torch.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False):
+    torch.nn.functional.scaled_dot_product_attention(q, q, q)
+loader = torch.utils.data.DataLoader([1, 2], pin_memory=True)
+assert [int(b) for b in loader] == [1, 2]
+start = torch.cuda.Event(enable_timing=True)
+assert torch.get_float32_matmul_precision() == "high"
+assert torch.are_deterministic_algorithms_enabled()
+print("ran")
+"""
+
+
+def test_fixed_cuda_program_runs_on_a_cpu_only_torch(tmp_path):
+    after = fixed(CUDA_PROGRAM, RUNTIME, unsafe=True)
+    assert "torch.cuda" not in after and "cudnn" not in after
+    assert fixed(after, RUNTIME, unsafe=True) == after
+    script = tmp_path / "program.py"
+    script.write_text(after)
+    if torch.accelerator.is_available():
+        pytest.skip("the program asserts the values the CUDA calls gave without an accelerator")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, textwrap.shorten(run.stderr, 2000)
+    assert run.stdout.strip().endswith("ran")
