@@ -1,0 +1,153 @@
+"""NM701: imports of libraries that only run on NVIDIA GPUs, each with what replaces it on Trainium."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.patterns import positional, string_value
+from neuron_migrate.migrate.rule import Invalid, Rule
+
+_SDPA = "`torch.nn.functional.scaled_dot_product_attention`"
+_NKI = "PyTorch ops or an NKI kernel (`@nki.jit` registered with `torch_neuronx`'s `nki_op`)"
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+_COMPILE = '`torch.compile` (the `neuron` backend is chosen automatically on a Neuron device)'
+
+#: module (and everything below it) -> what to use on Trainium; the longest matching prefix wins
+LIBRARIES: dict[str, str] = {
+    "flash_attn": _SDPA,
+    "flash_attn_interface": _SDPA,
+    "xformers": f"{_SDPA} for attention, plain PyTorch ops for the rest",
+    "apex": "`torch.amp`, `torch.optim` and `torch.nn` equivalents",
+    "apex.amp": "`torch.autocast` with `dtype=torch.bfloat16`",
+    "apex.optimizers": "`torch.optim` optimizers (default foreach implementation)",
+    "apex.normalization": "`torch.nn.LayerNorm` / `torch.nn.RMSNorm`",
+    "apex.parallel": "`torch.nn.parallel.DistributedDataParallel` or FSDP2 (`fully_shard`)",
+    "bitsandbytes": "bfloat16 weights and optimizer states, or a Neuron-supported quantization method "
+                    "(bitsandbytes has no Neuron support)",
+    "triton": _NKI,
+    "liger_kernel": "the plain `torch.nn` modules and losses (Liger's kernels are Triton)",
+    "cupy": f"torch tensor operations, or {_NKI}",
+    "pycuda": _NKI,
+    "numba.cuda": _NKI,
+    "cuda": "`torch.accelerator` and PyTorch ops (cuda-python has no Neuron equivalent)",
+    "pynvml": "`neuron-monitor` / `neuron-ls` for device metrics, `torch.accelerator.memory` for memory use",
+    "nvtx": "`torch.profiler.record_function`",
+    "transformer_engine": "`torch.autocast` with `dtype=torch.bfloat16` and `torch.nn` layers (no FP8 recipe)",
+    "deepspeed.ops": "`torch.optim` optimizers, and FSDP2 (`torch.distributed.fsdp.fully_shard`) for sharding",
+    "nvidia.dali": "`torch.utils.data.DataLoader` with a CPU preprocessing pipeline",
+    "cudf": "pandas or another CPU dataframe library",
+    "tensorrt": _COMPILE,
+    "torch_tensorrt": _COMPILE,
+}
+
+
+def library_of(module: str) -> str | None:
+    """The `LIBRARIES` key `module` belongs to (`flash_attn.bert_padding` -> `flash_attn`), if any."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in LIBRARIES:
+            return prefix
+    return None
+
+
+class CudaOnlyLibrary(Rule):
+    """An import of a library that only runs on NVIDIA GPUs.
+
+    What it does
+    Flags `import X` / `from X import ...` (also function-local and optional imports, and
+    `importlib.import_module("X")`) of flash-attn, xformers, apex, bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
+    Transformer Engine, `deepspeed.ops`, DALI, TensorRT, cuda-python and similar. One finding per import
+    statement and library; the message names the replacement.
+
+    Why it matters on Trainium
+    These packages ship CUDA kernels or talk to the NVIDIA driver: they do not install or do not work on a
+    Trainium instance. An optional import (`try: import flash_attn except ImportError:`) keeps the program
+    running, but then its fallback path is what runs on Trainium.
+
+    Example
+    from flash_attn import flash_attn_func
+    out = flash_attn_func(q, k, v, causal=True)
+
+    Use instead
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    Fix safety
+    No automatic fix: the replacement has a different API (argument order, layouts, features).
+    """
+
+    code = "NM701"
+    name = "cuda-only-library"
+    message = "`{module}` is CUDA-only{optional}: use {replacement}"
+    severity = "error"
+    triggers = tuple(sorted({key.split(".")[0].encode() for key in LIBRARIES}))
+    OPTIONAL: ClassVar[str] = " (optional import: on Trainium its fallback runs, check it)"
+    VALID = (
+        "import torch.nn.functional as F\nout = F.scaled_dot_product_attention(q, k, v)\n",
+        "import deepspeed\nfrom numba import jit\nimport torch.cuda\n",
+        "from .cuda import kernels\nfrom . import triton_utils\nimport tritonclient\n",
+        "# import flash_attn for speed\nprint('install apex for fused kernels')\n",
+    )
+    INVALID = (
+        Invalid("from flash_attn import flash_attn_func\n"),
+        Invalid("import apex, xformers.ops as xops\nfrom apex.normalization import FusedLayerNorm\n", count=3),
+        Invalid("try:\n    import bitsandbytes as bnb\nexcept ImportError:\n    bnb = None\n"),
+        Invalid("def fused():\n    from deepspeed.ops.adam import FusedAdam\n    from numba import cuda\n", count=2),
+        Invalid("import importlib\ntriton = importlib.import_module('triton')\nfrom nvidia import dali\n", count=2),
+        Invalid("from apex import amp, optimizers\n"),
+    )
+
+    def visit_Import(self, node: cst.Import) -> None:
+        seen: set[str] = set()
+        for alias in node.names:
+            module = dotted(alias.name)
+            library = library_of(module) if module else None
+            if library and _top(library) not in seen:
+                seen.add(_top(library))
+                self._report(alias, module, {library})
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        module = dotted(node.module)
+        names = [] if isinstance(node.names, cst.ImportStar) else [
+            a.name.value for a in node.names if isinstance(a.name, cst.Name)]
+        # `from apex import amp` belongs to `apex.amp`; `from deepspeed import ops` to `deepspeed.ops`
+        libraries = {lib for lib in (library_of(f"{module}.{name}") for name in names) if lib}
+        if not libraries and (library := library_of(module)):
+            libraries = {library}
+        if libraries:
+            self._report(node, module, libraries)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.call_name(node) in ("importlib.import_module", "__import__"):
+            first = positional(node, 0)
+            module = string_value(first.value) if first else None
+            if module and (library := library_of(module)):
+                self._report(node, module, {library})
+
+    def _report(self, node: cst.CSTNode, module: str, libraries: set[str]) -> None:
+        replacement = "; ".join(dict.fromkeys(LIBRARIES[lib] for lib in sorted(libraries)))
+        optional = self.OPTIONAL if self._optional() else ""
+        self.report(node, self.message.format(module=module, optional=optional, replacement=replacement))
+
+    def _optional(self) -> bool:
+        """Whether the import sits in the body of a `try` that handles ImportError (or any exception)."""
+        for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1])):
+            if isinstance(parent, (cst.Try, cst.TryStar)) and child is parent.body:
+                return any(_catches_import_error(handler) for handler in parent.handlers)
+        return False
+
+
+def _top(library: str) -> str:
+    return library.split(".")[0]
+
+
+def _catches_import_error(handler: cst.ExceptHandler | cst.ExceptStarHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    return any(dotted(kind) in _IMPORT_ERRORS for kind in kinds)

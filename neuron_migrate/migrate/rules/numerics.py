@@ -1,0 +1,180 @@
+"""NM801 / NM802: dtypes whose numerics change on Trainium: float64 (computed in float32) and complex.
+
+A dtype counts where it makes or converts data (`dtype=torch.float64`, `.to(torch.double)`, `.double()`,
+`set_default_dtype`), not where code only inspects one (`x.dtype == torch.float64`, dict keys, `torch.finfo`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, string_value
+from neuron_migrate.migrate.rule import Invalid
+
+#: calls whose dtype argument is only inspected
+_INSPECTORS = {"torch.finfo", "torch.iinfo", "isinstance", "issubclass", "torch.is_complex",
+               "torch.is_floating_point"}
+_LOADERS = ("from_pretrained", "from_config")  # Hugging Face loaders take dtype names as strings
+
+
+class _DtypeRule(QualifiedNameRule):
+    """Uses of dtype names in `NAMES`, zero-argument conversion methods in `METHODS`, dtype strings."""
+
+    METHODS: ClassVar[tuple[str, ...]] = ()
+    DTYPE_STRINGS: ClassVar[frozenset[str]] = frozenset()
+
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        if call is None and _only_inspected(self.ctx):
+            return
+        self.report(call or node, self.message_for(name))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in self.METHODS and not node.args:
+            self.report(node, self.message_for(f".{func.attr.value}()"))
+            return
+        name = self.ctx.call_name(node) or ""
+        loader = isinstance(func, cst.Attribute) and func.attr.value in _LOADERS
+        for arg in node.args:
+            if arg.keyword is None or string_value(arg.value) not in self.DTYPE_STRINGS:
+                continue
+            if arg.keyword.value == "torch_dtype" or (arg.keyword.value == "dtype" and (
+                    loader or name.startswith("torch."))):
+                self.report(arg.value, self.message_for(string_value(arg.value)))
+
+
+def _only_inspected(ctx) -> bool:
+    """Whether the visited dtype is compared, used as a dict key or annotation, or passed to `torch.finfo`."""
+    child = ctx.node
+    for level in range(1, 8):
+        parent = ctx.ancestor(level)
+        if isinstance(parent, (cst.Element, cst.Tuple, cst.List, cst.Set)):
+            child = parent
+            continue
+        if isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.Annotation)):
+            return True
+        if isinstance(parent, cst.DictElement):  # a key, or a value in a dtype -> dtype table
+            return child is parent.key or (ctx.qualified_name(parent.key) or "").startswith("torch.")
+        if isinstance(parent, cst.Arg):
+            call = ctx.ancestor(level + 1)
+            return isinstance(call, cst.Call) and ctx.call_name(call) in _INSPECTORS
+        return False
+    return False
+
+
+class Float64(_DtypeRule):
+    """float64 tensors.
+
+    What it does
+    Flags `torch.float64` / `torch.double` used as a value (`dtype=`, `.to(...)`, `set_default_dtype`),
+    `.double()` conversions, `torch.DoubleTensor`, and `torch_dtype="float64"` for model loaders.
+    Comparisons such as `x.dtype == torch.float64` are not flagged.
+
+    Why it matters on Trainium
+    NeuronCores have no float64 arithmetic: TorchNeuron casts 64-bit inputs to float32, computes, and casts
+    the result back. The code runs, but with float32 precision, which matters for accumulations, losses
+    compared against tolerances, and numerically sensitive algorithms.
+
+    Example
+    loss = criterion(logits.double(), target)
+
+    Use instead
+    loss = criterion(logits.float(), target)  # or keep the precision-sensitive part on the CPU
+
+    Fix safety
+    No automatic fix: whether float32 is precise enough is a decision about the algorithm.
+    """
+
+    code = "NM801"
+    name = "float64"
+    message = "`{name}`: float64 is computed in float32 on Neuron (64-bit inputs are downcast): use float32, " \
+              "or keep precision-sensitive code on the CPU"
+    severity = "info"
+    triggers = (b"float64", b"double", b"Double")
+    NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys(
+        ("torch.float64", "torch.double", "torch.DoubleTensor", "torch.Tensor.double"))
+    METHODS = ("double",)
+    DTYPE_STRINGS = frozenset({"float64", "double", "torch.float64", "torch.double"})
+    VALID = (
+        "import torch\nx = torch.zeros(3, dtype=torch.float32).float()\n",
+        "import torch\nif x.dtype in (torch.float32, torch.float64):\n    pass\n",
+        "import torch\neps = torch.finfo(torch.float64).eps\nnames = {torch.float64: 'f64'}\n",
+        "import torch\nwider = {torch.float32: torch.float64, torch.int32: torch.int64}\n",
+        "import numpy as np\na = np.zeros(3, dtype='float64').astype(np.double)\n",
+        "# cast to torch.float64 for the loss\nprint('use .double() on CPU')\n",
+    )
+    INVALID = (
+        Invalid("import torch\nx = torch.zeros(3, dtype=torch.float64)\ny = x.to(torch.double)\n", count=2),
+        Invalid("import torch\ntorch.set_default_dtype(torch.float64)\n"),
+        Invalid("def loss(logits, target):\n    return ((logits.double() - target) ** 2).mean()\n"),
+        Invalid("from torch import float64 as f64\ndef zeros(n, dtype=f64):\n    return n\n"),
+        Invalid("from transformers import AutoModel\nm = AutoModel.from_pretrained(path, torch_dtype='float64')\n"),
+    )
+
+
+class ComplexDtype(_DtypeRule):
+    """Complex tensors.
+
+    What it does
+    Flags the complex dtypes (`torch.complex64`, `complex128`, `cfloat`, `cdouble`, `chalf`) used as values,
+    `.cfloat()` / `.cdouble()` / `.chalf()`, and the operations that certainly make or take complex tensors:
+    `torch.view_as_complex`, `torch.view_as_real`, `torch.complex`, `torch.polar`, the `torch.fft` transforms
+    (not `fftfreq` / `fftshift`) and `stft(..., return_complex=True)`.
+
+    Why it matters on Trainium
+    The Neuron compiler has no native complex data types: TorchNeuron decomposes complex operations into
+    real ones, and those it cannot decompose fail to compile or run on the CPU. Results and speed need
+    checking on the device.
+
+    Example
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+
+    Use instead
+    cos, sin = freqs.cos(), freqs.sin()  # rotary embeddings with real cos/sin tensors
+    xq_out = xq * cos + rotate_half(xq) * sin
+
+    Fix safety
+    No automatic fix: rewriting complex math with real tensors changes the algorithm's code.
+    """
+
+    code = "NM802"
+    name = "complex-dtype"
+    message = "`{name}` uses complex tensors, which Neuron supports only partly: test this path on Neuron, " \
+              "or carry real and imaginary parts as float tensors"
+    severity = "info"
+    triggers = (b"complex", b"cfloat", b"cdouble", b"chalf", b"view_as_real", b"polar", b"fft", b"stft")
+    _FFT = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn",
+            "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn")
+    NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys((
+        *(f"torch.{n}" for n in ("complex64", "complex128", "complex32", "cfloat", "cdouble", "chalf")),
+        *(f"torch.{n}" for n in ("view_as_complex", "view_as_real", "complex", "polar")),
+        *(f"torch.Tensor.{n}" for n in ("cfloat", "cdouble", "chalf")),
+        *(f"torch.fft.{n}" for n in _FFT),
+    ))
+    METHODS = ("cfloat", "cdouble", "chalf")
+    DTYPE_STRINGS = frozenset({"complex64", "complex128", "cfloat", "cdouble"})
+    VALID = (
+        "import torch\nfreqs = torch.fft.rfftfreq(n)\ny = torch.fft.fftshift(x)\n",
+        "import torch\nok = x.dtype in (torch.complex64, torch.complex128) or torch.is_complex(x)\n",
+        "import torch\nspec = torch.stft(x, 400, return_complex=False)\nz = complex(1, 2)\n",
+        "import numpy as np\nz = np.zeros(3, dtype=np.complex64)\n",
+    )
+    INVALID = (
+        Invalid("import torch\nfreqs_cis = torch.polar(torch.ones_like(f), f)\nz = torch.view_as_complex(x)\n",
+                count=2),
+        Invalid("import torch.fft as fft\nspec = fft.rfft(signal, dim=-1)\n"),
+        Invalid("from torch import cfloat\nz = torch.zeros(2, dtype=cfloat)\nw = z.cdouble()\n", count=2),
+        Invalid("import torch\nspec = torch.stft(wave, 400, window=w, return_complex=True)\n"),
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        super().visit_Call(node)
+        func = node.func
+        is_stft = (isinstance(func, cst.Attribute) and func.attr.value == "stft") or (
+            self.ctx.call_name(node) == "torch.stft")
+        flag = keyword(node, "return_complex")
+        if is_stft and flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "True":
+            self.report(node, self.message_for("stft(return_complex=True)"))

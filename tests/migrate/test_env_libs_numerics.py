@@ -1,0 +1,81 @@
+"""Extra cases for NM601–NM603, NM701–NM704 and NM801–NM802 beyond the rules' own examples."""
+
+from __future__ import annotations
+
+from neuron_migrate.migrate.rules.libraries import LIBRARIES, library_of
+
+from .helpers import findings
+
+
+def codes_lines(source: str, codes: tuple[str, ...]) -> list[tuple[str, int]]:
+    return [(f.code, f.line) for f in findings(source, codes)]
+
+
+def test_env_var_in_log_message_and_docstring_is_not_flagged():
+    source = ('"""Set CUDA_VISIBLE_DEVICES and NCCL_DEBUG."""\nimport logging, os\n'
+              'logging.info("CUDA_VISIBLE_DEVICES=%s", os.environ["CUDA_VISIBLE_DEVICES"])\n')
+    assert codes_lines(source, ("NM601", "NM602")) == [("NM601", 3)]
+    assert "NEURON_RT_VISIBLE_CORES" in findings(source, ("NM601",))[0].message
+
+
+def test_env_copy_passed_to_subprocess_through_a_name():
+    source = ("import os, subprocess\ndef run(cmd):\n    env = dict(os.environ)\n"
+              "    env['NCCL_SOCKET_IFNAME'] = 'eth0'\n    extra = {'CUDA_LAUNCH_BLOCKING': '1'}\n"
+              "    subprocess.run(cmd, env={**env, **extra})\n    subprocess.run(cmd, env=extra)\n")
+    assert codes_lines(source, ("NM601", "NM602")) == [("NM602", 4), ("NM601", 5)]
+
+
+def test_unrelated_cuda_names_are_not_env_vars():
+    source = "import os\nos.environ['MY_CUDA_FLAG'] = '1'\nx = {'NCCL_DEBUG': 1}\n"
+    assert codes_lines(source, ("NM601", "NM602")) == []
+
+
+def test_nvidia_smi_through_command_variable_and_fstring():
+    source = ("import os, subprocess\ncmd = ['nvidia-smi', '-L']\nsubprocess.check_output(cmd)\n"
+              "os.popen(f'nvidia-smi -i {idx}')\nsubprocess.run(['ls'])\nprint('nvidia-smi')\n")
+    assert codes_lines(source, ("NM603",)) == [("NM603", 3), ("NM603", 4)]
+
+
+def test_library_table_prefixes():
+    assert library_of("apex.normalization.fused_layer_norm") == "apex.normalization"
+    assert library_of("apex.contrib.xentropy") == "apex"
+    assert library_of("tensorrt_llm") is None
+    assert library_of("cudax") is None
+    assert all(LIBRARIES.values())
+
+
+def test_one_finding_per_statement_and_library():
+    source = "import flash_attn, flash_attn.layers\nfrom xformers.ops import memory_efficient_attention\n"
+    got = findings(source, ("NM701",))
+    assert [(f.line, f.col) for f in got] == [(1, 7), (2, 0)]
+    assert all("scaled_dot_product_attention" in f.message for f in got)
+
+
+def test_optional_import_is_said_in_the_message():
+    source = "try:\n    import triton\nexcept ModuleNotFoundError:\n    triton = None\nimport pynvml\n"
+    got = findings(source, ("NM701",))
+    assert ["optional import" in f.message for f in got] == [True, False]
+    assert "neuron-monitor" in got[1].message
+
+
+def test_triton_kernel_reported_on_def_line_once():
+    source = "import triton\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef k(x):\n    pass\n"
+    assert codes_lines(source, ("NM704",)) == [("NM704", 4)]
+
+
+def test_cpp_extension_load_with_cpp_only_sources_is_fine():
+    source = ("from torch.utils.cpp_extension import load\na = load('a', ['a.cpp'])\n"
+              "b = load('b', sources=['b.cpp', 'b_kernel.cuh'], verbose=True)\n")
+    assert codes_lines(source, ("NM702",)) == [("NM702", 3)]
+
+
+def test_float64_checks_are_not_flagged_but_values_are():
+    source = ("import torch\nif t.dtype is torch.double:\n    t = t.to(dtype=torch.float64)\n"
+              "ok = isinstance(t, torch.DoubleTensor)\n")
+    assert codes_lines(source, ("NM801",)) == [("NM801", 3)]
+
+
+def test_complex_certain_uses_only():
+    source = ("import torch\nf = torch.fft.rfftfreq(8)\ns = torch.fft.irfft(z)\nr = torch.view_as_real(z)\n"
+              "c = x.cfloat()\nd = x.float()\n")
+    assert codes_lines(source, ("NM802",)) == [("NM802", 3), ("NM802", 4), ("NM802", 5)]
