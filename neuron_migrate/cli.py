@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
-import click
 import typer
 
 from neuron_migrate import __version__
@@ -49,6 +49,17 @@ def _register_commands() -> None:
     report.register(app)
 
 
+def _click_exceptions() -> tuple[type[Exception], ...]:
+    """The usage-error base class typer raises: click's, or (typer >= 0.25, which vendors click) its own."""
+    found = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(importlib.import_module(module).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; a user error is one line on stderr and exit 2, a bug is exit 3."""
     _register_commands()
@@ -60,13 +71,13 @@ def main(argv: list[str] | None = None) -> None:
             raise
         typer.echo(f"neuron-migrate: error: {err}", err=True)
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("neuron-migrate: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as err:
+    except _click_exceptions() as err:
         err.show()
         sys.exit(err.exit_code)
-    except click.exceptions.Exit as err:
+    except typer.Exit as err:
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         typer.echo("neuron-migrate: interrupted", err=True)

@@ -1,4 +1,4 @@
-"""Writing output: atomic for files, write-through for devices (never replace /dev/null)."""
+"""Writing output (atomic for files, write-through for devices, never replace /dev/null) and CLI usage errors."""
 
 from __future__ import annotations
 
@@ -37,3 +37,12 @@ def test_dev_null_stays_a_device():
 def test_missing_folder_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         write_output("x", tmp_path / "nope" / "out.json")
+
+
+@pytest.mark.parametrize("args", [("scan", "--bogus"), ("fix", "--no-such-flag"), ("scan", "--jobs", "many")])
+def test_command_line_mistakes_exit_2_without_a_traceback(run_cli, args):
+    """Unknown options and bad values are usage errors (exit 2), whichever click typer uses."""
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert args[1] in proc.stderr
