@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from neuron_migrate.model import CallSite, Coverage, Finding, Fix, OpUse, TraceResult
 
 MODEL = "examples/cuda_project/model.py"
+_MODEL_LINES = (Path(__file__).resolve().parents[2] / MODEL).read_text().splitlines()
+
+
+def line_of(text: str) -> int:
+    """The line of the example's model.py that contains `text` (so edits to the example do not shift sites)."""
+    return next(number for number, line in enumerate(_MODEL_LINES, 1) if text in line)
 
 
 def example_trace(pre_release: bool = True) -> TraceResult:
@@ -13,14 +21,14 @@ def example_trace(pre_release: bool = True) -> TraceResult:
     Call sites point at real lines of the example's model.py, so the report can quote them.
     """
     ops = (
-        OpUse("aten::addmm", ("float32",), 480, "forward", (CallSite(MODEL, 68, "forward", 480),), "native"),
-        OpUse("aten::mm", ("float32",), 960, "backward", (CallSite(MODEL, 68, "forward", 960),), "native"),
+        OpUse("aten::addmm", ("float32",), 480, "forward", (CallSite(MODEL, line_of("self.qkv(x)"), "forward", 480),), "native"),
+        OpUse("aten::mm", ("float32",), 960, "backward", (CallSite(MODEL, line_of("self.qkv(x)"), "forward", 960),), "native"),
         OpUse(
             "aten::split.Tensor",
             ("float32",),
             24,
             "forward",
-            (CallSite(MODEL, 73, "forward", 24),),
+            (CallSite(MODEL, line_of(".split(C, dim=2)"), "forward", 24),),
             "cpu_fallback",
             note="no eager kernel: boxed CPU fallback",
             source="fixture",
@@ -30,7 +38,7 @@ def example_trace(pre_release: bool = True) -> TraceResult:
             ("float32",),
             24,
             "forward",
-            (CallSite(MODEL, 83, "forward", 24),),
+            (CallSite(MODEL, line_of("F.scaled_dot_product_attention("), "forward", 24),),
             "cpu_fallback",
             note="no eager kernel",
             source="fixture",
@@ -40,7 +48,7 @@ def example_trace(pre_release: bool = True) -> TraceResult:
             ("float32",),
             24,
             "backward",
-            (CallSite(MODEL, 83, "forward", 24),),
+            (CallSite(MODEL, line_of("F.scaled_dot_product_attention("), "forward", 24),),
             "unsupported",
             note="not registered",
             source="fixture",
@@ -50,7 +58,7 @@ def example_trace(pre_release: bool = True) -> TraceResult:
             ("float64",),
             1,
             "forward",
-            (CallSite(MODEL, 154, "eval_nll", 1),),
+            (CallSite(MODEL, line_of("F.log_softmax(logits.double()"), "eval_nll", 1),),
             "unknown",
         ),
         OpUse(

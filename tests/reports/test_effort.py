@@ -23,7 +23,7 @@ from neuron_migrate.reports.effort import (
     merge_ops,
     settings_from_config,
 )
-from tests.reports.fixtures import MODEL, example_trace, finding
+from tests.reports.fixtures import MODEL, example_trace, finding, line_of
 
 DEFAULT = EffortSettings()
 
@@ -98,7 +98,7 @@ def test_ops_items_fold_phases_and_skip_native_ops():
     assert (unknown.bucket, unknown.likely, unknown.source) == (
         "unknown-op",
         weights("unknown-op")[1],
-        f"{MODEL}:154",
+        f"{MODEL}:{line_of('F.log_softmax(logits.double()')}",
     )
     assert by_op["aten::_scaled_dot_product_efficient_attention_backward"].bucket == "unsupported-op"
     no_site = by_op["aten::_foreach_add_.Scalar"]
@@ -109,7 +109,7 @@ def test_merging_traces_adds_counts_and_call_sites():
     trace = example_trace()
     merged = merge_ops([trace, trace])
     split = next(u for u in merged if u.op == "aten::split.Tensor")
-    assert split.count == 48 and split.call_sites == (CallSite(MODEL, 73, "forward", 48),)
+    assert split.count == 48 and split.call_sites == (CallSite(MODEL, line_of(".split(C, dim=2)"), "forward", 48),)
     assert len(merged) == len(trace.ops)
 
 

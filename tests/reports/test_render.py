@@ -23,7 +23,7 @@ from neuron_migrate.reports.render import (
     render_report_sarif,
 )
 from tests.migrate.sarif_check import sarif_problems
-from tests.reports.fixtures import MODEL, example_trace, finding
+from tests.reports.fixtures import MODEL, example_trace, finding, line_of
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -67,7 +67,8 @@ def test_sarif_is_valid_and_locates_ops_at_call_sites(example_report):
     sites = {
         (r["properties"]["op"], r["locations"][0]["physicalLocation"]["region"]["startLine"]) for r in ops
     }
-    assert ("aten::split.Tensor", 73) in sites and ("aten::_log_softmax", 154) in sites
+    split, log_softmax = line_of(".split(C, dim=2)"), line_of("F.log_softmax(logits.double()")
+    assert ("aten::split.Tensor", split) in sites and ("aten::_log_softmax", log_softmax) in sites
     assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == MODEL for r in ops)
     assert {r["ruleId"] for r in ops} == {"NM-OP-CPU-FALLBACK", "NM-OP-UNSUPPORTED", "NM-OP-UNKNOWN"}
     findings = [r for r in results if not r["ruleId"].startswith("NM-OP-")]
