@@ -24,7 +24,7 @@ demo: $(VENV)/.installed
 	@echo "Open report.html for the effort estimate; \`$(NM) fix examples/cuda_project\` shows the rewrites."
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 docs: $(VENV)/.installed
 	$(NM) rules --format md > docs/rules.md
