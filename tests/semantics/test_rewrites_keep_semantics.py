@@ -29,15 +29,8 @@ pytestmark = pytest.mark.xdist_group("semantics")
 CRASH_ON_CPU = {"ddp_trainer", "benchmark"}
 STEPS = {"ddp_trainer": 5, "amp_trainer": 4, "benchmark": 5, "string_device": 4}
 
-# Limits of any rewrite, documented where the rule says so: each marks only the case it breaks.
-EVENT_TIMING_ON_CPU = Gap(
-    "CUDA event timing has no CPU equivalent: NM406 rewrites `torch.cuda.Event(enable_timing=True)` to "
-    "`torch.Event(enable_timing=True)` (same behaviour on CUDA, works on neuron; the original raised on CPU at "
-    "construction), but `record()` raises 'cpu backend doesn't support events.' without an accelerator. The "
-    "rule's docs say event timing still needs an accelerator; making it CPU-safe means restructuring the timing.",
-    "cpu backend doesn't support events",
-)
-RUN_GAPS = {"benchmark": EVENT_TIMING_ON_CPU}
+# Documented gaps (rule, input, output, why), each marking only the case it breaks: none today.
+RUN_GAPS: dict[str, Gap] = {}
 
 
 def _cases(gaps: dict[str, Gap]) -> list:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import libcst as cst
 
 from neuron_migrate.migrate.context import PendingFinding
-from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args
+from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 _TARGETS = {
@@ -31,6 +31,8 @@ _MESSAGES = {
 _STREAM_MAKERS = {"torch.Stream", "torch.accelerator.current_stream"} | {
     f"torch.cuda{sub}.{name}" for sub in ("", ".streams") for name in ("Stream", "ExternalStream")
 } | {"torch.cuda.current_stream", "torch.cuda.default_stream"}
+#: event methods that raise without an accelerator -> the value they stand for there (None: statements only)
+_EVENT_METHODS = {"record": None, "wait": None, "synchronize": None, "elapsed_time": 'float("nan")'}
 # positional parameters of the CUDA constructors that are keyword-only in torch.Stream / torch.Event
 _KEYWORDS = {"Stream": ("device", "priority"), "Event": ("enable_timing", "blocking", "interprocess")}
 
@@ -63,7 +65,11 @@ class CudaStreamEvent(QualifiedNameRule):
     Safe for calls: on CUDA each replacement does the same (positional `priority` and event flags become
     keywords, as `torch.Stream` / `torch.Event` require). Without an accelerator the CUDA versions raised,
     except `torch.cuda.stream(None)`; `torch.Stream()` works there (a CPU stream, `with` is a no-op) and
-    `torch.Event()` is created but raises on `record()`, so event timing still needs an accelerator.
+    `torch.Event()` is created but raises on `record()`: where every assignment of a name in the file is a
+    CUDA event, the fix also guards that name's `record()`, `wait()` and `synchronize()` statements with
+    `torch.accelerator.is_available()` and makes `elapsed_time()` NaN without an accelerator (the timing
+    code then runs on a CPU-only machine; on CUDA and `neuron` nothing changes). Events used any other way
+    keep the plain constructor fix, and their timing still needs an accelerator.
     `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
     stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Bare references get an
     unsafe fix (positional arguments, subclasses and `partial` keywords differ), `default_stream` and
@@ -101,6 +107,21 @@ class CudaStreamEvent(QualifiedNameRule):
             "def run(s=None):\n    with s:\n        pass\n",
         ),
         Invalid(
+            "import torch\nstart = torch.cuda.Event(enable_timing=True)\nend = torch.cuda.Event(True)\n"
+            "start.record()\nrun()\nend.record()\nms = start.elapsed_time(end)\n",
+            "import torch\nstart = torch.Event(enable_timing=True)\nend = torch.Event(enable_timing=True)\n"
+            "if torch.accelerator.is_available():\n    start.record()\nrun()\n"
+            "if torch.accelerator.is_available():\n    end.record()\n"
+            "ms = (start.elapsed_time(end) if torch.accelerator.is_available() else float(\"nan\"))\n",
+            count=2,
+        ),
+        Invalid(
+            "import torch\ndone = torch.cuda.Event()\ndone.record()\ndef f(done):\n    done = queue.get()\n"
+            "    done.wait()\n",
+            "import torch\ndone = torch.Event()\ndone.record()\ndef f(done):\n    done = queue.get()\n"
+            "    done.wait()\n",
+        ),
+        Invalid(
             "import functools, torch\nenter = functools.partial(torch.cuda.stream, s)\n",
         ),
         Invalid(
@@ -114,6 +135,20 @@ class CudaStreamEvent(QualifiedNameRule):
         super().__init__(ctx)
         self.assigned: dict[str, list[cst.BaseExpression]] = {}
         self.stream_contexts: list[tuple[PendingFinding, FixSpec, cst.BaseExpression]] = []
+        self.events: list[tuple[PendingFinding, FixSpec, cst.Call]] = []
+        self.event_method_fixes: dict[str, list[Replacement | None]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """Remember `name.record()` & co with the guarded rewrite they need if `name` is a CUDA event."""
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                and func.attr.value in _EVENT_METHODS):
+            return
+        spec = guarded_fix(self, node, self.ctx.code(node), "", _EVENT_METHODS[func.attr.value])
+        replacement = spec.replacements[0] if spec is not None else None
+        if replacement is not None and replacement.text == self.ctx.code(node):
+            return  # already under an availability guard
+        self.event_method_fixes.setdefault(func.value.value, []).append(replacement)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -172,13 +207,31 @@ class CudaStreamEvent(QualifiedNameRule):
         pending = self.ctx.pending[-1]
         if call is not None and name.endswith(".stream") and pending.fix is not None:
             self.stream_contexts.append((pending, pending.fix, call.args[0].value))
+        if call is not None and name.endswith(".Event") and pending.fix is not None:
+            self.events.append((pending, pending.fix, call))
 
     def finish(self) -> None:
-        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream."""
+        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream; guard event timing."""
         for pending, fix, argument in self.stream_contexts:
             values = [argument] if isinstance(argument, cst.Call) else self.assigned.get(self.ctx.code(argument), [])
             if values and all(self._makes_stream(v) for v in values):
                 pending.fix = replace(fix, safety="safe")
+        for pending, fix, call in self.events:
+            guards = self._event_guards(call)
+            if guards:
+                pending.fix = replace(fix, title=f"{fix.title}; its timing calls run only with an accelerator",
+                                      replacements=fix.replacements + guards)
+
+    def _event_guards(self, call: cst.Call) -> tuple[Replacement, ...]:
+        """The guarded method calls of the name `call` is assigned to, if that name only ever holds events."""
+        names = [name for name, values in self.assigned.items() if any(v is call for v in values)]
+        if len(names) != 1 or not names[0].isidentifier():
+            return ()
+        values = self.assigned[names[0]]
+        if not all(isinstance(v, cst.Call) and (self.ctx.call_name(v) or "").endswith("cuda.Event") for v in values):
+            return ()
+        guards = self.event_method_fixes.get(names[0], [])
+        return () if None in guards else tuple(guards)
 
     def _makes_stream(self, value: cst.BaseExpression) -> bool:
         return isinstance(value, cst.Call) and self.ctx.call_name(value) in _STREAM_MAKERS
