@@ -1,8 +1,8 @@
 """The fleet's resumable cache: one JSON file per traced architecture, so a rerun only traces what changed.
 
 An entry's key is a hash of everything its result depends on: model type, task, mode (inference / train),
-device, the exact tiny-config keyword arguments (TINY + the overrides tables + fleet overrides, so editing an
-override re-traces that model), the transformers, torch and torch-neuronx versions, the opdb snapshot version and
+device, the exact tiny-config keyword arguments (TINY + `opdb/hf_overrides.json`, so editing an override
+re-traces that model), the transformers, torch and torch-neuronx versions, the opdb snapshot version and
 content digest, and the neuron-migrate version (plus a digest of the tracer and fleet sources). The architecture
 list of a task is cached per transformers version, so a fully cached rerun starts no Python with torch at all.
 

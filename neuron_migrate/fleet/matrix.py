@@ -174,7 +174,7 @@ def reproduce(record: dict[str, Any], inference: bool) -> str:
     if inference:
         flags.append("--inference")
     rest = sorted(set(extra) - set(scalars))  # --hf-config has no spelling for lists
-    return "neuron-migrate trace " + " ".join(flags) + (f" (+ fleet overrides {', '.join(rest)})" if rest else "")
+    return "neuron-migrate trace " + " ".join(flags) + (f" (+ config values {', '.join(rest)}, which --hf-config cannot spell)" if rest else "")
 
 
 def arch_result(record: dict[str, Any], inference: bool) -> ArchResult:

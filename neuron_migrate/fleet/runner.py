@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +76,6 @@ class FleetRun:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # model_type -> record
     traced: int = 0
     from_cache: int = 0
-
-
-@lru_cache(maxsize=1)
-def fleet_overrides() -> dict[str, dict[str, Any]]:
-    """Fleet-only tiny-config overrides (`fleet/overrides.json`), applied like `trace --hf-config`."""
-    text = (resources.files("neuron_migrate.fleet") / "overrides.json").read_text(encoding="utf-8")
-    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 
 def _version(name: str) -> str | None:
@@ -226,9 +219,8 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
             on_plan(archs)
         jobs = []
         for arch in archs:
-            overrides = fleet_overrides().get(arch.model_type, {})
             key = entry_key({"model_type": arch.model_type, "task": arch.task, "mode": options.mode,
-                             "device": options.device, "config": hf_config_kwargs(arch.model_type, overrides),
+                             "device": options.device, "config": hf_config_kwargs(arch.model_type, {}),
                              "opdb": [snapshot.version, digest], **versions})
             cached = None if options.refresh else cache.get(key)
             if cached and cached.get("outcome") == "memory" and cached.get("max_memory_mb") != options.max_memory_mb:
@@ -240,7 +232,7 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
                     on_record(run.records[arch.model_type])
                 continue
             jobs.append({"key": key, "model_type": arch.model_type, "task": arch.task,
-                         "architecture": arch.architecture, "hf_config": overrides})
+                         "architecture": arch.architecture, "hf_config": {}})
         if jobs:
             server = server or Server()
             _ready(server)

@@ -12,7 +12,7 @@ Target forms (`TargetSpec.parse`):
   optimizer step; only the forward with `--inference`. Model construction is not recorded.
 - `path/to/script.py` (plus its own arguments after `--`) — run as `__main__`; the whole run is recorded.
 - `--hf MODEL_TYPE` — a random-weight transformers model built from `AutoConfig.for_model` with tiny sizes
-  (`TINY` plus `HF_OVERRIDES[model_type]`, then `--hf-config`), no downloads.
+  (`TINY` plus `HF_OVERRIDES[model_type]` from `hf_overrides.json`, then `--hf-config`), no downloads.
 
 This module is imported by the CLI (parsing only) and by the child process (building and running).
 """
@@ -22,9 +22,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import json
 import re
 import sys
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +38,15 @@ TINY: dict[str, Any] = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     vocab_size=256, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
 )
-HF_OVERRIDES: dict[str, dict[str, Any]] = {
-    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=128),
-    "gpt_neox": dict(num_key_value_heads=None),
-    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
-    "falcon": dict(new_decoder_architecture=False),
-    "opt": dict(ffn_dim=128, word_embed_proj_dim=64),
-    "bloom": dict(n_layer=2, n_head=4),
-    "t5": dict(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_decoder_layers=2, num_heads=4,
-               decoder_start_token_id=0),
-    "gemma2": dict(sliding_window=64),
-}
+
+
+def _load_hf_overrides() -> dict[str, dict[str, Any]]:
+    """Per-model_type tiny-config overrides: data in `opdb/hf_overrides.json`, shared by `trace` and `fleet`."""
+    text = (resources.files("neuron_migrate.opdb") / "hf_overrides.json").read_text(encoding="utf-8")
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+HF_OVERRIDES: dict[str, dict[str, Any]] = _load_hf_overrides()
 HF_BATCH = (2, 16)  # token ids per step: batch x sequence length
 
 _FUNC_RE = re.compile(r"^(?P<mod>[\w.]+|.+\.py):(?P<func>[A-Za-z_]\w*)$")
