@@ -74,8 +74,10 @@ class Rule:
     message: ClassVar[str] = ""
     severity: ClassVar[Severity] = "warning"
     fix_safety: ClassVar[FixSafety] = "none"
-    #: byte strings of which a file must contain at least one for this rule to be able to fire (pre-filter)
-    triggers: ClassVar[tuple[bytes, ...]] = ()
+    #: pre-filter: a file must contain at least one of these to be able to hold a finding; a tuple entry
+    #: matches only when the file contains all of its byte strings. Every use of a `torch.cuda` name spells
+    #: `cuda` somewhere (the attribute chain or the import), so `b"cuda"` serves the rules for those names.
+    triggers: ClassVar[tuple[bytes | tuple[bytes, ...], ...]] = ()
     #: reported by the scanner from the file itself (no visitor, no examples)
     file_level: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()

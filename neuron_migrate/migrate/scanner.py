@@ -109,7 +109,10 @@ def _triggered(rule: type[Rule], data: bytes) -> bool:
     """Whether a file can hold a finding of `rule` (file-level rules are reported by the scanner itself)."""
     if rule.file_level:
         return False
-    return not rule.triggers or any(trigger in data for trigger in rule.triggers)
+    return not rule.triggers or any(
+        all(part in data for part in trigger) if isinstance(trigger, tuple) else trigger in data
+        for trigger in rule.triggers
+    )
 
 
 def _run(work: list, jobs: int, progress: Callable[[int, int], None] | None) -> list[list[Finding]]:

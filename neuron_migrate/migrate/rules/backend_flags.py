@@ -164,7 +164,7 @@ class CudaBackendFlags(_BackendFlagRule):
     message = _CUDA_OTHER
     severity = "warning"
     fix_safety = "safe"
-    triggers = (b"backends",)
+    triggers = ((b"cuda", b"backends"),)
     NAMES = {"torch.backends.cuda.*": None}
     VALID = (
         "import torch\ntorch.set_float32_matmul_precision('high')\n",

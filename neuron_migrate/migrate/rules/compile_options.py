@@ -60,7 +60,7 @@ class CompileCudaMode(Rule):
     message = "`mode={mode}` is a CUDA/Inductor tuning mode; the neuron backend supports only the default mode"
     severity = "warning"
     fix_safety = "unsafe"
-    triggers = (b"compile",)
+    triggers = ((b"compile", b"mode"),)
     VALID = (
         "import torch\nm = torch.compile(model)\n",
         "import torch\nm = torch.compile(model, mode='default')\n",
@@ -117,7 +117,7 @@ class CompileDynamic(Rule):
     message = "`dynamic=True` is rejected by the neuron backend: compile for fixed shapes (pad or bucket inputs)"
     severity = "warning"
     fix_safety = "unsafe"
-    triggers = (b"dynamic",)
+    triggers = ((b"compile", b"dynamic"),)
     VALID = (
         "import torch\nm = torch.compile(model, dynamic=False)\n",
         "import torch\nm = torch.compile(model)\n",
@@ -170,7 +170,7 @@ class CompileInductorOptions(QualifiedNameRule):
     message = "`{name}` configures Inductor, which the neuron backend does not use: remove it or keep it for CUDA"
     severity = "warning"
     fix_safety = "none"
-    triggers = (b"_inductor", b"options")
+    triggers = (b"_inductor", (b"compile", b"options"))
     NAMES = {"torch._inductor.config.*": None}
     VALID = (
         "import torch\nm = torch.compile(model, options={'model_name': 'gpt'})\n",

@@ -41,7 +41,7 @@ class CudaGraphs(QualifiedNameRule):
                "use `torch.compile(model)` (backend \"neuron\")")
     severity = "error"
     fix_safety = "none"
-    triggers = (b"graph", b"Graph")
+    triggers = ((b"cuda", b"graph"), (b"cuda", b"Graph"))
     NAMES = {f"torch.cuda{sub}.{name}": None for sub in ("", ".graphs") for name in _GRAPH_API}
     VALID = (
         "import torch\ncompiled = torch.compile(model)\n",

@@ -180,7 +180,7 @@ class DdpDeviceIds(Rule):
                "accelerator is present")
     severity = "warning"
     fix_safety = "unsafe"
-    triggers = (b"device_ids", b"output_device")
+    triggers = (b"DistributedDataParallel",)
     NAMES = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
     VALID = (
         "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n",

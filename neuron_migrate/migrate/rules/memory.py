@@ -47,7 +47,7 @@ class CudaEmptyCache(QualifiedNameRule):
     message = "`torch.cuda.empty_cache()` frees CUDA memory only: use `torch.accelerator.empty_cache()`"
     severity = "warning"
     fix_safety = "safe"
-    triggers = (b"empty_cache",)
+    triggers = ((b"cuda", b"empty_cache"),)
     NAMES = _both_spellings({"torch.cuda.empty_cache": "torch.accelerator.empty_cache"})
     VALID = (
         "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.empty_cache()\n",
@@ -140,7 +140,7 @@ class CudaMemoryStats(QualifiedNameRule):
     message = "`{name}` reports CUDA memory only: use the `torch.accelerator` memory API"
     severity = "warning"
     fix_safety = "safe"
-    triggers = (b"memory", b"mem_get_info")
+    triggers = ((b"cuda", b"mem"),)
     NAMES = {name: (entry[0] if entry else None) for name, entry in _MEMORY.items()}
     VALID = (
         "import torch\npeak = torch.accelerator.max_memory_allocated()\n",

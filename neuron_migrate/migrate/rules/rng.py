@@ -56,7 +56,7 @@ class CudaManualSeed(QualifiedNameRule):
     message = "`{short}` seeds CUDA only: use `torch.manual_seed`, which seeds every device"
     severity = "warning"
     fix_safety = "safe"
-    triggers = (b"manual_seed",)
+    triggers = ((b"cuda", b"manual_seed"),)
     NAMES = _with_random_spelling({
         "torch.cuda.manual_seed": "torch.manual_seed",
         "torch.cuda.manual_seed_all": "torch.manual_seed",
@@ -178,7 +178,7 @@ class CudaRngState(QualifiedNameRule):
     message = "`{short}` covers CUDA only: use the accelerator's device module (`torch.get_device_module`)"
     severity = "warning"
     fix_safety = "safe"
-    triggers = (b"rng_state",)
+    triggers = ((b"cuda", b"rng_state"),)
     NAMES = _with_random_spelling({
         "torch.cuda.get_rng_state": f"{_DEVICE_MODULE}.get_rng_state",
         "torch.cuda.set_rng_state": f"{_DEVICE_MODULE}.set_rng_state",

@@ -81,7 +81,7 @@ class CudaStreamEvent(QualifiedNameRule):
     message = "CUDA streams and events are CUDA-only: use `torch.Stream` / `torch.Event` / `torch.accelerator`"
     severity = "error"
     fix_safety = "safe"
-    triggers = (b"stream", b"Stream", b"Event")
+    triggers = ((b"cuda", b"stream"), (b"cuda", b"Stream"), (b"cuda", b"Event"))
     NAMES = {f"torch.cuda{sub}.{short}": target for short, target in _TARGETS.items()
              for sub in ("", ".streams") if sub == "" or short in ("Stream", "Event")}
     VALID = (

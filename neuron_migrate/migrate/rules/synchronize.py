@@ -38,7 +38,7 @@ class CudaSynchronize(QualifiedNameRule):
     message = "`torch.cuda.synchronize()` waits for CUDA only: use `torch.accelerator.synchronize()`"
     severity = "error"
     fix_safety = "safe"
-    triggers = (b"synchronize",)
+    triggers = ((b"cuda", b"synchronize"),)
     NAMES = {"torch.cuda.synchronize": "torch.accelerator.synchronize"}
     VALID = (
         "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n",
