@@ -1,8 +1,8 @@
 """Run every selected rule over one source text in a single libcst traversal and return its findings.
 
 The traversal dispatches each node to the rules that have a `visit_<NodeType>` method for it, so forty rules
-cost one walk. Positions (libcst's `PositionProvider`, a second code-generation pass) are computed only when a
-rule reported something. This function never raises for bad input: a parse error becomes an NM901 finding.
+cost one walk. Positions are computed only when a rule reported something, and only for the top-level
+statements that hold its nodes (`positions.py`). This function never raises for bad input: a parse error becomes an NM901 finding.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from neuron_migrate.migrate.context import FileContext, PendingFinding
 from neuron_migrate.migrate.patterns import QualifiedNameRule
+from neuron_migrate.migrate.positions import StatementPositions
 from neuron_migrate.migrate.rule import Rule
 from neuron_migrate.model import Edit, Finding, Fix
 
@@ -40,6 +41,8 @@ class _Dispatcher(cst.CSTVisitor):
     def __init__(self, ctx: FileContext, rules: list[Rule]) -> None:
         super().__init__()
         self.ctx = ctx
+        self.top_of: dict[int, int] = {}  # id(node) -> index of its top-level statement
+        self.top = -1
         self.visits: dict[str, list[Callable]] = defaultdict(list)
         self.leaves: dict[str, list[Callable]] = defaultdict(list)
         # rules that flag qualified names share one resolution per reference instead of one per rule
@@ -63,6 +66,9 @@ class _Dispatcher(cst.CSTVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         ctx = self.ctx
         ctx.stack.append(node)
+        if len(ctx.stack) == 2:
+            self.top += 1
+        self.top_of[id(node)] = self.top
         kind = type(node)
         if kind in _IMPORTS:
             if len(ctx.scopes._stack) > 1:
@@ -173,17 +179,20 @@ def _suppressed(code: str, codes: set[str] | None | bool) -> bool:
 
 
 def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
-                   bound_modules: frozenset[str] = frozenset()) -> list[Finding]:
-    """Findings of `rules` in a parsed module (positions relative to the module's text)."""
+                   bound_modules: frozenset[str] = frozenset(), source: str | None = None) -> list[Finding]:
+    """Findings of `rules` in a parsed module (positions relative to the module's text, `source` when the
+    caller has it: regenerating it from the tree costs a pass over the whole file)."""
     ctx = FileContext(module, path, bound_modules)
     instances = [rule(ctx) for rule in rules]
-    _walk(module, _Dispatcher(ctx, instances))
+    dispatcher = _Dispatcher(ctx, instances)
+    _walk(module, dispatcher)
     for instance in instances:
         instance.finish()
     if not ctx.pending:
         return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    lines = module.code.splitlines()
+    source = module.code if source is None else source
+    positions = StatementPositions(module, source, dispatcher.top_of)
+    lines = source.splitlines()
     per_line, whole_file = suppressions(lines)
     findings = []
     seen: set[tuple] = set()
@@ -200,7 +209,7 @@ def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
     return findings
 
 
-def _finding(pending: PendingFinding, positions: dict, lines: list[str], ctx: FileContext) -> Finding:
+def _finding(pending: PendingFinding, positions: StatementPositions, lines: list[str], ctx: FileContext) -> Finding:
     rule = pending.rule
     where: CodeRange = positions[pending.node]
     fix = None
@@ -231,7 +240,7 @@ def _edit(where: CodeRange, text: str) -> Edit:
     return Edit(where.start.line, where.start.column, where.end.line, where.end.column, text)
 
 
-def _import_edit(name: str, ctx: FileContext, positions: dict) -> Edit | None:
+def _import_edit(name: str, ctx: FileContext, positions: StatementPositions) -> Edit | None:
     """An edit adding `import name` after the docstring and `__future__` imports, unless already imported."""
     if ctx.module_binds(name):
         return None

@@ -152,7 +152,7 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...]) -> list[Findin
         return _internal(rules, "NM901", rel, f"cannot parse: {type(err).__name__}")
     try:
         findings = analyze_module(module, rel, [rules[code] for code in codes if code in rules],
-                                  text.bound_modules)
+                                  text.bound_modules, source=text.text)
     except Exception as err:  # a rule bug must not lose the rest of the run
         return _internal(rules, "NM903", rel, f"analysis failed: {type(err).__name__}: {err}")
     if text.cells is not None:
