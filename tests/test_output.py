@@ -46,3 +46,18 @@ def test_command_line_mistakes_exit_2_without_a_traceback(run_cli, args):
     assert proc.returncode == 2, proc.stderr
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
     assert args[1] in proc.stderr
+
+
+def test_new_file_gets_the_usual_mode_and_a_replaced_file_keeps_its_own(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "report.html"
+        write_output("x", fresh)
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        kept = tmp_path / "shared.json"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        write_output("new", kept)
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    finally:
+        os.umask(mask)

@@ -26,11 +26,19 @@ def write_output(text: str, output: Path | None) -> None:
     folder = output.absolute().parent
     if not folder.is_dir():
         raise UsageError(f"--output {output}: folder {folder} does not exist; create it or pick another path")
+    mode = output.stat().st_mode & 0o7777 if output.is_file() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{output.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
             out.write(text)
+        os.chmod(tmp, mode)  # mkstemp makes 0600: keep a replaced file's mode, give a new one the usual one
         os.replace(tmp, output)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"--output {output}: cannot write ({err.strerror})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
