@@ -7,6 +7,10 @@ from collections.abc import Iterable
 from neuron_migrate.model import Edit
 
 
+#: the line a rewrite puts before a statement that must only run with an accelerator (see patterns.guarded_fix)
+AVAILABILITY_GUARD = "if torch.accelerator.is_available():"
+
+
 class OverlappingEdits(ValueError):
     """Two edits touch the same text; the caller drops the later fix and leaves it for a person."""
 
@@ -33,7 +37,7 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]):
         if next_start < end:
             raise OverlappingEdits(f"edits overlap at offset {next_start}")
-    for start, end, replacement in reversed(spans):
+    for start, end, replacement in reversed(_join_adjacent_guards(text, spans)):
         text = text[:start] + replacement + text[end:]
     return text
 
@@ -55,6 +59,27 @@ def _whole_line_deletion(text: str, start: int, end: int, replacement: str) -> t
     if rest.strip():  # a trailing comment stays, at the statement's indentation
         return start, end + len(rest) - len(rest.lstrip(" \t")), replacement
     return line_start, line_end, replacement
+
+
+def _join_adjacent_guards(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Statements guarded one after the other share one `if`: the later ones lose their own guard line.
+
+    Only edits that each turn a whole statement into a guarded block are joined, and only when nothing but a
+    line break and the indentation separates them (no comment, no other statement).
+    """
+    joined = list(spans)
+    for index in range(1, len(spans)):
+        (previous_start, previous_end, previous), (start, end, replacement) = spans[index - 1], spans[index]
+        between = text[previous_end:start]
+        head, _, body = replacement.partition("\n")
+        if not (previous.startswith(AVAILABILITY_GUARD + "\n") and head == AVAILABILITY_GUARD and body
+                and "\n" not in body and between.count("\n") == 1 and not between.strip()):
+            continue
+        indent = between.rpartition("\n")[2]
+        previous_indent = text[text.rfind("\n", 0, previous_start) + 1:previous_start]
+        if previous_indent == indent and body.startswith(indent):  # same block, not the line after a dedent
+            joined[index] = (start, end, body[len(indent):])
+    return joined
 
 
 def compatible(accepted: list[Edit], candidate: Iterable[Edit], text: str) -> bool:

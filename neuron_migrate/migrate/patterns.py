@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.edits import AVAILABILITY_GUARD
 from neuron_migrate.migrate.rule import FixSpec, Replacement, Rule
 
 #: the one device expression the rewrites use: an accelerator when there is one, else the CPU
@@ -196,7 +197,7 @@ def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value
     if under_availability_guard(ctx):
         return FixSpec(title, (Replacement(call, new_call),), imports=("torch",))
     if is_expression_statement(ctx, call) is not None:
-        block = f"if torch.accelerator.is_available():\n{indentation(ctx)}{ctx.module.default_indent}{new_call}"
+        block = f"{AVAILABILITY_GUARD}\n{indentation(ctx)}{ctx.module.default_indent}{new_call}"
         return FixSpec(f"{title}, guarded by `torch.accelerator.is_available()`", (Replacement(call, block),),
                        imports=("torch",))
     if cpu_value is None:

@@ -142,3 +142,20 @@ def test_deleted_statements_leave_no_blank_or_indented_lines():
     assert apply_edits(text, [Edit(2, 4, 3, 0, "")]) == "def f():\n    b = 2  # why\n    c = 3\n"
     assert apply_edits("x = 1\ny = 2", [Edit(2, 0, 2, 5, "")]) == "x = 1\n"
     assert apply_edits("f(a, b)\n", [Edit(1, 2, 1, 5, "")]) == "f(b)\n"  # not a whole line: only the span
+
+
+def test_statements_guarded_one_after_another_share_one_guard():
+    from neuron_migrate.migrate.fixer import fix_text
+    from tests.migrate.helpers import findings
+
+    source = ("import torch\ndef f(a):\n    torch.cuda.empty_cache()\n    torch.cuda.synchronize()\n"
+              "    if a:\n        torch.cuda.synchronize()\n    torch.cuda.synchronize()  # why\n"
+              "    torch.cuda.synchronize()\n")
+    after = fix_text(source, findings(source, ("NM401", "NM402"))).text
+    assert after == (
+        "import torch\ndef f(a):\n    if torch.accelerator.is_available():\n        torch.accelerator.empty_cache()\n"
+        "        torch.accelerator.synchronize()\n    if a:\n        if torch.accelerator.is_available():\n"
+        "            torch.accelerator.synchronize()\n"
+        "    if torch.accelerator.is_available():\n        torch.accelerator.synchronize()  # why\n"
+        "    if torch.accelerator.is_available():\n        torch.accelerator.synchronize()\n"
+    )
