@@ -43,7 +43,17 @@ device.install()
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-runpy.run_path(script, run_name="__main__")
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as done:
+    code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    if done.code is not None and not isinstance(done.code, int):
+        print(done.code, file=sys.stderr)
+else:
+    code = 0
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)  # skip teardown, as the trace child does: torch can abort there after the stand-in ran autograd
 """
 
 
