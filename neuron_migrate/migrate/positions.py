@@ -22,6 +22,7 @@ class StatementPositions:
 
     def __init__(self, module: cst.Module, source: str, top_of: dict[int, int]) -> None:
         self.module = module
+        self.source = source
         self.lines = source.splitlines(keepends=True)
         self.top_of = top_of  # id(node) -> index of its top-level statement in module.body
         self.resolved: dict[cst.CSTNode, CodeRange] = {}
@@ -53,7 +54,7 @@ class StatementPositions:
         alone = self.module.with_changes(body=[statement], header=[], footer=[])
         text = alone.code
         shift = first_line - 1 - len(getattr(statement, "leading_lines", ()))
-        if shift < 0 or "".join(self.lines[shift:shift + text.count("\n") + 1]).find(text) != 0:
+        if shift < 0 or not "".join(self.lines[shift:shift + text.count("\n") + 1]).startswith(text):
             return False
         for node, where in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
             self.resolved[node] = CodeRange(CodePosition(where.start.line + shift, where.start.column),
@@ -63,7 +64,7 @@ class StatementPositions:
     def _first_line(self, index: int) -> int | None:
         """The first line of top-level statement `index` (its first decorator, for a decorated definition)."""
         if self.first_lines is None:
-            self.first_lines = _first_lines(self.module, "".join(self.lines)) or []
+            self.first_lines = _first_lines(self.module, self.source) or []
         return self.first_lines[index] if index < len(self.first_lines) else None
 
 
