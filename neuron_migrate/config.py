@@ -34,7 +34,7 @@ class Config:
     ignore: tuple[str, ...] = ()
     respect_gitignore: bool = True
     jobs: int = 0
-    target_torch: str = "2.9"
+    target_torch: tuple[int, int] = (2, 9)
     opdb: str | None = None
     effort: dict[str, Any] = field(default_factory=dict)
     check: dict[str, Any] = field(default_factory=dict)
@@ -87,4 +87,12 @@ def _parse(table: dict[str, Any], path: Path) -> Config:
             if not isinstance(table[key], kind) or (kind is int and isinstance(table[key], bool)):
                 raise ConfigError(f"{where}: {key} must be a {kind.__name__}, got {table[key]!r}")
             values[key.replace("-", "_")] = table[key]
+    if "target_torch" in values:
+        from neuron_migrate.migrate.api_versions import parse_version
+
+        version = parse_version(values["target_torch"])
+        if version is None or version < (2, 7):
+            raise ConfigError(f"{where}: target-torch {values['target_torch']!r} is not a torch version the fixes "
+                              "can target; use \"2.7\" or newer (e.g. \"2.9\")")
+        values["target_torch"] = version
     return Config(**values)

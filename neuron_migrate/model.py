@@ -59,7 +59,6 @@ class Finding:
 
     `cell` is the 1-based code-cell number for notebooks (lines are then relative to the cell). `guard` names
     the CUDA-only condition the code already sits under (e.g. `torch.cuda.is_available()`), if any.
-    `fixable` says whether the rule can rewrite it, and how safely, even when no `fix` is attached.
     """
 
     code: str
@@ -72,10 +71,14 @@ class Finding:
     end_col: int
     message: str
     source: str = ""
-    fixable: FixSafety = "none"
     fix: Fix | None = None
     cell: int | None = None
     guard: str | None = None
+
+    @property
+    def fix_safety(self) -> FixSafety:
+        """How safely `fix` can rewrite this finding: its fix's safety, "none" without one."""
+        return self.fix.safety if self.fix is not None else "none"
 
     @property
     def location(self) -> str:

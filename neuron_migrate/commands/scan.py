@@ -20,13 +20,14 @@ from neuron_migrate.reports.scan_text import render_scan_text
 FORMATS = ("text", "json", "sarif", "github")
 
 
-def run_scan(
+def scan_options(
     paths: list[Path], select: list[str] | None = None, ignore: list[str] | None = None,
     include: list[str] | None = None, exclude: list[str] | None = None, jobs: int | None = None,
     root: Path | None = None, no_cache: bool = False, cache_dir: Path | None = None,
-    no_gitignore: bool = False, config_file: Path | None = None, progress: bool = False,
-) -> ScanResult:
-    """Merge flags with `[tool.neuron-migrate]` and scan; shared by `scan`, `fix`, `report` and `check`."""
+    no_gitignore: bool = False, config_file: Path | None = None,
+) -> ScanOptions:
+    """Flags merged with `[tool.neuron-migrate]`: the one place `scan`, `fix`, `report` and `check` build
+    their file selection and rule set."""
     paths = paths or [Path(".")]
     config = config_for(paths, config_file)
     selection = Selection(
@@ -34,7 +35,7 @@ def run_scan(
         exclude=config.exclude + tuple(exclude or ()),
         respect_gitignore=config.respect_gitignore and not no_gitignore,
     )
-    options = ScanOptions(
+    return ScanOptions(
         paths=tuple(paths),
         root=scan_root(paths, root),
         select=split_codes(select) or config.select,
@@ -42,22 +43,28 @@ def run_scan(
         selection=selection,
         jobs=jobs if jobs is not None else config.jobs,
         cache_dir=None if no_cache else (cache_dir or Path(".neuron-migrate-cache")),
+        target_torch=config.target_torch,
     )
-    if progress and is_tty():
-        return _scan_with_progress(options)
-    return scan(options)
 
 
-def _scan_with_progress(options: ScanOptions) -> ScanResult:
+def run_scan(paths: list[Path], *args, progress: bool = False, **kwargs) -> ScanResult:
+    """Scan with flags merged with the config (see `scan_options`)."""
+    return with_progress(scan, scan_options(paths, *args, **kwargs), "scanning", progress)
+
+
+def with_progress(function, options: ScanOptions, label: str, progress: bool):
+    """`function(options, progress=...)` with a progress bar on a terminal."""
+    if not (progress and is_tty()):
+        return function(options)
     from rich.progress import Progress
 
     with Progress(transient=True, console=stderr_console()) as bar:
-        task = bar.add_task("scanning", total=None)
+        task = bar.add_task(label, total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return scan(options, progress=update)
+        return function(options, progress=update)
 
 
 def scan_command(
@@ -83,6 +90,7 @@ def scan_command(
         raise UsageError(f"--jobs {jobs}: must be 0 (one per CPU) or more")
     result = run_scan(paths, select, ignore, include, exclude, jobs, root, no_cache, cache_dir, no_gitignore,
                       config_file, progress=True)
+    actionable = [f for f in result.findings if f.severity != "info"]
     console = stderr_console()
     if output_format == "text":
         if output is not None:
@@ -100,7 +108,8 @@ def scan_command(
                     "github": lambda r: render_github(r.findings)}[output_format](result)
         write_output(rendered, output)
         console.print(f"{len(result.findings)} findings in {result.files_scanned} files.")
-    raise typer.Exit(EXIT_FINDINGS if result.findings and not exit_zero else EXIT_OK)
+    # information findings ("no change needed") never fail a run
+    raise typer.Exit(EXIT_FINDINGS if actionable and not exit_zero else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:

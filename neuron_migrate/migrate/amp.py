@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import under_availability_guard
+from neuron_migrate.migrate.fixes import AVAILABLE
+from neuron_migrate.migrate.guards import accelerator_certain
 
-AVAILABLE = "torch.accelerator.is_available()"
 #: CUDA autocast's default dtype; kept explicit because the default differs per device (cpu: bfloat16)
 CUDA_AUTOCAST_DTYPE = "torch.float16"
 
@@ -59,7 +59,7 @@ def is_literal(node: cst.BaseExpression | None, value: str) -> bool:
 
 def enabled_value(ctx, node: cst.BaseExpression | None) -> str | None:
     """The `enabled=` text that keeps a CUDA-only amp object off without an accelerator (None: omit it)."""
-    if under_availability_guard(ctx):
+    if accelerator_certain(ctx):
         return None if node is None else ctx.code(node)
     if node is None or is_literal(node, "True"):
         return AVAILABLE

@@ -1,8 +1,10 @@
 """Run every selected rule over one source text in a single libcst traversal and return its findings.
 
 The traversal dispatches each node to the rules that have a `visit_<NodeType>` method for it, so forty rules
-cost one walk. Positions are computed only when a rule reported something, and only for the top-level
-statements that hold its nodes (`positions.py`). This function never raises for bad input: a parse error becomes an NM901 finding.
+cost one walk; the same walk fills the file's bindings index (`bindings.py`) that rules and the guard analysis
+query. After it: deferred rule checks, each rule's `finish`, then `settle` (fixes withdrawn where CUDA-only code
+must stay, or in old-torch fallbacks) and the device naming, then positions, computed only when a rule
+reported something, and only for the top-level statements that hold its nodes (`positions.py`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from neuron_migrate.migrate.context import FileContext, PendingFinding
+from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.positions import StatementPositions
 from neuron_migrate.migrate.rule import Rule
-from neuron_migrate.model import Edit, Finding, Fix
+from neuron_migrate.migrate.settle import settle
+from neuron_migrate.migrate.records import finding_of
+from neuron_migrate.model import Finding
 
 _SUPPRESS = re.compile(r"#\s*neuron-migrate:\s*ignore(?!-file)(?:\[([A-Za-z0-9_,\s]+)\])?")
 _SUPPRESS_FILE = re.compile(r"#\s*neuron-migrate:\s*ignore-file(?:\[([A-Za-z0-9_,\s]+)\])?")
@@ -43,6 +48,7 @@ class _Dispatcher(cst.CSTVisitor):
         self.ctx = ctx
         self.top_of: dict[int, int] = {}  # id(node) -> index of its top-level statement
         self.top = -1
+        self.scope_nodes: list[cst.CSTNode] = [ctx.module]
         self.visits: dict[str, list[Callable]] = defaultdict(list)
         self.leaves: dict[str, list[Callable]] = defaultdict(list)
         # rules that flag qualified names share one resolution per reference instead of one per rule
@@ -71,12 +77,18 @@ class _Dispatcher(cst.CSTVisitor):
         self.top_of[id(node)] = self.top
         kind = type(node)
         if kind in _IMPORTS:
-            if len(ctx.scopes._stack) > 1:
+            if ctx.scopes.depth > 1:
                 ctx.scopes.bind_import(node)
         elif kind in _SCOPES:
             ctx.scopes.push()
-        elif kind in _REFERENCES and self.heads:
-            self._dispatch_reference(node)
+            self.scope_nodes.append(node)
+            if kind is not cst.ClassDef:
+                ctx.bindings.record_params(node)
+        elif kind in _REFERENCES:
+            if self.heads:
+                self._dispatch_reference(node)
+        elif kind in _BINDERS:
+            self._bind(node, kind)
         handlers = self.visits.get(kind.__name__)
         if handlers:
             for handler in handlers:
@@ -96,6 +108,33 @@ class _Dispatcher(cst.CSTVisitor):
             if qualified.startswith(prefix):
                 rule.use(node, name)
 
+    def _bind(self, node: cst.CSTNode, kind: type) -> None:
+        """Record what `node` binds in the bindings index (with the statement and block that hold it)."""
+        bindings, scope = self.ctx.bindings, self.scope_nodes[-1]
+        if kind is cst.Call:
+            if node.args:
+                self.ctx.calls.append((node, self.ctx.call_name(node)))
+                func = node.func
+                if isinstance(func, cst.Attribute) and func.attr.value in ("add_argument", "add_option"):
+                    statement, block = _statement_and_block(self.ctx.stack)
+                    bindings.record_option(node, statement, block, scope)
+            return
+        statement, block = _statement_and_block(self.ctx.stack)
+        if kind is cst.Assign:
+            bindings.record_assign([t.target for t in node.targets], node.value, "assign", statement, block, scope)
+        elif kind is cst.AnnAssign:
+            if node.value is not None:
+                bindings.record_assign([node.target], node.value, "assign", statement, block, scope)
+        elif kind is cst.AugAssign:
+            bindings.record_assign([node.target], None, "augassign", statement, block, scope)
+        elif kind is cst.NamedExpr:
+            bindings.record_assign([node.target], node.value, "assign", statement, block, scope)
+        elif kind is cst.For:
+            bindings.record_assign([node.target], None, "loop", statement, block, scope)
+        elif kind is cst.WithItem:
+            if node.asname is not None:
+                bindings.record_assign([node.asname.name], node.item, "with", statement, block, scope)
+
     def on_leave(self, original_node: cst.CSTNode) -> None:
         handlers = self.leaves.get(type(original_node).__name__)
         if handlers:
@@ -103,7 +142,17 @@ class _Dispatcher(cst.CSTVisitor):
                 handler(original_node)
         if type(original_node) in _SCOPES:
             self.ctx.scopes.pop()
+            self.scope_nodes.pop()
         self.ctx.stack.pop()
+
+
+def _statement_and_block(stack: list[cst.CSTNode]) -> tuple[cst.CSTNode | None, cst.CSTNode | None]:
+    """The statement holding the visited node and the block (module, indented block, one-line suite) it is in."""
+    for index in range(len(stack) - 2, -1, -1):
+        block = stack[index]
+        if isinstance(block, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)):
+            return stack[index + 1], block
+    return None, None
 
 
 def _concrete(*bases: type) -> frozenset[type]:
@@ -127,6 +176,7 @@ _NODE_TYPES = _concrete(cst.CSTNode) - _FORMATTING
 _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
 _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})
+_BINDERS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.WithItem, cst.Call})
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -179,13 +229,15 @@ def _suppressed(code: str, codes: set[str] | None | bool) -> bool:
 
 
 def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
-                   bound_modules: frozenset[str] = frozenset(), source: str | None = None) -> list[Finding]:
+                   bound_modules: frozenset[str] = frozenset(), source: str | None = None,
+                   style: FixStyle = FixStyle()) -> list[Finding]:
     """Findings of `rules` in a parsed module (positions relative to the module's text, `source` when the
     caller has it: regenerating it from the tree costs a pass over the whole file)."""
     ctx = FileContext(module, path, bound_modules)
     instances = [rule(ctx) for rule in rules]
     dispatcher = _Dispatcher(ctx, instances)
     _walk(module, dispatcher)
+    ctx.run_deferred()
     for instance in instances:
         instance.finish()
     if not ctx.pending:
@@ -193,11 +245,12 @@ def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
     source = module.code if source is None else source
     positions = StatementPositions(module, source, dispatcher.top_of)
     lines = source.splitlines()
+    settle(ctx, positions, lines, style)
     per_line, whole_file = suppressions(lines)
     findings = []
     seen: set[tuple] = set()
     for pending in ctx.pending:
-        finding = _finding(pending, positions, lines, ctx)
+        finding = finding_of(pending, positions, lines, ctx, style)
         key = (finding.code, finding.line, finding.col, finding.end_line, finding.end_col)
         if key in seen or _suppressed(finding.code, whole_file):
             continue
@@ -207,54 +260,6 @@ def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
         findings.append(finding)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return findings
-
-
-def _finding(pending: PendingFinding, positions: StatementPositions, lines: list[str], ctx: FileContext) -> Finding:
-    rule = pending.rule
-    where: CodeRange = positions[pending.node]
-    fix = None
-    if pending.fix is not None:
-        edits = [
-            _edit(positions[r.node], r.text) for r in pending.fix.replacements
-        ] + [edit for name in pending.fix.imports if (edit := _import_edit(name, ctx, positions)) is not None]
-        fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
-    line = where.start.line
-    return Finding(
-        code=rule.code,
-        severity=rule.severity,
-        category=rule.category(),
-        path=ctx.path,
-        line=line,
-        col=where.start.column,
-        end_line=where.end.line,
-        end_col=where.end.column,
-        message=pending.message,
-        source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
-        fixable=rule.fix_safety,
-        fix=fix,
-        guard=pending.guard,
-    )
-
-
-def _edit(where: CodeRange, text: str) -> Edit:
-    return Edit(where.start.line, where.start.column, where.end.line, where.end.column, text)
-
-
-def _import_edit(name: str, ctx: FileContext, positions: StatementPositions) -> Edit | None:
-    """An edit adding `import name` after the docstring and `__future__` imports, unless already imported."""
-    if ctx.module_binds(name):
-        return None
-    body = ctx.module.body
-    line = positions[body[0]].start.line if body else 1
-    for index, stmt in enumerate(body):
-        first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else None
-        is_doc = index == 0 and isinstance(first, cst.Expr) and isinstance(
-            first.value, (cst.SimpleString, cst.ConcatenatedString))
-        is_future = isinstance(first, cst.ImportFrom) and getattr(first.module, "value", None) == "__future__"
-        if not (is_doc or is_future):
-            break
-        line = positions[stmt].end.line + 1
-    return Edit(line, 0, line, 0, f"import {name}\n")
 
 
 def parse(source: str) -> cst.Module:

@@ -1,27 +1,39 @@
-"""What a rule sees of the file it is checking: names, ancestors, source text, and where to report."""
+"""What a rule sees of the file it is checking: names, ancestors, bindings, source text, and where to report.
+
+The analyzer's single walk keeps `stack` (the ancestors of the node being visited), the import scopes and the
+bindings index up to date. A rule that needs facts the walk has not reached yet (a name assigned further down,
+a device slot later in the file) calls `defer`: its callback runs after the walk with `stack` set back to what
+it was, so `parent`, `ancestor` and the guard analysis answer as they would have during the visit.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 
+from neuron_migrate.migrate.bindings import Bindings
+from neuron_migrate.migrate.fixes import FixSpec
 from neuron_migrate.migrate.names import Scopes
-
-if TYPE_CHECKING:
-    from neuron_migrate.migrate.rule import FixSpec, Rule
 
 
 @dataclass
 class PendingFinding:
-    """A finding whose positions are resolved after the traversal (only files with findings pay for that)."""
+    """A finding whose positions are resolved after the traversal (only files with findings pay for that).
 
-    rule: "Rule"
+    `stack` is the node's ancestry at report time (for scopes, guards and "is this inside that region");
+    `note` is appended to the message when the fix is withdrawn after the walk."""
+
+    rule: Any
     node: cst.CSTNode
     message: str
-    fix: "FixSpec | None"
+    fix: FixSpec | None
     guard: str | None
+    stack: tuple[cst.CSTNode, ...] = ()
+    region: tuple[cst.CSTNode, ...] = ()  # the code this finding's check guards (its fix waits for it)
+    notes: list[str] = field(default_factory=list)
 
 
 class FileContext:
@@ -32,8 +44,11 @@ class FileContext:
         self.path = path
         self.bound_modules = bound_modules
         self.scopes = Scopes(module)
+        self.bindings = Bindings()
         self.stack: list[cst.CSTNode] = []
         self.pending: list[PendingFinding] = []
+        self.deferred: list[tuple[Callable[[], None], list[cst.CSTNode]]] = []
+        self.calls: list[tuple[cst.Call, str | None]] = []  # calls with arguments, with their callee's name
 
     # --- names -------------------------------------------------------------------------------------------
 
@@ -49,7 +64,7 @@ class FileContext:
         """Whether the module's top-level imports bind `name` to the module of that name (e.g. `torch`)."""
         if name in self.bound_modules:
             return True
-        return self.scopes.resolve_name(name) == name and name in self.scopes._stack[0]
+        return self.scopes.resolve_name(name) == name and name in self.scopes.module_table
 
     # --- tree --------------------------------------------------------------------------------------------
 
@@ -79,7 +94,22 @@ class FileContext:
                     return test
         return None
 
-    # --- reporting ---------------------------------------------------------------------------------------
+    # --- deferring and reporting ---------------------------------------------------------------------------
 
-    def add(self, rule: "Rule", node: cst.CSTNode, message: str, fix: "FixSpec | None") -> None:
-        self.pending.append(PendingFinding(rule, node, message, fix, self.guard()))
+    def defer(self, callback: Callable[[], None]) -> None:
+        """Run `callback` after the walk, with the stack as it is now."""
+        self.deferred.append((callback, list(self.stack)))
+
+    def run_deferred(self) -> None:
+        walk_stack = self.stack
+        for callback, stack in self.deferred:
+            self.stack = stack
+            callback()
+        self.stack = walk_stack
+        self.deferred.clear()
+
+    def add(self, rule: Any, node: cst.CSTNode, message: str, fix: FixSpec | None,
+            region: tuple[cst.CSTNode, ...] = ()) -> PendingFinding:
+        pending = PendingFinding(rule, node, message, fix, self.guard(), tuple(self.stack), region)
+        self.pending.append(pending)
+        return pending

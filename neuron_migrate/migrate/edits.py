@@ -6,9 +6,7 @@ from collections.abc import Iterable
 
 from neuron_migrate.model import Edit
 
-
-#: the line a rewrite puts before a statement that must only run with an accelerator (see patterns.guarded_fix)
-AVAILABILITY_GUARD = "if torch.accelerator.is_available():"
+from neuron_migrate.migrate.fixes import AVAILABILITY_GUARD
 
 
 class OverlappingEdits(ValueError):
@@ -33,13 +31,20 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
         return min(starts[line - 1] + col, len(text))
 
     spans = sorted({_whole_line_deletion(text, offset(e.line, e.col), offset(e.end_line, e.end_col), e.text)
-                    for e in edits})
+                    for e in edits}, key=_order)
     for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]):
         if next_start < end:
             raise OverlappingEdits(f"edits overlap at offset {next_start}")
     for start, end, replacement in reversed(_join_adjacent_guards(text, spans)):
         text = text[:start] + replacement + text[end:]
     return text
+
+
+def _order(span: tuple[int, int, str]) -> tuple[int, int, int, str]:
+    """Position order; of several insertions at one place, import statements come first (what follows may
+    use them)."""
+    start, end, text = span
+    return start, end, 0 if text.lstrip("\n").startswith(("import ", "from ")) else 1, text
 
 
 def _whole_line_deletion(text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
@@ -89,3 +94,25 @@ def compatible(accepted: list[Edit], candidate: Iterable[Edit], text: str) -> bo
     except OverlappingEdits:
         return False
     return True
+
+
+def drop_repeats(before: str, after: str) -> str:
+    """`after` without the statement lines a fix turned into a copy of the line right above them
+    (`torch.manual_seed(s)` twice): a call statement repeated verbatim at the same indentation."""
+    from neuron_migrate.migrate.layout import changed_lines
+
+    lines = after.splitlines(keepends=True)
+    drop = set()
+    for number in changed_lines(before, after):
+        index = number - 1
+        line = lines[index].rstrip("\r\n")
+        previous = index - 1
+        while previous >= 0 and previous in drop:
+            previous -= 1
+        if previous < 0 or not line.strip() or lines[previous].rstrip("\r\n") != line:
+            continue
+        body = line.strip()
+        if body.endswith(")") and "(" in body and "=" not in body.split("(", 1)[0] and not body.startswith(
+                ("return", "yield", "if ", "while ", "for ", "with ", "del ", "raise")):
+            drop.add(index)
+    return "".join(line for i, line in enumerate(lines) if i not in drop)

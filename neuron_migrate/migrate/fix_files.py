@@ -10,16 +10,19 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import stat
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from neuron_migrate.migrate.cache import content_hash
+from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixer import fix_text
-from neuron_migrate.migrate.scanner import scan_text
+from neuron_migrate.migrate.fixes import FixStyle
+from neuron_migrate.migrate.rule import select_rules
+from neuron_migrate.migrate.scanner import ScanOptions, plan, run_tasks, scan_text
 from neuron_migrate.migrate.sources import SourceFile, SourceText, decode, notebook_cells, read_bytes
-from neuron_migrate.model import Edit, Finding
+from neuron_migrate.model import FileError, Finding
 
 MAX_PASSES = 4
 
@@ -35,6 +38,7 @@ class FileFix:
     applied: list[Finding] = field(default_factory=list)
     left: list[tuple[Finding, str]] = field(default_factory=list)
     error: str | None = None
+    skipped: list[str] = field(default_factory=list)  # parts not fixed, and why (notebook cells)
 
     def diff(self) -> str:
         """A unified diff `git apply` takes (a/ b/ prefixes, paths relative to the scan root)."""
@@ -55,7 +59,7 @@ def _display(data: bytes, rel: str) -> str:
     return data.decode("utf-8-sig" if rel.endswith(".ipynb") else "utf-8", errors="surrogateescape")
 
 
-def fix_file(source: SourceFile, codes: tuple[str, ...], unsafe: bool) -> FileFix:
+def fix_file(source: SourceFile, codes: tuple[str, ...], style: FixStyle) -> FileFix:
     """Compute the fixed content of one file; never raises."""
     data = read_bytes(source)
     if not isinstance(data, bytes):
@@ -63,22 +67,45 @@ def fix_file(source: SourceFile, codes: tuple[str, ...], unsafe: bool) -> FileFi
     result = FileFix(source.rel, source.path, data)
     try:
         if source.kind == "notebook":
-            _fix_notebook(result, codes, unsafe)
+            _fix_notebook(result, codes, style)
         else:
-            _fix_python(result, codes, unsafe)
+            _fix_python(result, codes, style)
     except Exception as err:  # a bug in a fix must not lose the other files
         result.new, result.error = None, f"fix failed: {type(err).__name__}: {err}"
     return result
 
 
-def fix_until_stable(text: str, rel: str, codes: tuple[str, ...], unsafe: bool,
-            bound: frozenset[str] = frozenset()):
+def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]:
+    """`fix` on every selected file, through the scan's pipeline: files no rule can match, and files whose
+    cached scan found nothing, are not parsed; the rest are fixed in the process pool."""
+    rules = select_rules(options.select, options.ignore)
+    cache = ScanCache(options.cache_dir, f"{','.join(rules)};torch {options.target_torch}")
+    errors: list[FileError] = []
+    fixes: list[FileFix] = []
+    tasks = []
+    for item in plan(options, rules, cache, errors):
+        if item.source.kind == "kernel":
+            continue
+        if item.findings is not None and not item.findings:
+            continue  # nothing to fix: no rule can match, or the cached scan found nothing
+        if item.findings is not None and all(f.code.startswith("NM9") for f in item.findings):
+            fixes.append(FileFix(item.source.rel, item.source.path, b"", error=item.findings[0].message))
+            continue
+        codes = item.active or tuple(rules)
+        tasks.append((item.source, codes, replace(item.style, unsafe=unsafe)))
+    cache.save()
+    fixes.extend(run_tasks(fix_file, tasks, options.jobs, progress))
+    return sorted(fixes, key=lambda f: f.rel)
+
+
+def fix_until_stable(text: str, rel: str, codes: tuple[str, ...], style: FixStyle,
+                     bound: frozenset[str] = frozenset(), path: Path | None = None):
     """Fix, rescan, fix again until a pass changes nothing; returns (text, applied, left)."""
     applied: list[Finding] = []
     left: list[tuple[Finding, str]] = []
     for _ in range(MAX_PASSES):
-        found = scan_text(rel, SourceText(text, bound_modules=bound), codes)
-        outcome = fix_text(text, found, unsafe=unsafe)
+        found = scan_text(rel, SourceText(text, bound_modules=bound), codes, style)
+        outcome = fix_text(text, found, unsafe=style.unsafe, layout=style.layout, path=path)
         applied.extend(outcome.applied)
         left = outcome.left
         if outcome.text == text:
@@ -87,7 +114,7 @@ def fix_until_stable(text: str, rel: str, codes: tuple[str, ...], unsafe: bool,
     return text, applied, left
 
 
-def _fix_python(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
+def _fix_python(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> None:
     decoded = decode(SourceFile(result.path, result.rel), result.original)
     if not isinstance(decoded, SourceText):
         result.error = decoded.reason
@@ -95,7 +122,7 @@ def _fix_python(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
     bom = result.original.startswith(b"\xef\xbb\xbf")
     crlf = b"\r\n" in result.original
     text = decoded.text.replace("\r\n", "\n") if crlf else decoded.text
-    new_text, result.applied, result.left = fix_until_stable(text, result.rel, codes, unsafe)
+    new_text, result.applied, result.left = fix_until_stable(text, result.rel, codes, style, path=result.path)
     if new_text == text:
         return
     if crlf:
@@ -110,21 +137,58 @@ def _fix_python(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
     result.new = (b"\xef\xbb\xbf" if bom and not encoded.startswith(b"\xef\xbb\xbf") else b"") + encoded
 
 
-def _fix_notebook(result: FileFix, codes: tuple[str, ...], unsafe: bool) -> None:
+#: IPython lines that are not Python: `%magic`, `!shell`, `x?` help, and `files = !ls` / `x = %time f()`
+_MAGIC_LINE = re.compile(r"^\s*([%!]|\?|[\w.]+\?\s*$|\w+\s*=\s*[%!])")
+
+
+def mask_magics(cell: str) -> tuple[str, list[str]]:
+    """The cell with each IPython magic line replaced by a placeholder statement at its indentation (so the
+    cell parses and line numbers stay), and the original lines in order."""
+    lines = cell.split("\n")
+    originals = []
+    for index, line in enumerate(lines):
+        if _MAGIC_LINE.match(line):
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[index] = f"{indent}{_placeholder(len(originals))}"
+            originals.append(line)
+    return "\n".join(lines), originals
+
+
+def unmask_magics(cell: str, originals: list[str]) -> str | None:
+    """The masked cell with its magic lines back; None when a fix touched one (the cell is left as it was)."""
+    lines = cell.split("\n")
+    found = 0
+    for index, line in enumerate(lines):
+        if line.strip() == _placeholder(found) and found < len(originals):
+            lines[index] = originals[found]
+            found += 1
+    return "\n".join(lines) if found == len(originals) else None
+
+
+def _placeholder(number: int) -> str:
+    return f"__neuron_migrate_magic_{number}__"
+
+
+def _fix_notebook(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> None:
     cells = notebook_cells(result.original)
     new_cells = list(cells)
     bound: set[str] = set()
     for index, cell_text in enumerate(cells):
-        bound |= _imported_modules(cell_text)
-        if not cell_text.strip() or cell_text.lstrip().startswith("%%"):
+        masked, magics = mask_magics(cell_text)
+        bound |= _imported_modules(masked)
+        if not cell_text.strip():
             continue
-        # a cell is fixed on its own; IPython magic lines are left alone (they are not Python)
-        if any(line.lstrip().startswith(("%", "!")) for line in cell_text.split("\n")):
+        if cell_text.lstrip().startswith("%%"):
+            result.skipped.append(f"cell {index + 1}: a `%%` cell magic, not Python")
             continue
-        new_text, applied, left = fix_until_stable(cell_text, result.rel, codes, unsafe, frozenset(bound))
+        new_text, applied, left = fix_until_stable(masked, result.rel, codes, style, frozenset(bound))
+        restored = unmask_magics(new_text, magics)
+        if restored is None:
+            result.skipped.append(f"cell {index + 1}: a fix would move an IPython magic line")
+            continue
         result.applied += [_in_cell(f, index + 1) for f in applied]
         result.left += [(_in_cell(f, index + 1), why) for f, why in left]
-        new_cells[index] = new_text
+        new_cells[index] = restored
     if new_cells != cells:
         result.new = _write_cells(result.original, new_cells)
 
@@ -135,9 +199,8 @@ def _imported_modules(cell_text: str) -> set[str]:
 
     from neuron_migrate.migrate.names import import_bindings
 
-    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell_text.split("\n"))
     try:
-        module = cst.parse_module(code)
+        module = cst.parse_module(cell_text)
     except cst.ParserSyntaxError:
         return set()
     found: set[str] = set()
@@ -198,7 +261,3 @@ def write_fixed(fix: FileFix) -> str | None:
             Path(tmp).unlink(missing_ok=True)
         return f"cannot write ({err.strerror})"
     return None
-
-
-def edits_in_cell(edits: tuple[Edit, ...], cell: int) -> list[Edit]:
-    return [e for e in edits if e.cell == cell]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
-from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits
+from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits, drop_repeats
+from neuron_migrate.migrate.layout import Layout, reflow
 from neuron_migrate.migrate.names import import_bindings
 from neuron_migrate.model import Edit, Finding
 
@@ -22,8 +24,11 @@ class FixOutcome:
     left: list[tuple[Finding, str]] = field(default_factory=list)
 
 
-def fix_text(text: str, findings: list[Finding], unsafe: bool = False) -> FixOutcome:
-    """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text."""
+def fix_text(text: str, findings: list[Finding], unsafe: bool = False, layout: Layout = Layout(),
+             path: Path | None = None) -> FixOutcome:
+    """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text, then
+    drop statements the fixes made repeat their neighbour and wrap the lines they made too long (`layout`;
+    `path` lets the project's formatter find its configuration)."""
     outcome = FixOutcome(text)
     accepted: list[Edit] = []
     for finding in findings:
@@ -41,6 +46,7 @@ def fix_text(text: str, findings: list[Finding], unsafe: bool = False) -> FixOut
     if not accepted:
         return outcome
     new_text = remove_unused_imports(text, apply_edits(text, accepted))
+    new_text = reflow(text, drop_repeats(text, new_text), layout, path)
     try:
         cst.parse_module(new_text)
     except cst.ParserSyntaxError as err:  # a bug in a rule's fix: keep the file as it was
@@ -53,7 +59,7 @@ def fix_text(text: str, findings: list[Finding], unsafe: bool = False) -> FixOut
 
 def _why_not(finding: Finding, unsafe: bool) -> str:
     if finding.fix is None:
-        return "no automatic fix" if finding.fixable == "none" else "fix needs a person here"
+        return "no automatic fix"
     if finding.fix.safety == "unsafe" and not unsafe:
         return "unsafe fix: review it, then rerun with --unsafe-fixes"
     if finding.fix.safety == "none":

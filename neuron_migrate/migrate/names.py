@@ -81,6 +81,20 @@ class Scopes:
                     pending.extend(stmt.orelse.body.body)
         return table
 
+    @property
+    def module_table(self) -> dict[str, str]:
+        """The module's own import table (local name -> qualified name)."""
+        return self._stack[0]
+
+    @property
+    def depth(self) -> int:
+        """1 at module level, one more per enclosing function or class."""
+        return len(self._stack)
+
+    def imports(self, name: str) -> bool:
+        """Whether an import in any enclosing scope binds `name`."""
+        return any(name in table for table in self._stack)
+
     def push(self) -> None:
         self._stack.append({})
 

@@ -1,4 +1,4 @@
-"""Building blocks rules share: CUDA device strings, qualified-name matching, statements and indentation.
+"""Building blocks rules share: qualified-name matching, call arguments, statements and guarded calls.
 
 `QualifiedNameRule` is the base of every rule that flags uses of a CUDA API by qualified name; a mapping
 table (data, not if-chains) says what each name becomes and the rule builds the fix from it.
@@ -11,64 +11,9 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.edits import AVAILABILITY_GUARD
-from neuron_migrate.migrate.rule import FixSpec, Replacement, Rule
-
-#: the one device expression the rewrites use: an accelerator when there is one, else the CPU
-DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
-#: the device *type* as a string ("cuda", "neuron", "cpu"), for APIs that take `device_type`
-DEVICE_TYPE_EXPR = f"({DEVICE_EXPR}).type"
-
-_CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
-_CUDA_PREFIX = re.compile(r"^cuda(:|$)")
-
-
-def string_value(node: cst.CSTNode) -> str | None:
-    """The value of a plain string literal (not bytes, not f-string), else None."""
-    if isinstance(node, cst.SimpleString):
-        prefix = node.prefix.lower()
-        if "b" in prefix:
-            return None
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    if isinstance(node, cst.ConcatenatedString):
-        left, right = string_value(node.left), string_value(node.right)
-        return left + right if left is not None and right is not None else None
-    return None
-
-
-def is_cuda_device_string(node: cst.CSTNode) -> bool:
-    """`'cuda'`, `'cuda:0'`, `f"cuda:{rank}"`, `"cuda:{}".format(rank)`, `"cuda:%d" % rank`."""
-    value = string_value(node)
-    if value is not None:
-        return bool(_CUDA_DEVICE.match(value))
-    if isinstance(node, cst.FormattedString):
-        head = node.parts[0] if node.parts else None
-        return isinstance(head, cst.FormattedStringText) and _CUDA_PREFIX.match(head.value) is not None and (
-            head.value in ("cuda", "cuda:"))
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-        value = string_value(node.func.value)
-        return value is not None and bool(re.match(r"^cuda:\{\w*\}$", value))
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-        value = string_value(node.left)
-        return value is not None and bool(re.match(r"^cuda:%[di]$", value))
-    return False
-
-
-def device_index_expr(node: cst.CSTNode, module: cst.Module) -> str | None:
-    """For `'cuda:1'` -> `'1'`; for `f"cuda:{rank}"` -> `'rank'`; None when the string names no index."""
-    value = string_value(node)
-    if value is not None:
-        return value.split(":", 1)[1] if ":" in value else None
-    if isinstance(node, cst.FormattedString) and len(node.parts) == 2:
-        part = node.parts[1]
-        if isinstance(part, cst.FormattedStringExpression) and part.format_spec is None and part.conversion is None:
-            return module.code_for_node(part.expression)
-    if isinstance(node, cst.Call) and len(node.args) == 1:
-        return module.code_for_node(node.args[0].value)
-    if isinstance(node, cst.BinaryOperation):
-        return module.code_for_node(node.right)
-    return None
+from neuron_migrate.migrate.fixes import AVAILABILITY_GUARD, AVAILABLE, FixSpec, Replacement
+from neuron_migrate.migrate.guards import accelerator_certain
+from neuron_migrate.migrate.rule import Rule
 
 
 def is_outermost_chain(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
@@ -185,16 +130,27 @@ def call_args(rule: Rule, call: cst.Call, positional: tuple[str, ...] = ()) -> s
     return None if keywords else f"({', '.join(values)})"
 
 
+def parent_of(ctx, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The parent of `node`, which is on the visited node's stack."""
+    for index in range(len(ctx.stack) - 1, 0, -1):
+        if ctx.stack[index] is node:
+            return ctx.stack[index - 1]
+    return None
+
+
 def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None) -> FixSpec | None:
     """Replace `call` by `new_call`, run only when an accelerator is available.
 
     The `torch.accelerator` versions of synchronize, empty_cache and the memory statistics raise on a machine
     without an accelerator, where the CUDA versions were no-ops or returned 0. A call that is a whole
-    statement becomes an `if` block; a call inside an expression becomes `(new if available else cpu_value)`
-    (no fix when `cpu_value` is None). Code already under a CUDA-availability guard needs no second one.
+    statement becomes an `if` block; a call inside an expression becomes `new if available else cpu_value`
+    (no fix when `cpu_value` is None). Where the guard analysis says an accelerator is certain (inside an
+    availability check, after an early exit without one, after an assert) no guard is added.
     """
+    from neuron_migrate.migrate.device_literals import fit
+
     ctx = rule.ctx
-    if under_availability_guard(ctx):
+    if accelerator_certain(ctx):
         return FixSpec(title, (Replacement(call, new_call),), imports=("torch",))
     if is_expression_statement(ctx, call) is not None:
         block = f"{AVAILABILITY_GUARD}\n{indentation(ctx)}{ctx.module.default_indent}{new_call}"
@@ -202,7 +158,7 @@ def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value
                        imports=("torch",))
     if cpu_value is None:
         return None
-    guarded = f"({new_call} if torch.accelerator.is_available() else {cpu_value})"
+    guarded = fit(f"{new_call} if {AVAILABLE} else {cpu_value}", parent_of(ctx, call))
     return FixSpec(f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),), imports=("torch",))
 
 
@@ -211,11 +167,47 @@ def guarded_call_fix(rule: Rule, call: cst.Call, name: str, target: str, cpu_val
     return guarded_fix(rule, call, f"{target}{call_args(rule, call)}", f"Replace `{name}` with `{target}`", cpu_value)
 
 
-def under_availability_guard(ctx) -> bool:
-    """Whether the visited node only runs when CUDA or any accelerator is available."""
+#: CUDA-only code no rule flags by itself (kernels and libraries called through their own names, capability
+#: queries): a check guarding it is a capability gate and stays CUDA-only
+CUDA_ONLY_CODE = re.compile(
+    r"flash_attn|flash|fused|xformers|apex|bitsandbytes|triton|cupy|nvml|cutlass|deepspeed\.ops|"
+    r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
+    r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+",
+    re.IGNORECASE)
+
+
+def check_region(ctx) -> tuple[cst.CSTNode, ...]:
+    """(test, body) of the `if` / `while` / conditional whose test holds the visited node, else ()."""
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
-        if isinstance(parent, (cst.If, cst.IfExp)) and child is parent.body:
-            test = ctx.code(parent.test)
-            if ("cuda" in test or "accelerator" in test) and ("is_available" in test or "device_count" in test):
-                return True
-    return False
+        if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
+            return (parent.test, parent.body) if child is parent.test else ()
+        if isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement, cst.SimpleStatementLine,
+                               cst.Lambda, cst.Arg)):
+            return ()
+    return ()
+
+
+def statement_cue(ctx) -> str | None:
+    """The CUDA-only code named in the statement around the visited node (`use_flash = q.is_cuda and ...`)."""
+    statement, _ = enclosing_statement(ctx)
+    match = CUDA_ONLY_CODE.search(ctx.code(statement)) if statement is not None else None
+    return match.group(0) if match else None
+
+
+def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:
+    """Delete a statement: with the `if` around it when it is all that `if` (an availability check, no
+    `else`) holds; as `pass` when it is the only statement of another block; else just its line."""
+    from neuron_migrate.migrate.guards import implies
+
+    index = next(i for i in range(len(ctx.stack) - 1, -1, -1) if ctx.stack[i] is statement)
+    block = ctx.stack[index - 1] if index > 0 else None
+    owner = ctx.stack[index - 2] if index > 1 else None
+    alone = isinstance(block, cst.IndentedBlock) and len(block.body) == 1
+    if alone and isinstance(owner, cst.If) and owner.orelse is None and implies(ctx, owner.test)[0] == "certain":
+        if index > 2 and isinstance(ctx.stack[index - 3], (cst.IndentedBlock, cst.Module)) and (
+                len(ctx.stack[index - 3].body) > 1):
+            return Replacement(owner, "")
+        return Replacement(owner, "pass")
+    if alone:
+        return Replacement(statement.body[0], "pass")
+    return Replacement(statement, "")

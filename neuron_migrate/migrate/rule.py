@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.fixes import FixSpec, Replacement
 from neuron_migrate.model import FixSafety, Severity
 
 if TYPE_CHECKING:
-    from neuron_migrate.migrate.context import FileContext
+    from neuron_migrate.migrate.context import FileContext, PendingFinding
+
+__all__ = ["FixSpec", "Invalid", "Replacement", "Rule", "RULES", "load_rules", "select_rules"]
 
 RULES: dict[str, type["Rule"]] = {}
 DOC_SECTIONS = ("What it does", "Why it matters on Trainium", "Example", "Use instead", "Fix safety")
@@ -48,24 +51,6 @@ class Invalid:
     count: int = 1
 
 
-@dataclass(frozen=True)
-class Replacement:
-    """Part of a fix: replace `node`'s source text with `text` (positions are resolved after the traversal)."""
-
-    node: cst.CSTNode
-    text: str
-
-
-@dataclass(frozen=True)
-class FixSpec:
-    """A fix before positions are known: replacements plus the imports the new code needs (`"torch"`, …)."""
-
-    title: str
-    replacements: tuple[Replacement, ...]
-    imports: tuple[str, ...] = ()
-    safety: FixSafety | None = None  # None: the rule's declared `fix_safety`
-
-
 class Rule:
     """Base class of every rule; subclasses register themselves by their `code`."""
 
@@ -80,6 +65,9 @@ class Rule:
     triggers: ClassVar[tuple[bytes | tuple[bytes, ...], ...]] = ()
     #: reported by the scanner from the file itself (no visitor, no examples)
     file_level: ClassVar[bool] = False
+    #: its findings are code that only works on CUDA: left unfixed inside a CUDA check, they keep that check
+    #: CUDA-only (False for advice that holds on any device: numerics, settings that are harmless elsewhere)
+    cuda_only: ClassVar[bool] = True
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 
@@ -98,9 +86,13 @@ class Rule:
     def category(cls) -> str:
         return CATEGORY_OF_PREFIX[cls.code[:3]]
 
-    def report(self, node: cst.CSTNode, message: str | None = None, fix: FixSpec | None = None) -> None:
-        """Record a finding at `node` (message defaults to the rule's)."""
-        self.ctx.add(self, node, message or self.message, fix)
+    def report(self, node: cst.CSTNode, message: str | None = None, fix: FixSpec | None = None,
+               region: tuple[cst.CSTNode, ...] = ()) -> "PendingFinding":
+        """Record a finding at `node` (message defaults to the rule's).
+
+        `region`: the code a CUDA check guards. Its fix (a device-agnostic test) is withdrawn after the walk
+        when CUDA-only code stays in that region, so the check keeps it on CUDA."""
+        return self.ctx.add(self, node, message or self.message, fix, region)
 
     def finish(self) -> None:
         """Called once after the traversal (for rules that decide at the end of the file)."""

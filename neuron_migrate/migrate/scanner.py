@@ -19,6 +19,8 @@ from neuron_migrate import __version__
 from neuron_migrate.errors import UsageError
 from neuron_migrate.migrate.analyzer import analyze_module
 from neuron_migrate.migrate.cache import ScanCache, content_hash
+from neuron_migrate.migrate.fixes import FixStyle
+from neuron_migrate.migrate.layout import layout_for
 from neuron_migrate.migrate.rule import Rule, load_rules, select_rules
 from neuron_migrate.migrate.sources import (
     Selection,
@@ -27,6 +29,7 @@ from neuron_migrate.migrate.sources import (
     SourceText,
     decode,
     discover,
+    local_modules,
     read_bytes,
 )
 from neuron_migrate.model import Edit, FileError, Finding, Fix, ScanResult
@@ -37,7 +40,7 @@ POOL_THRESHOLD = 24
 
 @dataclass(frozen=True)
 class ScanOptions:
-    """Everything a scan needs; built once by the CLI (or a test) and passed down."""
+    """Everything a scan (or a fix) needs; built once by the CLI (or a test) and passed down."""
 
     paths: tuple[Path, ...]
     root: Path
@@ -46,60 +49,91 @@ class ScanOptions:
     selection: Selection = field(default_factory=Selection)
     jobs: int = 0  # 0: one per CPU
     cache_dir: Path | None = None
+    target_torch: tuple[int, int] = (2, 9)
+
+
+@dataclass
+class Planned:
+    """One file after the cheap steps: read, hashed, looked up in the cache, decoded, pre-filtered.
+
+    `findings` is set when the result is known without analysis (cache hit, unreadable file, kernel source,
+    no rule can match); otherwise `text` and `active` (the rules its bytes can trigger) say what to analyse."""
+
+    source: SourceFile
+    style: FixStyle
+    key: str | None = None
+    text: SourceText | None = None
+    active: tuple[str, ...] = ()
+    findings: list[Finding] | None = None
+    cached: bool = False
+    prefiltered: bool = False
+
+
+def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
+    """How fixes in `source` are written: its project's layout, first-party modules, target torch."""
+    folder = source.path.absolute().parent
+    return FixStyle(layout=layout_for(folder), local_modules=local_modules(folder, options.root),
+                    target_torch=options.target_torch)
+
+
+def plan(options: ScanOptions, rules: dict, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
+    """The scan's front half, shared by `scan` and `fix`: every selected file, with what is known cheaply."""
+    for path in options.paths:
+        if not path.exists() and not path.is_symlink():
+            raise UsageError(f"{path}: no such file or directory; pass a file or folder to scan")
+    planned = []
+    for source in discover(list(options.paths), options.root, options.selection):
+        item = Planned(source, style_for(source, options))
+        planned.append(item)
+        if source.kind == "kernel":
+            item.findings = _kernel_findings(source, rules)
+            continue
+        data = read_bytes(source)
+        if isinstance(data, SourceProblem):
+            item.findings = _problem(source, data, rules, errors)
+            continue
+        item.key = f"{content_hash(data)}:{item.style.line_length}"
+        hit = cache.get(source.rel, item.key)
+        if hit is not None:
+            item.findings, item.cached = hit, True
+            continue
+        text = decode(source, data)  # cheap, and an undecodable file is reported whatever it contains
+        if isinstance(text, SourceProblem):
+            item.findings = _problem(source, text, rules, errors)
+            cache.put(source.rel, item.key, item.findings)
+            continue
+        item.active = tuple(code for code, rule in rules.items() if _triggered(rule, data))
+        if not item.active:
+            item.findings, item.prefiltered = [], True
+            cache.put(source.rel, item.key, [])
+            continue
+        item.text = text
+    return planned
 
 
 def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = None) -> ScanResult:
     """Scan the files under `options.paths` and return every finding, sorted by path and position."""
-    for path in options.paths:
-        if not path.exists() and not path.is_symlink():
-            raise UsageError(f"{path}: no such file or directory; pass a file or folder to scan")
     rules = select_rules(options.select, options.ignore)
-    files = discover(list(options.paths), options.root, options.selection)
-    cache = ScanCache(options.cache_dir, ",".join(rules))
-    findings: list[Finding] = []
+    cache = ScanCache(options.cache_dir, f"{','.join(rules)};torch {options.target_torch}")
     errors: list[FileError] = []
-    work: list[tuple[SourceFile, str, SourceText, tuple[str, ...]]] = []
-    skipped = cached = 0
-    for source in files:
-        if source.kind == "kernel":
-            findings.extend(_kernel_findings(source, rules))
-            continue
-        data = read_bytes(source)
-        if isinstance(data, SourceProblem):
-            findings.extend(_problem(source, data, rules, errors))
-            continue
-        digest = content_hash(data)
-        hit = cache.get(source.rel, digest)
-        if hit is not None:
-            cached += 1
-            findings.extend(hit)
-            continue
-        text = decode(source, data)  # cheap, and an undecodable file is reported whatever it contains
-        if isinstance(text, SourceProblem):
-            result = _problem(source, text, rules, errors)
-            cache.put(source.rel, digest, result)
-            findings.extend(result)
-            continue
-        active = tuple(code for code, rule in rules.items() if _triggered(rule, data))
-        if not active:
-            skipped += 1
-            cache.put(source.rel, digest, [])
-            continue
-        work.append((source, digest, text, active))
-    for (source, digest, _, _), result in zip(work, _run(work, options.jobs, progress)):
+    planned = plan(options, rules, cache, errors)
+    work = [item for item in planned if item.findings is None]
+    tasks = [(item.source.rel, item.text, item.active, item.style) for item in work]
+    for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress)):
         for finding in result:
             if finding.code in ("NM901", "NM903"):
-                errors.append(FileError(source.rel, finding.message))
-        cache.put(source.rel, digest, result)
-        findings.extend(result)
+                errors.append(FileError(item.source.rel, finding.message))
+        cache.put(item.source.rel, item.key, result)
+        item.findings = result
     cache.save()
+    findings = [f for item in planned for f in item.findings or ()]
     findings.sort(key=lambda f: (f.path, f.cell or 0, f.line, f.col, f.code))
     return ScanResult(
         root=options.root.as_posix(),
         findings=tuple(findings),
-        files_scanned=len(files),
-        files_skipped_by_prefilter=skipped,
-        files_from_cache=cached,
+        files_scanned=len(planned),
+        files_skipped_by_prefilter=sum(item.prefiltered for item in planned),
+        files_from_cache=sum(item.cached for item in planned),
         errors=tuple(errors),
         tool_version=__version__,
     )
@@ -115,30 +149,36 @@ def _triggered(rule: type[Rule], data: bytes) -> bool:
     )
 
 
-def _run(work: list, jobs: int, progress: Callable[[int, int], None] | None) -> list[list[Finding]]:
+def run_tasks(function: Callable, tasks: list[tuple], jobs: int,
+              progress: Callable[[int, int], None] | None) -> list:
+    """`function(*task)` for every task, in a process pool when there are enough of them; results in order."""
     jobs = jobs or os.cpu_count() or 1
-    tasks = [(source.rel, text, active) for source, _, text, active in work]
-    results: list[list[Finding]] = []
+    results: list = []
     if jobs == 1 or len(tasks) < POOL_THRESHOLD:
         for done, task in enumerate(tasks, start=1):
-            results.append(scan_text(*task))
+            results.append(function(*task))
             if progress:
                 progress(done, len(tasks))
         return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for done, result in enumerate(pool.map(_scan_task, tasks, chunksize=8), start=1):
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        for done, result in enumerate(pool.map(_call, [(function, task) for task in tasks], chunksize=8), start=1):
             results.append(result)
             if progress:
                 progress(done, len(tasks))
     return results
 
 
-def _scan_task(task: tuple[str, SourceText, tuple[str, ...]]) -> list[Finding]:
-    return scan_text(*task)
+def _call(job: tuple[Callable, tuple]):
+    function, task = job
+    return function(*task)
 
 
-def scan_text(rel: str, text: SourceText, codes: tuple[str, ...]) -> list[Finding]:
-    """Findings of the rules `codes` in one decoded file; never raises."""
+def _scan_task(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle) -> list[Finding]:
+    return scan_text(rel, text, codes, style)
+
+
+def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle()) -> list[Finding]:
+    """Findings of the rules `codes` in one decoded file, their fixes shaped by `style`; never raises."""
     rules = load_rules()
     try:
         module = cst.parse_module(text.text)
@@ -152,7 +192,7 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...]) -> list[Findin
         return _internal(rules, "NM901", rel, f"cannot parse: {type(err).__name__}")
     try:
         findings = analyze_module(module, rel, [rules[code] for code in codes if code in rules],
-                                  text.bound_modules, source=text.text)
+                                  text.bound_modules, source=text.text, style=style)
     except Exception as err:  # a rule bug must not lose the rest of the run
         return _internal(rules, "NM903", rel, f"analysis failed: {type(err).__name__}: {err}")
     if text.cells is not None:

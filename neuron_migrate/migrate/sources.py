@@ -14,6 +14,7 @@ import re
 import subprocess
 import tokenize
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 MAX_BYTES = 5 * 1024 * 1024
@@ -132,6 +133,23 @@ class _IgnoredSet(set):
 
     def __contains__(self, rel: object) -> bool:
         return set.__contains__(self, rel) or (isinstance(rel, str) and rel.startswith(self.dirs))
+
+
+@lru_cache(maxsize=512)
+def _modules_in(folder: Path) -> frozenset[str]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return frozenset()
+    found = {name[:-3] for name in names if name.endswith(".py")}
+    found |= {name for name in names if (folder / name / "__init__.py").is_file()}
+    return frozenset(found)
+
+
+def local_modules(folder: Path, root: Path) -> frozenset[str]:
+    """Module names that are the project's own for a file in `folder`: modules and packages next to it and at
+    the scan root (first-party imports, for placing a new import in its group)."""
+    return _modules_in(folder) | _modules_in(root.absolute())
 
 
 def read_bytes(source: SourceFile) -> bytes | SourceProblem:

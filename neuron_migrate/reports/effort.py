@@ -43,6 +43,7 @@ DEFAULT_WEIGHTS: dict[str, tuple[float, float, float, str]] = {
         "automatic fix that changes behaviour: review and test it (tens of minutes)",
     ),
     "no-equivalent": (1.0, 2.0, 6.0, "CUDA API with no automatic fix: rewrite by hand (hours)"),
+    "note": (0.0, 0.0, 0.0, "information: works on Trainium as it is, no change needed"),
     "cuda-library": (8.0, 16.0, 40.0, "CUDA-only library: move to the named replacement (days)"),
     "custom-kernel": (
         16.0,
@@ -161,7 +162,9 @@ def finding_bucket(finding: Finding, kernel_sources: bool = False) -> str:
         return "custom-kernel"
     if finding.code.startswith("NM7"):
         return "cuda-library"
-    return {"safe": "safe-fix", "unsafe": "unsafe-fix"}.get(finding.fixable, "no-equivalent")
+    if finding.severity == "info" and finding.fix is None:
+        return "note"
+    return {"safe": "safe-fix", "unsafe": "unsafe-fix"}.get(finding.fix_safety, "no-equivalent")
 
 
 def _finding_reason(finding: Finding, bucket: str) -> str:
@@ -174,6 +177,7 @@ def _finding_reason(finding: Finding, bucket: str) -> str:
         "safe-fix": "safe rewrite by `neuron-migrate fix`: review it",
         "unsafe-fix": "rewrite changes behaviour (`--unsafe-fixes`): review and test it",
         "no-equivalent": "no automatic fix: rewrite by hand",
+        "note": "information: no change needed",
         "custom-kernel": "custom kernel: port to PyTorch ops or an NKI kernel",
         "unanalysed-file": "not analysed: read the file by hand",
     }[bucket]
@@ -213,7 +217,7 @@ def estimate_findings(
                 source=finding.source.strip(),
                 help_uri=help_uri(finding.code),
                 occurrence=occurrence,
-                fixable=finding.fixable,
+                fixable=finding.fix_safety,
             )
         )
     return items

@@ -156,7 +156,7 @@ def _verdict(
 
 def _summary(findings, coverage: Coverage | None, traced: bool) -> str:
     files = len({f.path for f in findings})
-    safe = sum(f.fixable == "safe" for f in findings)
+    safe = sum(f.fix_safety == "safe" for f in findings)
     parts = [
         (
             f"{len(findings)} CUDA-specific finding{'s' * (len(findings) != 1)} in {files} file"
@@ -264,7 +264,7 @@ def _view(report: Report) -> dict:
         "op_items": op_items,
         "findings_by_file": findings_by_file,
         "file_order": [t.key for t in effort.by_file if t.key in findings_by_file],
-        "safe": sum(f.fixable == "safe" for f in report.findings),
+        "safe": sum(f.fix_safety == "safe" for f in report.findings),
         "op_docs": op_docs_url(),
         "pre_release_versions": sorted({s.opdb_version for s in report.op_sources if s.opdb_pre_release}),
         "category_chart": _category_chart(effort.by_category),

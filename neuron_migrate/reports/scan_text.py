@@ -22,7 +22,7 @@ def render_scan_text(result: ScanResult, console: Console, show_source: bool = T
         for f in group:
             where = f"cell {f.cell}, " if f.cell is not None else ""
             console.print(
-                f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  {_FIX[f.fixable]}"
+                f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  {_FIX[f.fix_safety]}"
             )
             if show_source and f.source:
                 console.print(f"      [dim]{escape(f.source)}[/]", highlight=False)
@@ -41,12 +41,12 @@ def render_scan_summary(result: ScanResult, console: Console) -> None:
         by_category = Counter(f.category for f in findings)
         for category, count in by_category.most_common():
             items = [f for f in findings if f.category == category]
-            fixable = sum(1 for f in items if f.fixable != "none")
+            fixable = sum(1 for f in items if f.fix_safety != "none")
             table.add_row(category, str(count), str(fixable), str(count - fixable), str(len({f.path for f in items})))
         console.print()
         console.print(table)
     severities = Counter(f.severity for f in findings)
-    fixable = sum(1 for f in findings if f.fixable == "safe")
+    fixable = sum(1 for f in findings if f.fix_safety == "safe")
     console.print(
         f"\n{len(findings)} findings ({severities['error']} errors, {severities['warning']} warnings, "
         f"{severities['info']} info) in {len({f.path for f in findings})} of {result.files_scanned} files; "

@@ -129,16 +129,14 @@ def test_fixed_nccl_backend_starts_a_process_group_without_cuda(backend, no_acce
     assert namespace["t"].tolist() == [1.0, 1.0]
 
 
-def test_backend_map_rewrite_gives_the_original_map_on_cuda_and_the_cpu_entry_without_an_accelerator():
-    (finding,) = findings(
-        "import torch.distributed as dist\ndist.init_process_group('cpu:gloo,cuda:nccl')\n", ("NM301",))
-    text = finding.fix.edits[0].text
-    on_cuda = text.replace("torch.accelerator.is_available()", "True").replace(
-        "torch.accelerator.current_accelerator(check_available=True)", 'torch.device("cuda")')
-    assert eval(on_cuda, {"torch": torch, "dist": dist}) == "cpu:gloo,cuda:nccl"
-    here = "cpu:gloo" if not torch.accelerator.is_available() else None
-    if here is not None:
-        assert eval(text, {"torch": torch, "dist": dist}) == here
+def test_backend_map_rewrite_gives_the_original_map_on_cuda_and_the_cpu_entry_without_an_accelerator(monkeypatch):
+    after = fixed("import torch.distributed as dist\ndist.init_process_group('cpu:gloo,cuda:nccl')\n", ("NM301",))
+    program = after.replace("dist.init_process_group(", "spec = (")
+    if not torch.accelerator.is_available():
+        assert run(program)["spec"] == "cpu:gloo"
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda"))
+    assert run(program)["spec"] == "cpu:gloo,cuda:nccl"
 
 
 def test_fixed_ddp_wraps_a_cpu_module(no_accelerator):

@@ -8,6 +8,7 @@ import textwrap
 
 import libcst as cst
 import pytest
+import torch
 
 from neuron_migrate.migrate.fixer import fix_text
 
@@ -91,19 +92,25 @@ def test_guarded_code_is_still_reported_with_its_guard():
     assert all(f.guard == "torch.cuda.is_available()" for f in got)
 
 
-def test_index_reaching_map_location_is_unsafe():
-    source = 'import torch\ndevice = f"cuda:{rank}"\nstate = torch.load("m.pt", map_location=device)\n'
+def test_index_reaching_map_location_is_kept_only_with_an_accelerator(tmp_path):
+    """`torch.load` rejects `cpu:N`: an index that reaches `map_location` must not survive on a CPU-only box."""
+    torch.save({"w": torch.ones(1)}, tmp_path / "m.pt")
+    source = (f'import torch\nrank = 0\ndevice = f"cuda:{{rank}}"\n'
+              f'state = torch.load({str(tmp_path / "m.pt")!r}, map_location=device)\n')
     (finding,) = findings(source, ("NM101",))
-    assert finding.fix.safety == "unsafe" and "map_location" in finding.message
-    assert fix_text(source, [finding]).text == source  # not applied without --unsafe-fixes
-    plain = 'import torch\ndevice = "cuda"\nstate = torch.load("m.pt", map_location=device)\n'
-    assert findings(plain, ("NM101",))[0].fix.safety == "safe"
+    assert finding.fix.safety == "safe"
+    after = fix_text(source, [finding]).text
+    assert "torch.accelerator.is_available() else \"cpu\"" in after
+    if not torch.accelerator.is_available():
+        namespace: dict = {}
+        exec(after, namespace)
+        assert namespace["device"] == "cpu" and namespace["state"]["w"].device.type == "cpu"
 
 
 def test_capability_gates_get_no_fix():
     source = ("import torch\nfused = device.type == 'cuda'\nopt = torch.optim.AdamW(p, fused=x.is_cuda)\n"
               "if x.is_cuda and torch.cuda.get_device_capability()[0] >= 8:\n    pass\n")
-    got = findings(source, CODES)
+    got = [f for f in findings(source, CODES, unsafe=True) if f.code in ("NM104", "NM105")]
     assert [f.code for f in got] == ["NM105", "NM104", "NM104"]
     assert all(f.fix is None and "CUDA-only" in f.message for f in got)
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from neuron_migrate.migrate.fix_files import fix_file, write_fixed
+from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.rule import load_rules
 from neuron_migrate.migrate.sources import SourceFile
 
@@ -18,7 +19,7 @@ ALL = tuple(load_rules())
 def fix_bytes(tmp_path: Path, data: bytes, name: str = "a.py") -> bytes | None:
     path = tmp_path / name
     path.write_bytes(data)
-    return fix_file(SourceFile(path, name), ALL, unsafe=False).new
+    return fix_file(SourceFile(path, name), ALL, FixStyle()).new
 
 
 def test_diff_by_default_writes_nothing_and_exits_1(run_cli, tmp_path):
@@ -79,7 +80,7 @@ def test_tabs_indentation_is_kept(tmp_path):
 def test_file_changed_since_read_is_refused(tmp_path):
     path = tmp_path / "a.py"
     path.write_text(SYNC)
-    fix = fix_file(SourceFile(path, "a.py"), ALL, unsafe=False)
+    fix = fix_file(SourceFile(path, "a.py"), ALL, FixStyle())
     path.write_text(SYNC + "# edited meanwhile\n")
     assert "changed on disk" in write_fixed(fix)
     assert path.read_text() == SYNC + "# edited meanwhile\n"
@@ -89,7 +90,7 @@ def test_permissions_are_kept(tmp_path):
     path = tmp_path / "a.py"
     path.write_text(SYNC)
     path.chmod(0o750)
-    assert write_fixed(fix_file(SourceFile(path, "a.py"), ALL, unsafe=False)) is None
+    assert write_fixed(fix_file(SourceFile(path, "a.py"), ALL, FixStyle())) is None
     assert path.stat().st_mode & 0o777 == 0o750 and path.read_text() == FIXED
 
 
@@ -126,7 +127,7 @@ def test_unsafe_fixes_need_the_flag(tmp_path):
     from neuron_migrate.migrate.fixer import fix_text
     from neuron_migrate.model import Edit, Finding, Fix
 
-    finding = Finding("NM999", "warning", "device", "a.py", 1, 0, 1, 1, "m", fixable="unsafe",
+    finding = Finding("NM999", "warning", "device", "a.py", 1, 0, 1, 1, "m",
                       fix=Fix("t", "unsafe", (Edit(1, 0, 1, 1, "y"),)))
     assert fix_text("x\n", [finding]).text == "x\n"
     assert fix_text("x\n", [finding], unsafe=True).text == "y\n"

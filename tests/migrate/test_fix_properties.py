@@ -1,7 +1,9 @@
 """Property tests for the codemod: generated programs mixing CUDA idioms with unrelated code.
 
 Invariants: the fixed program parses; a second fix changes nothing; no edit falls outside its finding's
-lines (except an added import); lines that carry no finding survive unchanged and in order.
+lines, except new lines inserted between statements (an import, the one binding that names the device) and
+the comment lines right above a statement a fix removes; the other lines that carry no finding survive
+unchanged and in order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from neuron_migrate.migrate.fix_files import fix_until_stable
 from neuron_migrate.migrate.fixer import fix_text
+from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.rule import load_rules
 
 from .helpers import findings
@@ -44,19 +47,27 @@ program = st.lists(st.sampled_from(IDIOMS + UNRELATED), min_size=1, max_size=6).
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(source=program, unsafe=st.booleans())
 def test_fix_invariants(source, unsafe):
-    found = findings(source)
+    found = findings(source, unsafe=unsafe)
     outcome = fix_text(source, found, unsafe=unsafe)
     after = outcome.text
     assert _parses(after)
-    final, _, _ = fix_until_stable(source, "example.py", CODES, unsafe)
+    style = FixStyle(unsafe=unsafe)
+    final, _, _ = fix_until_stable(source, "example.py", CODES, style)
     assert _parses(final)
-    assert fix_until_stable(final, "example.py", CODES, unsafe)[0] == final, "a second fix run changed something"
+    assert fix_until_stable(final, "example.py", CODES, style)[0] == final, "a second fix run changed something"
+    lines = source.splitlines()
+    removed_comments = set()
     for finding in outcome.applied:
         for edit in finding.fix.edits:
-            is_import = edit.line == edit.end_line and edit.col == edit.end_col == 0 and edit.text.startswith("import ")
-            assert is_import or finding.line <= edit.line <= edit.end_line <= finding.end_line, (finding, edit)
-    touched = {n for f in outcome.applied for n in range(f.line, f.end_line + 1)}
-    kept = [line for n, line in enumerate(source.splitlines(), start=1)
+            inserted = edit.line == edit.end_line and edit.col == edit.end_col == 0 and edit.text.endswith("\n")
+            above = edit.text == "" and all(lines[n - 1].strip().startswith("#") for n in range(
+                edit.line, finding.line))
+            if above:
+                removed_comments.update(range(edit.line, finding.line))
+            assert inserted or above or finding.line <= edit.line <= edit.end_line <= finding.end_line, (
+                finding, edit)
+    touched = {n for f in outcome.applied for n in range(f.line, f.end_line + 1)} | removed_comments
+    kept = [line for n, line in enumerate(lines, start=1)
             if n not in touched and not line.lstrip().startswith(("import ", "from "))]
     remaining = iter(after.splitlines())
     assert all(any(line == other for other in remaining) for line in kept), "an untouched line changed"

@@ -105,6 +105,5 @@ def finding(
         end_col=1,
         message=message,
         source="x = 1",
-        fixable=fixable,
         fix=fix,
     )

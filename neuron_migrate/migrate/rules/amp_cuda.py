@@ -12,7 +12,8 @@ from neuron_migrate.migrate.amp import (
     keyword_arguments,
     rebuilt_safety,
 )
-from neuron_migrate.migrate.patterns import DEVICE_TYPE_EXPR, QualifiedNameRule
+from neuron_migrate.migrate.fixes import DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 _DEV = DEVICE_TYPE_EXPR
@@ -69,36 +70,53 @@ class CudaAmpAutocast(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\nwith torch.cuda.amp.autocast():\n    y = model(x)\n",
-            f"import torch\nwith torch.amp.autocast({_DEV}, dtype=torch.float16, enabled={_ON}):\n    y = model(x)\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nwith torch.amp.autocast(device_type, dtype=torch.float16,'
+            " enabled=torch.accelerator.is_available()):\n    y = model(x)\n",
         ),
         Invalid(
             "import torch\nwith torch.cuda.amp.autocast(dtype=torch.bfloat16, enabled=args.amp):\n    pass\n",
-            f"import torch\nwith torch.amp.autocast({_DEV}, dtype=torch.bfloat16, enabled=args.amp and {_ON}):\n"
-            "    pass\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n'
+            "with torch.amp.autocast(device_type, dtype=torch.bfloat16, enabled=args.amp and"
+            " torch.accelerator.is_available()):\n    pass\n",
         ),
         Invalid(
             "import torch\n@torch.cuda.amp.autocast()\ndef forward(x):\n    return x\n",
-            f"import torch\n@torch.amp.autocast({_DEV}, dtype=torch.float16, enabled={_ON})\n"
-            "def forward(x):\n    return x\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n\n\n@torch.amp.autocast(device_type, dtype=torch.float16,'
+            " enabled=torch.accelerator.is_available())\ndef forward(x):\n    return x\n",
         ),
         Invalid(
             "from torch.cuda.amp import autocast as ac\n\n@ac(enabled=False)\ndef loss(x):\n    return x\n",
-            f"import torch\n\n@torch.amp.autocast({_DEV}, enabled=False)\ndef loss(x):\n    return x\n",
+            "import torch\n\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n\n\n@torch.amp.autocast(device_type, enabled=False)\ndef loss(x):\n'
+            "    return x\n",
         ),
         Invalid(
-            "def step(m, x):\n    from torch.cuda.amp import autocast\n    with autocast(False, torch.float16):\n"
-            "        return m(x)\n",
-            f"import torch\ndef step(m, x):\n    with torch.amp.autocast({_DEV}, dtype=torch.float16, enabled=False):\n"
+            "def step(m, x):\n    from torch.cuda.amp import autocast\n"
+            "    with autocast(False, torch.float16):\n        return m(x)\n",
+            "import torch\ndef step(m, x):\n"
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n'
+            "    with torch.amp.autocast(device_type, dtype=torch.float16, enabled=False):\n"
             "        return m(x)\n",
         ),
         Invalid(
-            "import torch\nif torch.cuda.is_available():\n    with torch.cuda.amp.autocast(cache_enabled=False):\n"
+            "import torch\nif torch.cuda.is_available():\n"
+            "    with torch.cuda.amp.autocast(cache_enabled=False):\n        pass\n",
+            "import torch\nif torch.cuda.is_available():\n"
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n'
+            "    with torch.amp.autocast(device_type, dtype=torch.float16, cache_enabled=False):\n"
             "        pass\n",
-            f"import torch\nif torch.cuda.is_available():\n    with torch.amp.autocast({_DEV}, dtype=torch.float16, "
-            "cache_enabled=False):\n        pass\n",
         ),
-        Invalid("import functools, torch\nctx = functools.partial(torch.cuda.amp.autocast, enabled=True)\n"),
-        Invalid("import torch\nwith torch.cuda.amp.autocast(**amp_kwargs):\n    pass\n"),
+        Invalid(
+            "import functools, torch\nctx = functools.partial(torch.cuda.amp.autocast, enabled=True)\n",
+        ),
+        Invalid(
+            "import torch\nwith torch.cuda.amp.autocast(**amp_kwargs):\n    pass\n",
+        ),
     )
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
@@ -109,7 +127,7 @@ class CudaAmpAutocast(QualifiedNameRule):
         overrides = {"enabled": enabled_value(self.ctx, enabled)}
         if "dtype" not in bound and not is_literal(enabled, "False"):
             overrides["dtype"] = CUDA_AUTOCAST_DTYPE
-        args = [DEVICE_TYPE_EXPR, *keyword_arguments(self.ctx, bound, self.ORDER, overrides)]
+        args = [DEVICE_TYPE, *keyword_arguments(self.ctx, bound, self.ORDER, overrides)]
         new = f"torch.amp.autocast({', '.join(args)})"
         return FixSpec("Use `torch.amp.autocast` on the current device (float16 as on CUDA, off without an "
                        "accelerator as before)", (Replacement(call, new),), imports=("torch",),
@@ -156,12 +174,16 @@ class CudaAmpGradScaler(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=args.amp)\n",
-            f"import torch\nscaler = torch.amp.GradScaler({_DEV}, enabled=args.amp and {_ON})\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nscaler = torch.amp.GradScaler(device_type, enabled=args.amp and'
+            " torch.accelerator.is_available())\n",
         ),
         Invalid(
             "from torch.cuda.amp import GradScaler\nscaler = GradScaler(2.0**10, growth_interval=100)\n",
-            f"import torch\nscaler = torch.amp.GradScaler({_DEV}, init_scale=2.0**10, growth_interval=100, "
-            f"enabled={_ON})\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nscaler = torch.amp.GradScaler(\n'
+            "    device_type, init_scale=2.0**10, growth_interval=100,"
+            " enabled=torch.accelerator.is_available()\n)\n",
         ),
         Invalid(
             "import torch\ndef train(scaler: torch.cuda.amp.GradScaler):\n"
@@ -172,7 +194,9 @@ class CudaAmpGradScaler(QualifiedNameRule):
         ),
         Invalid(
             "from torch.cuda import amp\nscaler = amp.GradScaler(enabled=not args.fp32)\n",
-            f"import torch\nscaler = torch.amp.GradScaler({_DEV}, enabled=(not args.fp32) and {_ON})\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nscaler = torch.amp.GradScaler(device_type, enabled=(not args.fp32) and'
+            " torch.accelerator.is_available())\n",
         ),
     )
 
@@ -182,7 +206,7 @@ class CudaAmpGradScaler(QualifiedNameRule):
             return FixSpec(f"Replace `{name}` with `torch.amp.GradScaler`",
                            (Replacement(node, "torch.amp.GradScaler"),), imports=("torch",))
         overrides = {"enabled": enabled_value(self.ctx, bound.get("enabled"))}
-        args = [DEVICE_TYPE_EXPR, *keyword_arguments(self.ctx, bound, self.PARAMS, overrides)]
+        args = [DEVICE_TYPE, *keyword_arguments(self.ctx, bound, self.PARAMS, overrides)]
         return FixSpec("Use `torch.amp.GradScaler` on the current device (disabled without an accelerator "
                        "as before)", (Replacement(call, f"torch.amp.GradScaler({', '.join(args)})"),),
                        imports=("torch",), safety=rebuilt_safety(call))
@@ -231,25 +255,29 @@ class CudaAmpCustomFwd(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\nclass F(torch.autograd.Function):\n    @staticmethod\n"
-            "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n        return x\n\n"
-            "    @staticmethod\n    @torch.cuda.amp.custom_bwd\n    def backward(ctx, g):\n        return g\n",
-            "import torch\nclass F(torch.autograd.Function):\n    @staticmethod\n"
-            f"    @torch.amp.custom_fwd(device_type={_DEV}, cast_inputs=torch.float32)\n"
-            "    def forward(ctx, x):\n        return x\n\n"
-            f"    @staticmethod\n    @torch.amp.custom_bwd(device_type={_DEV})\n    def backward(ctx, g):\n"
+            "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n"
+            "        return x\n\n    @staticmethod\n    @torch.cuda.amp.custom_bwd\n    def backward(ctx, g):\n"
             "        return g\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n'
+            "    @torch.amp.custom_fwd(device_type=device_type, cast_inputs=torch.float32)\n"
+            "    def forward(ctx, x):\n        return x\n\n    @staticmethod\n"
+            "    @torch.amp.custom_bwd(device_type=device_type)\n    def backward(ctx, g):\n        return g\n",
             count=2,
         ),
         Invalid(
             "from torch.cuda.amp import custom_fwd\nforward = custom_fwd(raw_forward)\n",
-            f"import torch\nforward = torch.amp.custom_fwd(raw_forward, device_type={_DEV})\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nforward = torch.amp.custom_fwd(raw_forward, device_type=device_type)\n',
         ),
-        Invalid("import torch\nfwd = torch.cuda.amp.custom_fwd\n"),
+        Invalid(
+            "import torch\nfwd = torch.cuda.amp.custom_fwd\n",
+        ),
     )
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         short = name.rsplit(".", 1)[-1]
-        device = f"device_type={DEVICE_TYPE_EXPR}"
+        device = f"device_type={DEVICE_TYPE}"
         if call is not None:
             positional = [self._arg(a) for a in call.args if a.keyword is None and a.star != "**"]
             keywords = [self._arg(a) for a in call.args if a.keyword is not None or a.star == "**"]

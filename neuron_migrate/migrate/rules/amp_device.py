@@ -12,7 +12,9 @@ from neuron_migrate.migrate.amp import (
     keyword_arguments,
     rebuilt_safety,
 )
-from neuron_migrate.migrate.patterns import DEVICE_TYPE_EXPR, keyword, positional, string_value
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.fixes import DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _DEV = DEVICE_TYPE_EXPR
@@ -30,7 +32,7 @@ def device_first_call(rule: Rule, call: cst.Call, device_param: str, params: tup
     if bound is None:
         return None
     as_keyword = keyword(call, device_param) is not None
-    first = f"{device_param}={DEVICE_TYPE_EXPR}" if as_keyword else DEVICE_TYPE_EXPR
+    first = f"{device_param}={DEVICE_TYPE}" if as_keyword else DEVICE_TYPE
     rest = keyword_arguments(rule.ctx, bound, params, {device_param: None, **overrides})
     return f"{rule.ctx.code(call.func)}({', '.join([first, *rest])})"
 
@@ -79,27 +81,37 @@ class AutocastCudaDevice(Rule):
     INVALID = (
         Invalid(
             "import torch\nwith torch.autocast('cuda'):\n    pass\n",
-            f"import torch\nwith torch.autocast({_DEV}, dtype=torch.float16, enabled={_ON}):\n    pass\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nwith torch.autocast(device_type, dtype=torch.float16,'
+            " enabled=torch.accelerator.is_available()):\n    pass\n",
         ),
         Invalid(
-            "from torch.amp import autocast\n@autocast(device_type='cuda', enabled=False)\ndef f(x):\n    return x\n",
-            f"import torch\nfrom torch.amp import autocast\n@autocast(device_type={_DEV}, enabled=False)\n"
-            "def f(x):\n    return x\n",
+            "from torch.amp import autocast\n@autocast(device_type='cuda', enabled=False)\ndef f(x):\n"
+            "    return x\n",
+            "import torch\nfrom torch.amp import autocast\n"
+            "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n\n\n@autocast(device_type=device_type, enabled=False)\ndef f(x):\n'
+            "    return x\n",
         ),
         Invalid(
             "import torch\nwith torch.amp.autocast('cuda', torch.bfloat16, use_amp):\n    pass\n",
-            f"import torch\nwith torch.amp.autocast({_DEV}, dtype=torch.bfloat16, enabled=use_amp and {_ON}):\n"
-            "    pass\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n'
+            "with torch.amp.autocast(device_type, dtype=torch.bfloat16, enabled=use_amp and"
+            " torch.accelerator.is_available()):\n    pass\n",
         ),
         Invalid(
-            "import torch\n@torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)\ndef f(ctx, x):\n"
-            "    return x\n",
-            f"import torch\n@torch.amp.custom_fwd(device_type={_DEV}, cast_inputs=torch.float32)\ndef f(ctx, x):\n"
+            "import torch\n@torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)\n"
+            "def f(ctx, x):\n    return x\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n\n\n'
+            "@torch.amp.custom_fwd(device_type=device_type, cast_inputs=torch.float32)\ndef f(ctx, x):\n"
             "    return x\n",
         ),
         Invalid(
             "import torch\nwith torch.autocast('cuda', **kw):\n    pass\n",
-            f"import torch\nwith torch.autocast({_DEV}, **kw):\n    pass\n",
+            "import torch\nwith torch.autocast((torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type, **kw):\n    pass\n',
         ),
     )
 
@@ -128,7 +140,7 @@ class AutocastCudaDevice(Rule):
                                "as before)", (Replacement(call, new),), imports=("torch",),
                                safety=rebuilt_safety(call))
         safety = "unsafe" if is_autocast else None
-        return FixSpec("Use the current device type", (Replacement(device.value, DEVICE_TYPE_EXPR),),
+        return FixSpec("Use the current device type", (Replacement(device.value, DEVICE_TYPE),),
                        imports=("torch",), safety=safety)
 
 
@@ -173,16 +185,22 @@ class GradScalerDefaultDevice(Rule):
     INVALID = (
         Invalid(
             "import torch\nscaler = torch.amp.GradScaler()\n",
-            f"import torch\nscaler = torch.amp.GradScaler({_DEV}, enabled={_ON})\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\n'
+            "scaler = torch.amp.GradScaler(device_type, enabled=torch.accelerator.is_available())\n",
         ),
         Invalid(
             "from torch.amp import GradScaler\nscaler = GradScaler('cuda', init_scale=1024, enabled=cfg.fp16)\n",
-            f"import torch\nfrom torch.amp import GradScaler\nscaler = GradScaler({_DEV}, init_scale=1024, "
-            f"enabled=cfg.fp16 and {_ON})\n",
+            "import torch\nfrom torch.amp import GradScaler\n"
+            "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nscaler = GradScaler(device_type, init_scale=1024, enabled=cfg.fp16 and'
+            " torch.accelerator.is_available())\n",
         ),
         Invalid(
             "import torch\nif torch.accelerator.is_available():\n    scaler = torch.GradScaler(device='cuda')\n",
-            f"import torch\nif torch.accelerator.is_available():\n    scaler = torch.GradScaler(device={_DEV})\n",
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n    scaler = torch.GradScaler(device=device_type)\n',
         ),
         Invalid(
             "import torch\nscaler = torch.amp.GradScaler('cuda', *rest)\n",

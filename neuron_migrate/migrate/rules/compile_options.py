@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, string_value
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 #: torch.compile modes other than "default" (a `.compile(mode=...)` method is only trusted with one of these)
@@ -37,29 +38,31 @@ class CompileCudaMode(Rule):
     """`torch.compile(mode=...)` with a mode other than `"default"`.
 
     What it does
-    Flags `torch.compile(..., mode="reduce-overhead" | "max-autotune" | "max-autotune-no-cudagraphs" | …)`
+    Reports `torch.compile(..., mode="reduce-overhead" | "max-autotune" | "max-autotune-no-cudagraphs" | …)`
     (also as a decorator and as `model.compile(...)`).
 
     Why it matters on Trainium
     These modes tune Inductor's Triton kernels and use CUDA graphs. The `neuron` backend supports only the
-    default mode: it ignores the others with a warning.
+    default mode: it warns and compiles with its default, so the code runs as it is.
 
     Example
     model = torch.compile(model, mode="max-autotune")
 
     Use instead
-    model = torch.compile(model)
+    model = torch.compile(model, mode="max-autotune")  # kept: tunes CUDA; neuron warns and uses its default
 
     Fix safety
-    Unsafe: on CUDA the mode changes speed (autotuning, CUDA graphs) and memory use, so dropping it is a
-    decision for a person. Modes given as variables are not flagged.
+    No automatic fix, on purpose: the call works on Trainium, and dropping the mode would only change CUDA
+    runs (no autotuning, no CUDA graphs). The finding is information. Modes given as variables are not
+    reported.
     """
 
     code = "NM501"
     name = "compile-cuda-mode"
-    message = "`mode={mode}` is a CUDA/Inductor tuning mode; the neuron backend supports only the default mode"
-    severity = "warning"
-    fix_safety = "unsafe"
+    message = ("`mode={mode}` tunes Inductor and CUDA graphs; the neuron backend warns and compiles with its "
+               "default mode: no change needed")
+    severity = "info"
+    cuda_only = False
     triggers = ((b"compile", b"mode"),)
     VALID = (
         "import torch\nm = torch.compile(model)\n",
@@ -69,16 +72,14 @@ class CompileCudaMode(Rule):
     )
     INVALID = (
         Invalid(
-            "import torch\nmodel = torch.compile(model, mode=\"max-autotune\")\n",
-            "import torch\nmodel = torch.compile(model)\n",
+            'import torch\nmodel = torch.compile(model, mode="max-autotune")\n',
         ),
         Invalid(
-            "from torch import compile as tc\n@tc(mode='reduce-overhead', fullgraph=True)\ndef f(x):\n    return x\n",
-            "from torch import compile as tc\n@tc(fullgraph=True)\ndef f(x):\n    return x\n",
+            "from torch import compile as tc\n@tc(mode='reduce-overhead', fullgraph=True)\ndef f(x):\n"
+            "    return x\n",
         ),
         Invalid(
             "model.compile(\n    mode='max-autotune-no-cudagraphs',\n)\n",
-            "model.compile(\n    )\n",
         ),
     )
 
@@ -87,8 +88,7 @@ class CompileCudaMode(Rule):
         mode = string_value(arg.value) if arg is not None else None
         if mode is None or mode == "default" or not compile_call(self, node, mode in _MODES):
             return
-        fix = FixSpec(f"Remove `mode={mode!r}`", (Replacement(node, without_argument(self, node, arg)),))
-        self.report(arg, self.message.format(mode=repr(mode)), fix)
+        self.report(arg, self.message.format(mode=repr(mode)))
 
 
 class CompileDynamic(Rule):
@@ -162,14 +162,17 @@ class CompileInductorOptions(QualifiedNameRule):
     model = torch.compile(model)  # backend "neuron" on Trainium; tune with the Neuron compiler's options
 
     Fix safety
-    No automatic fix: whether the CUDA tuning should stay for CUDA runs is a decision for a person.
+    No automatic fix: the settings are harmless on Trainium and still tune CUDA runs. The finding is
+    information.
     """
 
     code = "NM503"
     name = "compile-inductor-options"
-    message = "`{name}` configures Inductor, which the neuron backend does not use: remove it or keep it for CUDA"
-    severity = "warning"
+    message = ("`{name}` configures Inductor, which the neuron backend does not use: it does nothing there "
+               "(keep it for CUDA)")
+    severity = "info"
     fix_safety = "none"
+    cuda_only = False
     triggers = (b"_inductor", (b"compile", b"options"))
     NAMES = {"torch._inductor.config.*": None}
     VALID = (
@@ -178,9 +181,13 @@ class CompileInductorOptions(QualifiedNameRule):
         "import torch\ncfg = torch._dynamo.config.cache_size_limit\n",
     )
     INVALID = (
-        Invalid("import torch\nm = torch.compile(model, options={'triton.cudagraphs': True, 'max_autotune': True})\n"),
         Invalid(
-            "import torch._inductor.config as inductor_config\ninductor_config.coordinate_descent_tuning = True\n"
+            "import torch\n"
+            "m = torch.compile(model, options={'triton.cudagraphs': True, 'max_autotune': True})\n",
+        ),
+        Invalid(
+            "import torch._inductor.config as inductor_config\n"
+            "inductor_config.coordinate_descent_tuning = True\n"
             "with inductor_config.patch(epilogue_fusion=False):\n    pass\n",
             count=2,
         ),
@@ -198,8 +205,8 @@ class CompileInductorOptions(QualifiedNameRule):
         cuda_keys = [k for k in keys if k is not None and _is_cuda_key(k)]
         if cuda_keys and compile_call(self, node, True):
             listed = ", ".join(repr(k) for k in cuda_keys)
-            self.report(arg, f"Inductor options {listed} are ignored by the neuron backend: remove them or keep "
-                             "them for CUDA runs")
+            self.report(arg, f"Inductor options {listed} are ignored by the neuron backend (they still tune "
+                             "CUDA runs): no change needed")
 
 
 def _is_cuda_key(key: str) -> bool:

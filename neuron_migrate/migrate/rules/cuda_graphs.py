@@ -50,9 +50,14 @@ class CudaGraphs(QualifiedNameRule):
     )
     INVALID = (
         Invalid(
-            "import torch\ng = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n    out = model(x)\ng.replay()\n",
+            "import torch\ng = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n    out = model(x)\n"
+            "g.replay()\n",
             count=2,
         ),
-        Invalid("from torch.cuda import make_graphed_callables\nmodel = make_graphed_callables(model, (x,))\n"),
-        Invalid("import torch.cuda.graphs as graphs\npool = graphs.graph_pool_handle()\n"),
+        Invalid(
+            "from torch.cuda import make_graphed_callables\nmodel = make_graphed_callables(model, (x,))\n",
+        ),
+        Invalid(
+            "import torch.cuda.graphs as graphs\npool = graphs.graph_pool_handle()\n",
+        ),
     )

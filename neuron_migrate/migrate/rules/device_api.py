@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, guarded_call_fix
+from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid
+
+_CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
 
 
 class CudaDeviceApi(QualifiedNameRule):
@@ -31,8 +34,11 @@ class CudaDeviceApi(QualifiedNameRule):
     Fix safety
     Safe: each `torch.accelerator` function behaves like its CUDA counterpart on a CUDA machine, and on a
     CPU-only machine `is_available()` is False and `device_count()` is 0 as before. A `set_device` statement
-    is guarded by `torch.accelerator.is_available()`: selecting a device means nothing without one, and
-    `set_device_index` raises there, so the rewritten script still runs on a CPU-only machine.
+    is guarded by `torch.accelerator.is_available()` (unless an accelerator is certain there): selecting a
+    device means nothing without one, and `set_device_index` raises there. An availability check whose code
+    keeps CUDA-only calls (device properties, capability, bf16 support, CUDA-only libraries) is not
+    rewritten: on Trainium that code would run and fail, so the check stays CUDA's and is reported for a
+    person.
     """
 
     code = "NM106"
@@ -80,7 +86,61 @@ class CudaDeviceApi(QualifiedNameRule):
             "def f():\n    from torch import cuda\n    return cuda.current_device()\n",
             "import torch\ndef f():\n    return torch.accelerator.current_device_index()\n",
         ),
+        Invalid(  # a check around CUDA-only code stays CUDA's: on Trainium that code would run and fail
+            "import torch\nif torch.cuda.is_available() and torch.cuda.is_bf16_supported():\n    dtype = torch.bfloat16\n"
+            "if torch.cuda.is_available():\n    total = torch.cuda.get_device_properties(0).total_memory\n",
+            count=2,
+        ),
+        Invalid(  # the flag a check is assigned to guards CUDA-only code
+            "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n    name = torch.cuda.get_device_name()\n",
+        ),
     )
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.tests: list[cst.If | cst.While | cst.IfExp] = []
+
+    def visit_If(self, node: cst.If) -> None:
+        self.tests.append(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self.tests.append(node)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self.tests.append(node)
+
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        if name not in _CHECKS or call is None:
+            super().on_use(node, call, name)
+            return
+        region = check_region(self.ctx)
+        if region:
+            self.report(call, self.message_for(name), self.fix_for(node, call, name), region=region)
+            return
+        flag = self._flag_assigned()
+        if flag is None:
+            super().on_use(node, call, name)
+            return
+        fix = self.fix_for(node, call, name)
+        self.ctx.defer(lambda: self.report(call, self.message_for(name), fix, region=self._guarded_by(flag)))
+
+    def _flag_assigned(self) -> str | None:
+        """`use_cuda` for `use_cuda = torch.cuda.is_available()` (or `args.cuda = ... and is_available()`)."""
+        for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1])):
+            if isinstance(parent, cst.Assign) and child is parent.value and len(parent.targets) == 1:
+                return key_of(parent.targets[0].target)
+            if not isinstance(parent, (cst.BooleanOperation, cst.UnaryOperation, cst.Comparison,
+                                       cst.ComparisonTarget, cst.Call, cst.Arg)):
+                return None
+        return None
+
+    def _guarded_by(self, flag: str) -> tuple[cst.CSTNode, ...]:
+        """The tests and bodies of the checks that test the flag: the code this availability answer guards."""
+        region: list[cst.CSTNode] = []
+        for test in self.tests:
+            if flag in {key_of(n) for n in _names(test.test)}:
+                region.extend((test.test, test.body))
+        return tuple(region)
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         if call is not None and name == "torch.cuda.set_device":
@@ -88,3 +148,19 @@ class CudaDeviceApi(QualifiedNameRule):
             if fix is not None:
                 return fix
         return super().fix_for(node, call, name)
+
+
+def _names(expr: cst.CSTNode) -> list[cst.CSTNode]:
+    """The names and attribute chains in a test (`use_cuda`, `args.cuda`)."""
+    found: list[cst.CSTNode] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            found.append(node)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+    expr.visit(Collect())
+    return found

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.devices import (
-    agnostic_string,
+from neuron_migrate.migrate.device_flow import (
     availability,
-    capability_cue,
     device_conditional,
     device_type_text,
-    fit,
-    has_index,
-    is_cuda_string,
     is_device_expr,
 )
+from neuron_migrate.migrate.device_literals import agnostic_string, fit, has_index, is_cuda_string, string_value
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import DEVICE_EXPR, DEVICE_TYPE_EXPR, string_value
+from neuron_migrate.migrate.patterns import check_region, statement_cue
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _GATE = ("this check guards CUDA-only code (`{cue}`): keep it CUDA-only and give the other devices their own "
@@ -28,16 +25,33 @@ def _negated(ctx) -> bool:
 
 
 def _accelerator_test(rule: Rule, node: cst.CSTNode, type_text: str, positive: bool, title: str,
-                      unsafe: bool = False) -> FixSpec:
-    """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`."""
+                      unsafe: bool = False, indexed: bool = False) -> FixSpec:
+    """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
+
+    `indexed`: the original test also required a device index (`d.startswith("cuda:")`)."""
     ctx = rule.ctx
     if _negated(ctx):
         node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
     else:
         parent = ctx.parent
-    text = fit(f'{type_text} {"!=" if positive else "=="} "cpu"', parent, comparison=True)
+    test = f'{type_text} {"!=" if positive else "=="} "cpu"'
+    if indexed:
+        index = type_text.removesuffix(".type") + ".index"
+        test = f"{test} and {index} is not None" if positive else f"{test} or {index} is None"
+    text = fit(test, parent, comparison=not indexed)
     imports = ("torch",) if "torch." in text else ()
     return FixSpec(title, (Replacement(node, text),), imports=imports, safety="unsafe" if unsafe else None)
+
+
+def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> None:
+    """Report a device check with its fix, unless it sits in a statement that uses CUDA-only code by name;
+    inside an `if`/`while`/conditional test the guarded code decides after the walk (`settle`)."""
+    region = check_region(rule.ctx)
+    cue = statement_cue(rule.ctx) if not region else None
+    if cue:
+        rule.report(node, f"{message.split(':')[0]}: {_GATE.format(cue=cue)}")
+        return
+    rule.report(node, message, fix, region=region)
 
 
 class IsCuda(Rule):
@@ -88,8 +102,13 @@ class IsCuda(Rule):
             'same = (a.device.type != "cpu") == (b.device.type != "cpu")\n',
             count=2,
         ),
-        Invalid("def f(x):\n    if _fused is not None and x.is_cuda:\n        return _fused.apply(x)\n    return x\n"),
-        Invalid("from flash_attn import flash_attn_func\nuse_flash = q.is_cuda\n"),
+        Invalid(
+            "def f(x):\n    if _fused is not None and x.is_cuda:\n        return _fused.apply(x)\n"
+            "    return x\n",
+        ),
+        Invalid(
+            "from flash_attn import flash_attn_func\nuse_flash = q.is_cuda\n",
+        ),
     )
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -100,14 +119,10 @@ class IsCuda(Rule):
             return  # a class of the user's own that sets an `is_cuda` attribute
         if (self.ctx.qualified_name(node) or "").startswith("torch."):
             return
-        cue = capability_cue(self.ctx)
-        if cue:
-            self.report(node, f"`.is_cuda`: {_GATE.format(cue=cue)}")
-            return
         owner = self.ctx.code(node.value).strip()
         fix = _accelerator_test(self, node, f"{owner}.device.type", True,
                                 "Test the device type against `cpu` (also true for meta devices)")
-        self.report(node, fix=fix)
+        report_check(self, node, self.message, fix)
 
 
 class CudaDeviceCheck(Rule):
@@ -155,28 +170,38 @@ class CudaDeviceCheck(Rule):
         Invalid(
             'import torch\ndevice = "cuda" if torch.cuda.is_available() else "cpu"\n'
             'use_amp = device == "cuda"\npin = "cuda" in device\n',
-            f'import torch\ndevice = {DEVICE_TYPE_EXPR}\nuse_amp = torch.device(device).type != "cpu"\n'
+            "import torch\ndevice = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nuse_amp = torch.device(device).type != "cpu"\n'
             'pin = torch.device(device).type != "cpu"\n',
             count=3,
         ),
         Invalid(
             'import torch\ndev = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
             'if dev.type == "cuda" and not args.device.startswith("cuda:"):\n    torch.cuda.synchronize()\n',
-            f'import torch\ndev = {DEVICE_EXPR}\n'
-            'if dev.type != "cpu" and torch.device(args.device).type == "cpu":\n    torch.cuda.synchronize()\n',
+            "import torch\ndev = torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")\nif dev.type != "cpu" and (torch.device(args.device).type == "cpu" or'
+            " torch.device(args.device).index is None):\n    torch.cuda.synchronize()\n",
             count=3,
         ),
         Invalid(
             'import torch\ndef f(x, node, gpu):\n    a = "cuda" in str(x.device)\n    b = node.type != "cuda"\n'
             '    return ("cuda:0" if gpu else "cpu"), a, b\n',
             'import torch\ndef f(x, node, gpu):\n    a = x.device.type != "cpu"\n    b = node.type == "cpu"\n'
-            f'    return ({DEVICE_TYPE_EXPR} + ":0" if gpu else "cpu"), a, b\n',
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n    return (device_type + ":0" if gpu else "cpu"), a, b\n',
             count=3,
         ),
         Invalid(
             'import torch\nif x.device.type == "cuda" and torch.cuda.get_device_capability()[0] >= 8:\n'
             '    attn = flash(x)\nif device.type in ("cuda", "xpu"):\n    pass\n',
             count=2,
+        ),
+        Invalid(
+            "import torch\ndef select(device):\n    if device.startswith('cuda:'):\n"
+            "        torch.cuda.set_device(device)\n",
+            "import torch\ndef select(device):\n"
+            '    if torch.device(device).type != "cpu" and torch.device(device).index is not None:\n'
+            "        torch.cuda.set_device(device)\n",
         ),
     )
 
@@ -190,20 +215,24 @@ class CudaDeviceCheck(Rule):
                     and available == (cuda is node.body))
         message = "CUDA-or-CPU choice: use the current accelerator's type (`cpu` when there is none)"
         if not collapse:
+            text, needs_name = agnostic_string(ctx, cuda)
             fix = FixSpec("Replace the CUDA string with the current accelerator's type",
-                          (Replacement(cuda, agnostic_string(ctx, cuda)),), imports=("torch",))
+                          (Replacement(cuda, text),), imports=("torch",), needs_name=needs_name)
         elif isinstance(ctx.parent, cst.Arg) and isinstance(ctx.ancestor(2), cst.Call) and (
                 ctx.call_name(ctx.ancestor(2)) == "torch.device" and len(ctx.ancestor(2).args) == 1):
             fix = FixSpec("Replace with the current accelerator",
-                          (Replacement(ctx.ancestor(2), fit(DEVICE_EXPR, ctx.ancestor(3))),), imports=("torch",))
+                          (Replacement(ctx.ancestor(2), fit(DEVICE, ctx.ancestor(3))),), imports=("torch",))
         else:
-            fix = FixSpec("Replace with the current accelerator's type", (Replacement(node, DEVICE_TYPE_EXPR),),
+            fix = FixSpec("Replace with the current accelerator's type", (Replacement(node, DEVICE_TYPE),),
                           imports=("torch",))
         self.report(node, message, fix)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
-        if len(node.comparisons) != 1:
-            return
+        if len(node.comparisons) == 1 and any(is_cuda_string(n) or string_value(n) == "cuda" for n in (
+                node.left, node.comparisons[0].comparator, *_elements(node.comparisons[0].comparator))):
+            self.ctx.defer(lambda: self._comparison(node))  # whether a name is a device: after the walk
+
+    def _comparison(self, node: cst.Comparison) -> None:
         op, right = node.comparisons[0].operator, node.comparisons[0].comparator
         left = node.left
         if isinstance(op, (cst.In, cst.NotIn)):
@@ -217,9 +246,13 @@ class CudaDeviceCheck(Rule):
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(node.args) == 1):
             return
-        if string_value(node.args[0].value) not in ("cuda", "cuda:") or not self._device(func.value):
-            return
-        self._check(node, device_type_text(self.ctx, func.value), True)
+        prefix = string_value(node.args[0].value)
+        if prefix in ("cuda", "cuda:"):
+            self.ctx.defer(lambda: self._startswith(node, func, prefix == "cuda:"))
+
+    def _startswith(self, node: cst.Call, func: cst.Attribute, indexed: bool) -> None:
+        if self._device(func.value):
+            self._check(node, device_type_text(self.ctx, func.value), True, indexed=indexed)
 
     def _equality(self, node: cst.Comparison, other: cst.BaseExpression, value: cst.BaseExpression,
                   equal: bool) -> None:
@@ -249,15 +282,12 @@ class CudaDeviceCheck(Rule):
                                   "this code, or test `!= \"cpu\"` (no automatic fix)")
 
     def _check(self, node: cst.CSTNode, type_text: str, positive: bool, unsafe: bool = False,
-               note: str = "") -> None:
-        cue = capability_cue(self.ctx)
-        if cue:
-            self.report(node, _GATE.format(cue=cue))
-            return
-        fix = _accelerator_test(self, node, type_text, positive, "Test for any accelerator (type != `cpu`)", unsafe)
-        self.report(node, self.message + note, fix)
+               note: str = "", indexed: bool = False) -> None:
+        title = "Test for any accelerator (type != `cpu`)" + (" with a device index" if indexed else "")
+        fix = _accelerator_test(self, node, type_text, positive, title, unsafe, indexed)
+        report_check(self, node, self.message + note, fix)
 
-    def _device(self, expr: cst.BaseExpression) -> bool:
+    def _device(self, expr: cst.BaseExpression) -> bool:  # after the walk only (it asks the device flow)
         return is_device_expr(self.ctx, expr)
 
     def _stringified_device(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -273,3 +303,7 @@ class CudaDeviceCheck(Rule):
         if key and key.lower().endswith("type"):  # already a device type string
             return self.ctx.code(expr).strip()
         return device_type_text(self.ctx, expr)
+
+
+def _elements(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    return [e.value for e in node.elements] if isinstance(node, (cst.Tuple, cst.List, cst.Set)) else []

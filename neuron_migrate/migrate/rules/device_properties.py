@@ -56,10 +56,17 @@ class CudaDeviceProperties(QualifiedNameRule):
         "import torch\nprint('see torch.cuda.get_device_name()')\n",
     )
     INVALID = (
-        Invalid("import torch\nprint('gpu', torch.cuda.get_device_name())\n"),
-        Invalid("from torch.cuda import get_device_capability as cap\nok = cap(0) >= (8, 0)\n"),
-        Invalid("import torch.cuda as tc\nmem = tc.get_device_properties(0).total_memory\nbf16 = tc.is_bf16_supported()\n",
-                count=2),
+        Invalid(
+            "import torch\nprint('gpu', torch.cuda.get_device_name())\n",
+        ),
+        Invalid(
+            "from torch.cuda import get_device_capability as cap\nok = cap(0) >= (8, 0)\n",
+        ),
+        Invalid(
+            "import torch.cuda as tc\nmem = tc.get_device_properties(0).total_memory\n"
+            "bf16 = tc.is_bf16_supported()\n",
+            count=2,
+        ),
     )
 
     def message_for(self, name: str) -> str:
@@ -102,7 +109,13 @@ class TorchVersionCuda(QualifiedNameRule):
         "import torch\nv = torch.__version__\n",
     )
     INVALID = (
-        Invalid("import torch\nprint('cuda runtime', torch.version.cuda)\n"),
-        Invalid("import torch\nmajor = int(torch.version.cuda.split('.')[0])\n"),
-        Invalid("from torch.version import cuda as cuda_version\nok = cuda_version is not None\n"),
+        Invalid(
+            "import torch\nprint('cuda runtime', torch.version.cuda)\n",
+        ),
+        Invalid(
+            "import torch\nmajor = int(torch.version.cuda.split('.')[0])\n",
+        ),
+        Invalid(
+            "from torch.version import cuda as cuda_version\nok = cuda_version is not None\n",
+        ),
     )

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.devices import (
-    agnostic_device,
-    agnostic_string,
-    device_conditional,
-    fit,
-    has_index,
-    is_cuda_string,
-    value_slot,
-)
-from neuron_migrate.migrate.patterns import DEVICE_EXPR
+from neuron_migrate.migrate.device_flow import device_conditional, value_slot
+from neuron_migrate.migrate.device_literals import agnostic_device, agnostic_string, fit, has_index, is_cuda_string
+from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _FORK_RNG = ("`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
              "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`")
-_MAP_LOCATION = ("; `map_location` rejects `cpu:N`, so on a CPU-only machine this index must go: "
-                 "load onto the current device and check that it is the right one")
+#: `torch.load(map_location=...)` rejects `cpu:N`: an index is kept only where there is an accelerator
+_MAP_LOCATION_CPU = '"cpu"'
 
 
 class CudaDeviceString(Rule):
@@ -45,18 +38,20 @@ class CudaDeviceString(Rule):
     batch = torch.ones(8, device="cuda")
 
     Use instead
-    device = f"{(torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu')).type}:{local_rank}"
+    accelerator = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+    device = f"{accelerator.type}:{local_rank}"
     model.to(device)
-    batch = torch.ones(8, device=torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"))
+    batch = torch.ones(8, device=accelerator)
 
     Fix safety
     Safe: on a CUDA machine every rewrite names the same device as before (`current_accelerator()` is
     `cuda`, without an index, like `'cuda'`); on `neuron` it names `neuron`; without an accelerator, `cpu`.
     A string stays a string (the accelerator's type, with the same index), so later string tests,
     formatting and serialisation keep working; `cpu:N` is a valid placement. Only where a torch API takes the
-    value directly does a bare `'cuda'` become the device expression. Unsafe where an index reaches
-    `map_location` (`torch.load` rejects `cpu:N`, so the index is dropped). No fix for
-    `fork_rng(device_type=...)`.
+    value directly does a bare `'cuda'` become the device itself. An index that reaches `torch.load(
+    map_location=...)` is kept only when there is an accelerator (`"cpu"` otherwise: `torch.load` rejects
+    `cpu:N`). The device is named once per function: an existing name for it is reused, and a function that
+    needs it several times gets one `device = ...` line. No fix for `fork_rng(device_type=...)`.
     """
 
     code = "NM101"
@@ -81,56 +76,57 @@ class CudaDeviceString(Rule):
     INVALID = (
         Invalid(
             'import torch\nx = torch.ones(2).to("cuda")\n',
-            'import torch\nx = torch.ones(2).to(torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu"))\n',
+            "import torch\nx = torch.ones(2).to(torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu"))\n',
         ),
         Invalid(
             "import os\nimport torch\n\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
             'device = f"cuda:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
             'x = torch.ones(1, 2, device="cuda")\nif torch.cuda.is_available():\n    y = x.to("cuda:0")\n',
             "import os\nimport torch\n\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
-            "device = f\"{(torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu'))"
-            '.type}:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
-            'x = torch.ones(1, 2, device=torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu"))\nif torch.cuda.is_available():\n'
-            '    y = x.to(torch.device((torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu")).type, 0))\n',
+            'accelerator = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            'device = f"{accelerator.type}:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
+            "x = torch.ones(1, 2, device=accelerator)\nif torch.cuda.is_available():\n"
+            "    y = x.to(torch.device(accelerator.type, 0))\n",
             count=3,
         ),
         Invalid(
             'def run(model, device="cuda"):\n    return model.to(device)\n',
-            'import torch\ndef run(model, device=(torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu")).type):\n    return model.to(device)\n',
+            "import torch\ndef run(model,"
+            " device=(torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type):\n    return model.to(device)\n',
         ),
         Invalid(
-            'import argparse\nimport torch as th\np = argparse.ArgumentParser()\n'
-            'p.add_argument("--device", default="cuda", help="e.g. cuda:0")\n'
-            'cfg = {"device": "cuda:1"}\ngpu = cfg.get("device", "cuda")\nz = th.zeros(2, device=gpu)\n',
-            'import torch\nimport argparse\nimport torch as th\np = argparse.ArgumentParser()\n'
-            'p.add_argument("--device", default=(torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu")).type, help="e.g. cuda:0")\n'
-            'cfg = {"device": (torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu")).type + ":1"}\ngpu = cfg.get("device", (torch.accelerator.current_accelerator('
-            'check_available=True) or torch.device("cpu")).type)\nz = th.zeros(2, device=gpu)\n',
+            "import argparse\nimport torch as th\np = argparse.ArgumentParser()\n"
+            'p.add_argument("--device", default="cuda", help="e.g. cuda:0")\ncfg = {"device": "cuda:1"}\n'
+            'gpu = cfg.get("device", "cuda")\nz = th.zeros(2, device=gpu)\n',
+            "import argparse\nimport torch\nimport torch as th\np = argparse.ArgumentParser()\n"
+            "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\np.add_argument("--device", default=device_type, help="e.g. cuda:0")\n'
+            'cfg = {"device": device_type + ":1"}\ngpu = cfg.get("device", device_type)\n'
+            "z = th.zeros(2, device=gpu)\n",
             count=3,
         ),
         Invalid(
             'import torch\ntarget = "cuda:{}".format(rank)\nbatch = batch.to(target, non_blocking=True)\n'
             'ckpt = torch.load("m.pt", map_location="cuda:%d" % rank)\n',
-            'import torch\ntarget = (torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu")).type + ":" + "{}".format(rank)\nbatch = batch.to(target, non_blocking=True)\n'
-            'ckpt = torch.load("m.pt", map_location=torch.accelerator.current_accelerator(check_available=True) '
-            'or torch.device("cpu"))\n',
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\ntarget = device_type + ":" + "{}".format(rank)\n'
+            "batch = batch.to(target, non_blocking=True)\n"
+            'ckpt = torch.load("m.pt", map_location=device_type + ":" + "%d" % rank if'
+            ' torch.accelerator.is_available() else "cpu")\n',
             count=2,
         ),
         Invalid(
             'import torch\ndev, dtype = "cuda", torch.float16\nopts = dict(device="cuda")\n',
-            'import torch\ndev, dtype = (torch.accelerator.current_accelerator(check_available=True) or '
-            'torch.device("cpu")).type, torch.float16\nopts = dict(device=(torch.accelerator.current_accelerator('
-            'check_available=True) or torch.device("cpu")).type)\n',
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\ndev, dtype = device_type, torch.float16\n'
+            "opts = dict(device=device_type)\n",
             count=2,
         ),
-        Invalid('import torch\nwith torch.random.fork_rng(device_type="cuda"):\n    pass\n'),
+        Invalid(
+            'import torch\nwith torch.random.fork_rng(device_type="cuda"):\n    pass\n',
+        ),
     )
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
@@ -154,6 +150,10 @@ class CudaDeviceString(Rule):
         parent = self.ctx.parent
         if isinstance(parent, cst.IfExp) and node is not parent.test and device_conditional(self.ctx, parent):
             return  # NM105's
+        self.ctx.defer(lambda: self._decide(node))
+
+    def _decide(self, node: cst.BaseExpression) -> None:
+        """After the walk: whether `node` fills a device slot (names used as devices further down count)."""
         indexed = has_index(node)
         slot = value_slot(self.ctx, indexed)
         if slot is None:
@@ -161,15 +161,18 @@ class CudaDeviceString(Rule):
         if slot.kind == "none":
             self.report(node, _FORK_RNG)
             return
+        parent = self.ctx.parent
         message = f"CUDA device string in {slot.where}: use the current accelerator (CPU when there is none)"
-        unsafe = indexed and slot.map_location
-        if slot.kind == "device" and not (indexed and not slot.map_location):
-            text, what = fit(DEVICE_EXPR, parent), "the current accelerator"
-        elif slot.kind == "device":
-            text, what = agnostic_device(self.ctx, node), "the current accelerator, same index"
+        needs_name = False
+        if slot.kind == "device" and not indexed:
+            text, what = fit(DEVICE, parent), "the current accelerator"
+        elif slot.kind == "device" and not slot.map_location:
+            (text, needs_name), what = agnostic_device(self.ctx, node), "the current accelerator, same index"
         else:
-            text, what = agnostic_string(self.ctx, node), "the current accelerator's type"
+            (text, needs_name), what = agnostic_string(self.ctx, node), "the current accelerator's type"
+        if indexed and slot.map_location:  # `cpu:N` cannot be loaded onto: no index without an accelerator
+            text = fit(f"{text} if {AVAILABLE} else {_MAP_LOCATION_CPU}", parent, node=node)
+            what += ' (`"cpu"` without one: `torch.load` rejects `cpu:N`)'
         fix = FixSpec(f"Replace the CUDA device string with {what}", (Replacement(node, text),),
-                      imports=("torch",), safety="unsafe" if unsafe else None)
-        self.report(node, message + (_MAP_LOCATION if unsafe else ""), fix)
-
+                      imports=("torch",), needs_name=needs_name)
+        self.report(node, message, fix)

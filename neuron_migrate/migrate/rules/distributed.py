@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import (
-    DEVICE_EXPR,
-    DEVICE_TYPE_EXPR,
-    QualifiedNameRule,
-    indentation,
-    keyword,
-    positional,
-    string_value,
-    under_availability_guard,
-)
+from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.guards import accelerator_certain, implies
+from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _DEV = DEVICE_EXPR
@@ -78,31 +73,55 @@ class NcclBackend(Rule):
     INVALID = (
         Invalid(
             "import torch.distributed as dist\ndist.init_process_group(backend='nccl')\n",
-            f"import torch\nimport torch.distributed as dist\n"
-            f"dist.init_process_group(backend=dist.get_default_backend_for_device({_DEV}))\n",
+            "import torch\nimport torch.distributed as dist\n"
+            'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "dist.init_process_group(backend=dist.get_default_backend_for_device(device))\n",
         ),
         Invalid(
             "import torch\ntorch.distributed.init_process_group('NCCL', init_method='env://')\n",
-            f"import torch\ntorch.distributed.init_process_group("
-            f"torch.distributed.get_default_backend_for_device({_DEV}), init_method='env://')\n",
+            "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")\n'
+            "torch.distributed.init_process_group(torch.distributed.get_default_backend_for_device(device), init_method='env://')\n",
         ),
         Invalid(
             "from torch.distributed import init_process_group\ninit_process_group('cpu:gloo,cuda:nccl')\n",
-            "import torch\nfrom torch.distributed import init_process_group\ninit_process_group("
-            f"(f'cpu:gloo,{{{_TYPE}}}:{{torch.distributed.get_default_backend_for_device({_DEV})}}' "
-            f"if {_ON} else 'cpu:gloo'))\n",
+            "import torch\nfrom torch.distributed import init_process_group\n"
+            'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "init_process_group(\n   "
+            " f'cpu:gloo,{device.type}:{torch.distributed.get_default_backend_for_device(device)}'\n"
+            "    if torch.accelerator.is_available()\n    else 'cpu:gloo'\n)\n",
         ),
         Invalid(
             "import torch\nimport torch.distributed as dist\n"
             "dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')\n"
             "group = dist.new_group([0, 1], None, dist.Backend.NCCL)\n",
             "import torch\nimport torch.distributed as dist\n"
-            f"dist.init_process_group(dist.get_default_backend_for_device({_DEV}) if torch.cuda.is_available() "
-            "else 'gloo')\n"
-            f"group = dist.new_group([0, 1], None, dist.get_default_backend_for_device({_DEV}))\n",
+            'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "dist.init_process_group(dist.get_default_backend_for_device(device))\n"
+            "group = dist.new_group([0, 1], None, dist.get_default_backend_for_device(device))\n",
+            count=2,
+        ),
+        Invalid(
+            "import argparse\nimport torch.distributed as dist\np = argparse.ArgumentParser()\n"
+            "p.add_argument('--dist-backend', default='nccl')\nargs = p.parse_args()\n"
+            "dist.init_process_group(backend=args.dist_backend)\nbackend = 'nccl'\n"
+            "dist.new_group([0, 1], backend=backend)\n",
+            "import argparse\nimport torch\nimport torch.distributed as dist\np = argparse.ArgumentParser()\n"
+            'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "p.add_argument('--dist-backend', default=dist.get_default_backend_for_device(device))\n"
+            "args = p.parse_args()\ndist.init_process_group(backend=args.dist_backend)\n"
+            "backend = dist.get_default_backend_for_device(device)\ndist.new_group([0, 1], backend=backend)\n",
             count=2,
         ),
     )
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.literals: dict[int, list[cst.CSTNode]] = {}  # id(backend string) -> its stack, for names below
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "nccl" in (string_value(node) or "").lower():
+            self.literals[id(node)] = list(self.ctx.stack)
 
     def visit_Call(self, node: cst.Call) -> None:
         position = _BACKEND_POSITION.get(self.ctx.call_name(node) or "")
@@ -111,12 +130,44 @@ class NcclBackend(Rule):
         arg = keyword(node, "backend") or positional(node, position)
         if arg is None:
             return
-        value = arg.value
+        value, prefix = arg.value, self._prefix(node)
+        if isinstance(value, cst.IfExp) and self._collapsible(value):
+            self.report(node, fix=FixSpec("Use the current device's default backend (gloo without an accelerator)",
+                                          (Replacement(value, self._default(prefix)),), imports=("torch",)))
+            return
         for candidate in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
-            new = self._replacement(candidate, self._prefix(node))
+            new = self._replacement(candidate, prefix)
             if new is not None:
                 self.report(node, fix=FixSpec("Use the current device's default backend",
-                                              (Replacement(candidate, new),), imports=("torch",)))
+                                              (Replacement(candidate, new),), imports=("torch",),
+                                              needs_name="{" in new))
+            elif isinstance(candidate, (cst.Name, cst.Attribute)) and self.ctx.qualified_name(
+                    candidate) != _NCCL_CONSTANT:
+                self.ctx.defer(lambda key=key_of(candidate): self._through_name(key, prefix))
+
+    def _through_name(self, key: str | None, prefix: str) -> None:
+        """`backend = "nccl"` (or `--dist-backend` defaulting to it) later passed as the backend."""
+        for binding in self.ctx.bindings.of(key):
+            stack = self.literals.get(id(binding.value))
+            new = self._replacement(binding.value, prefix) if stack is not None else None
+            if new is None:
+                continue
+            saved, self.ctx.stack = self.ctx.stack, stack  # report where the string is, not at the call
+            self.report(binding.value, f"{self.message} (`{key}` is passed as the process group's backend)",
+                        FixSpec("Use the current device's default backend", (Replacement(binding.value, new),),
+                                imports=("torch",), needs_name="{" in new))
+            self.ctx.stack = saved
+
+    def _collapsible(self, value: cst.IfExp) -> bool:
+        """`'nccl' if torch.cuda.is_available() else 'gloo'`: the default backend already gives gloo on CPU."""
+        branches = {(string_value(value.body) or "").lower(), (string_value(value.orelse) or "").lower()}
+        available = implies(self.ctx, value.test)
+        nccl_when_available = (string_value(value.body) or "").lower() == "nccl"
+        expected = ("certain", "absent") if nccl_when_available else ("absent", "certain")
+        return branches == {"nccl", "gloo"} and available == expected
+
+    def _default(self, prefix: str) -> str:
+        return f"{prefix}.get_default_backend_for_device({DEVICE})"
 
     def _prefix(self, call: cst.Call) -> str:
         """How this file spells `torch.distributed` in the call (`dist`), so the fix reads like the code."""
@@ -125,8 +176,10 @@ class NcclBackend(Rule):
             return self.ctx.code(func.value)
         return "torch.distributed"
 
-    def _replacement(self, node: cst.BaseExpression, prefix: str) -> str | None:
-        default = f"{prefix}.get_default_backend_for_device({DEVICE_EXPR})"
+    def _replacement(self, node: cst.BaseExpression | None, prefix: str) -> str | None:
+        if node is None:
+            return None
+        default = self._default(prefix)
         if self.ctx.qualified_name(node) == _NCCL_CONSTANT:
             return default
         spec = string_value(node)
@@ -140,9 +193,9 @@ class NcclBackend(Rule):
         others = [f"{d}:{b}" for d, b in entries if d != "cuda"]
         if not others:
             return default
-        with_accelerator = ",".join(f"{{{DEVICE_TYPE_EXPR}}}:{{{default}}}" if d == "cuda" else f"{d}:{b}"
+        with_accelerator = ",".join(f"{{{DEVICE_TYPE}}}:{{{default}}}" if d == "cuda" else f"{d}:{b}"
                                     for d, b in entries)
-        return f"(f'{with_accelerator}' if {_ON} else '{','.join(others)}')"
+        return f"f'{with_accelerator}' if {_ON} else '{','.join(others)}'"
 
 
 class DdpDeviceIds(Rule):
@@ -193,19 +246,20 @@ class DdpDeviceIds(Rule):
         Invalid(
             "from torch.nn.parallel import DistributedDataParallel as DDP\n"
             "model = DDP(model, device_ids=[local_rank], output_device=local_rank)\n",
-            "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
-            f"model = DDP(model, device_ids=[local_rank] if {_ON} else None, "
-            f"output_device=local_rank if {_ON} else None)\n",
+            "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(\n"
+            "    model,\n    device_ids=[local_rank] if torch.accelerator.is_available() else None,\n"
+            "    output_device=local_rank if torch.accelerator.is_available() else None,\n)\n",
         ),
         Invalid(
             "import torch.nn as nn\nmodel = nn.parallel.DistributedDataParallel(model, [args.gpu])\n",
-            f"import torch\nimport torch.nn as nn\nmodel = nn.parallel.DistributedDataParallel(model, [args.gpu] if "
-            f"{_ON} else None)\n",
+            "import torch\nimport torch.nn as nn\n"
+            "model = nn.parallel.DistributedDataParallel(model, [args.gpu] if"
+            " torch.accelerator.is_available() else None)\n",
         ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.call_name(node) not in self.NAMES or under_availability_guard(self.ctx):
+        if self.ctx.call_name(node) not in self.NAMES or accelerator_certain(self.ctx):
             return
         device_ids = keyword(node, "device_ids") or positional(node, 1)
         output_device = keyword(node, "output_device") or positional(node, 2)
@@ -250,8 +304,13 @@ class CudaNcclModule(QualifiedNameRule):
     NAMES = {"torch.cuda.nccl": None, "torch.cuda.nccl.*": None}
     VALID = ("import torch.distributed as dist\ndist.all_reduce(t)\n", "import torch\nbackend = 'nccl'\n")
     INVALID = (
-        Invalid("import torch\ntorch.cuda.nccl.all_reduce(tensors)\n"),
-        Invalid("from torch.cuda import nccl\nif nccl.version() >= (2, 18):\n    nccl.broadcast(ts)\n", count=2),
+        Invalid(
+            "import torch\ntorch.cuda.nccl.all_reduce(tensors)\n",
+        ),
+        Invalid(
+            "from torch.cuda import nccl\nif nccl.version() >= (2, 18):\n    nccl.broadcast(ts)\n",
+            count=2,
+        ),
     )
 
 
@@ -287,7 +346,7 @@ class CudaBackendMap(Rule):
     # the backend names as they appear in the dict's values ("ucc"/"mpi" only quoted: they hide in words)
     triggers = (b"nccl", b"NCCL", b"gloo", b"'mpi'", b'"mpi"', b"'ucc'", b'"ucc"')
     BACKENDS = {"nccl", "gloo", "mpi", "ucc"}
-    VALUE = f"torch.distributed.Backend.default_device_backend_map.get({DEVICE_TYPE_EXPR})"
+    VALUE = f"torch.distributed.Backend.default_device_backend_map.get({DEVICE_TYPE})"
     VALID = (
         "RUN_META = {'accelerator': 'cuda', 'precision': 'fp16'}\n",
         "names = {'cuda': 'NVIDIA GPU', 'cpu': 'host'}\n",
@@ -296,11 +355,17 @@ class CudaBackendMap(Rule):
     INVALID = (
         Invalid(
             "BACKENDS = {'cpu': 'gloo', 'cuda': 'nccl'}\n",
-            f"import torch\nBACKENDS = {{{_TYPE}: {VALUE}, 'cpu': 'gloo', 'cuda': 'nccl'}}\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nBACKENDS = {\n    device_type:'
+            " torch.distributed.Backend.default_device_backend_map.get(device_type), 'cpu':"
+            " 'gloo', 'cuda': 'nccl'\n}\n",
         ),
         Invalid(
             "import torch\nBACKENDS = {\n    'cuda': 'NCCL',\n    **EXTRA,\n}\n",
-            f"import torch\nBACKENDS = {{\n    {_TYPE}: {VALUE},\n    'cuda': 'NCCL',\n    **EXTRA,\n}}\n",
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nBACKENDS = {\n    device_type:'
+            " torch.distributed.Backend.default_device_backend_map.get(device_type),\n    'cuda': 'NCCL',\n"
+            "    **EXTRA,\n}\n",
         ),
     )
 
@@ -308,8 +373,8 @@ class CudaBackendMap(Rule):
         keyed = [e for e in node.elements if isinstance(e, cst.DictElement)]
         cuda = [e for e in keyed if string_value(e.key) == "cuda" and (string_value(e.value) or "").lower()
                 in self.BACKENDS]
-        if not cuda or any("current_accelerator" in self.ctx.code(e.key) for e in keyed):
-            return
+        if not cuda or any(string_value(e.key) is None and _names_device(self.ctx.code(e.key)) for e in keyed):
+            return  # a computed key for the current device is there already
         first = node.elements[0]
         if not isinstance(first, cst.DictElement):
             self.report(cuda[0])
@@ -318,6 +383,10 @@ class CudaBackendMap(Rule):
         separator = " "
         if isinstance(whitespace, cst.ParenthesizedWhitespace):
             separator = "\n" + indentation(self.ctx) + whitespace.last_line.value
-        entry = f"{DEVICE_TYPE_EXPR}: {self.VALUE},{separator}{self.ctx.code(first.key)}"
+        entry = f"{DEVICE_TYPE}: {self.VALUE},{separator}{self.ctx.code(first.key)}"
         self.report(cuda[0], fix=FixSpec("Add an entry for the current accelerator", (Replacement(first.key, entry),),
                                          imports=("torch",)))
+
+
+def _names_device(code: str) -> bool:
+    return "accelerator" in code or "device" in code

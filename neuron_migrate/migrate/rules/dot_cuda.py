@@ -6,9 +6,10 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.migrate.devices import device_flow, is_device_name
+from neuron_migrate.migrate.device_flow import device_flow, is_device_name
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import DEVICE_EXPR, DEVICE_TYPE_EXPR, keyword, positional
+from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 #: names that hold a device index by convention (`local_rank`, `gpu`, `args.gpu_id`, `i`)
@@ -31,8 +32,9 @@ class DotCuda(Rule):
     x = x.cuda(non_blocking=True)
 
     Use instead
-    model = model.to(torch.device((torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type, local_rank))
-    x = x.to(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"), non_blocking=True)
+    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+    model = model.to(torch.device(device.type, local_rank))
+    x = x.to(device, non_blocking=True)
 
     Fix safety
     Safe for `.cuda()` (the current device, like `current_accelerator()`, which carries no index) and for an
@@ -58,24 +60,27 @@ class DotCuda(Rule):
     INVALID = (
         Invalid(
             "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\nx = torch.ones(2).cuda(non_blocking=True)\n",
-            f"import torch\nmodel = torch.nn.Linear(2, 2).to({DEVICE_EXPR})\n"
-            f"x = torch.ones(2).to({DEVICE_EXPR}, non_blocking=True)\n",
+            "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")\nmodel = torch.nn.Linear(2, 2).to(device)\n'
+            "x = torch.ones(2).to(device, non_blocking=True)\n",
             count=2,
         ),
         Invalid(
             "def place(model, batch, local_rank):\n    model = model.cuda(local_rank)\n"
             "    return model, [t.cuda(device=0) for t in batch]\n",
-            f"import torch\ndef place(model, batch, local_rank):\n"
-            f"    model = model.to(torch.device({DEVICE_TYPE_EXPR}, local_rank))\n"
-            f"    return model, [t.to(device=torch.device({DEVICE_TYPE_EXPR}, 0)) for t in batch]\n",
+            "import torch\ndef place(model, batch, local_rank):\n"
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n    model = model.to(torch.device(device_type, local_rank))\n'
+            "    return model, [t.to(device=torch.device(device_type, 0)) for t in batch]\n",
             count=2,
         ),
         Invalid(
             'import torch\ndevice = f"cuda:{rank}"\nif torch.cuda.is_available():\n    x = x.cuda().half()\n'
             "y = y.cuda(device)\nz = z.cuda(args.which)\n",
-            'import torch\ndevice = f"cuda:{rank}"\nif torch.cuda.is_available():\n'
-            f"    x = x.to({DEVICE_EXPR}).half()\ny = y.to(device)\n"
-            f"z = z.to(torch.device({DEVICE_TYPE_EXPR}, args.which))\n",
+            'import torch\ndevice = f"cuda:{rank}"\n'
+            'accelerator = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "if torch.cuda.is_available():\n    x = x.to(accelerator).half()\ny = y.to(device)\n"
+            "z = z.to(torch.device(accelerator.type, args.which))\n",
             count=3,
         ),
     )
@@ -86,13 +91,16 @@ class DotCuda(Rule):
             return
         if (self.ctx.qualified_name(func) or "").startswith("torch.") or self._on_module(func.value):
             return  # torch.Tensor.cuda(x) (unbound, rare); tvm.cuda(0), a module's own function
-        fix, note = self._fix(node, func)
-        self.report(node, self.message + note, fix)
+        def decide() -> None:
+            fix, note = self._fix(node, func)
+            self.report(node, self.message + note, fix)
+
+        self.ctx.defer(decide)  # whether a name holds a device can be decided further down the file
 
     def _on_module(self, receiver: cst.BaseExpression) -> bool:
         key = dotted(receiver) if isinstance(receiver, (cst.Name, cst.Attribute)) else None
         head = key.split(".")[0] if key else None
-        return head is not None and any(head in table for table in self.ctx.scopes._stack)
+        return head is not None and self.ctx.scopes.imports(head)
 
     def _fix(self, call: cst.Call, func: cst.Attribute) -> tuple[FixSpec, str]:
         """The fix, and what a person must check when it is unsafe."""
@@ -101,21 +109,21 @@ class DotCuda(Rule):
         unsafe, note = False, ""
         if arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
             if arg is None:
-                text = DEVICE_EXPR + (", " if call.args else "")
+                text = DEVICE + (", " if call.args else "")
                 edits.append(Replacement(call.whitespace_before_args, text))
             else:
-                edits.append(Replacement(arg, _keep_keyword(arg, DEVICE_EXPR)))
+                edits.append(Replacement(arg, _keep_keyword(arg, DEVICE)))
             title = "Replace `.cuda()` with `.to()` the current accelerator"
         else:
             key = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
             index = self.ctx.code(arg.value).strip()
             if isinstance(arg.value, cst.Integer) or (key and _INDEX_NAME.match(key.rsplit(".", 1)[-1])):
-                text = f"torch.device({DEVICE_TYPE_EXPR}, {index})"
+                text = f"torch.device({DEVICE_TYPE}, {index})"
             elif is_device_name(key):
                 text, unsafe = index, key not in device_flow(self.ctx).holders
                 note = f"; check that `{index}` is a device, not an int index" if unsafe else ""
             else:
-                text, unsafe = f"torch.device({DEVICE_TYPE_EXPR}, {index})", True
+                text, unsafe = f"torch.device({DEVICE_TYPE}, {index})", True
                 note = f"; check that `{index}` is a device index"
             edits.append(Replacement(arg, _keep_keyword(arg, text)))
             title = f"Replace `.cuda({index})` with `.to()` the current accelerator"

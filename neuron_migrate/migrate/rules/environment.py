@@ -14,7 +14,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import keyword, positional, string_value
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 
 #: calls whose first argument is a variable name
@@ -177,6 +178,7 @@ class CudaEnvVar(_EnvVarRule):
     """
 
     code = "NM601"
+    cuda_only = False  # setting it is harmless where CUDA is missing
     name = "cuda-env-var"
     message = "`{var}` is CUDA-only: {advice}"
     severity = "warning"
@@ -202,18 +204,36 @@ class CudaEnvVar(_EnvVarRule):
         'import os\nx = os.environ.get("HOME", "CUDA_HOME")\n',
     )
     INVALID = (
-        Invalid('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = str(rank)\n'),
-        Invalid('from os import environ, getenv\nenviron.setdefault("CUDA_VISIBLE_DEVICES", "0")\n'
-                'home = getenv("CUDA_HOME") or environ.get("CUDA_PATH")\n', count=3),
-        Invalid('import os\nif "CUDA_LAUNCH_BLOCKING" not in os.environ:\n    os.putenv("CUDA_LAUNCH_BLOCKING", "1")\n',
-                count=2),
-        Invalid('import os, subprocess\ndef launch(cmd):\n    env = os.environ.copy()\n'
-                '    env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"\n'
-                '    subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": "1"})\n', count=2),
-        Invalid('import os, subprocess\nextra = {"CUDA_VISIBLE_DEVICES": "0,1"}\n'
-                'subprocess.Popen(["python", "train.py"], env=extra)\n'),
-        Invalid('import os\nos.environ.update({"CUDA_VISIBLE_DEVICES": "0"}, CUDA_LAUNCH_BLOCKING="1")\n', count=2),
-        Invalid('def test_cpu(monkeypatch):\n    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")\n'),
+        Invalid(
+            'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = str(rank)\n',
+        ),
+        Invalid(
+            'from os import environ, getenv\nenviron.setdefault("CUDA_VISIBLE_DEVICES", "0")\n'
+            'home = getenv("CUDA_HOME") or environ.get("CUDA_PATH")\n',
+            count=3,
+        ),
+        Invalid(
+            'import os\nif "CUDA_LAUNCH_BLOCKING" not in os.environ:\n'
+            '    os.putenv("CUDA_LAUNCH_BLOCKING", "1")\n',
+            count=2,
+        ),
+        Invalid(
+            "import os, subprocess\ndef launch(cmd):\n    env = os.environ.copy()\n"
+            '    env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"\n'
+            '    subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": "1"})\n',
+            count=2,
+        ),
+        Invalid(
+            'import os, subprocess\nextra = {"CUDA_VISIBLE_DEVICES": "0,1"}\n'
+            'subprocess.Popen(["python", "train.py"], env=extra)\n',
+        ),
+        Invalid(
+            'import os\nos.environ.update({"CUDA_VISIBLE_DEVICES": "0"}, CUDA_LAUNCH_BLOCKING="1")\n',
+            count=2,
+        ),
+        Invalid(
+            'def test_cpu(monkeypatch):\n    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")\n',
+        ),
     )
 
     def advice(self, var: str) -> str | None:
@@ -242,6 +262,7 @@ class NcclEnvVar(_EnvVarRule):
     """
 
     code = "NM602"
+    cuda_only = False  # setting it is harmless where CUDA is missing
     name = "nccl-env-var"
     message = "`{var}` configures NCCL, which Trainium does not use: {advice}"
     severity = "warning"
@@ -252,9 +273,16 @@ class NcclEnvVar(_EnvVarRule):
         'parser.add_argument("--nccl-debug", help="value for NCCL_DEBUG")\n',
     )
     INVALID = (
-        Invalid('import os\nos.environ["NCCL_DEBUG"] = "INFO"\nlevel = os.getenv("NCCL_DEBUG_SUBSYS")\n', count=2),
-        Invalid('import os as system\nif "TORCH_NCCL_ASYNC_ERROR_HANDLING" in system.environ:\n    pass\n'),
-        Invalid('import os, subprocess\nsubprocess.run(cmd, env=dict(os.environ, NCCL_P2P_DISABLE="1"))\n'),
+        Invalid(
+            'import os\nos.environ["NCCL_DEBUG"] = "INFO"\nlevel = os.getenv("NCCL_DEBUG_SUBSYS")\n',
+            count=2,
+        ),
+        Invalid(
+            'import os as system\nif "TORCH_NCCL_ASYNC_ERROR_HANDLING" in system.environ:\n    pass\n',
+        ),
+        Invalid(
+            'import os, subprocess\nsubprocess.run(cmd, env=dict(os.environ, NCCL_P2P_DISABLE="1"))\n',
+        ),
     )
 
     def advice(self, var: str) -> str | None:
@@ -296,10 +324,16 @@ class NvidiaSmi(_ScopedAssignments):
         'import subprocess\nsubprocess.run(["echo", "nvidia-smi-like"])\n',
     )
     INVALID = (
-        Invalid('import subprocess\nout = subprocess.check_output(["nvidia-smi", "-L"], text=True)\n'),
-        Invalid('import os\nos.system("nvidia-smi --query-gpu=name --format=csv > gpus.txt")\n'),
-        Invalid('from subprocess import Popen as P\ndef probe():\n    cmd = "/usr/bin/nvidia-smi -q"\n'
-                '    return P(cmd, shell=True)\n'),
+        Invalid(
+            'import subprocess\nout = subprocess.check_output(["nvidia-smi", "-L"], text=True)\n',
+        ),
+        Invalid(
+            'import os\nos.system("nvidia-smi --query-gpu=name --format=csv > gpus.txt")\n',
+        ),
+        Invalid(
+            'from subprocess import Popen as P\ndef probe():\n    cmd = "/usr/bin/nvidia-smi -q"\n'
+            "    return P(cmd, shell=True)\n",
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -6,7 +6,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, positional, string_value
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 
 _CPP_EXTENSION = "torch.utils.cpp_extension"
@@ -54,16 +55,28 @@ class CudaExtension(QualifiedNameRule):
         "import json\ncfg = json.load(open('CUDAExtension.json'))\n",
     )
     INVALID = (
-        Invalid("from torch.utils.cpp_extension import CUDAExtension, BuildExtension\n"
-                "ext = CUDAExtension('op', ['op.cpp', 'op_kernel.cu'])\n"),
-        Invalid("from torch.utils import cpp_extension\n"
-                "op = cpp_extension.load('op', ['op.cpp', os.path.join(root, 'kernel.cu')])\n"),
-        Invalid("import torch.utils.cpp_extension as ext\nop = ext.load('op', srcs, with_cuda=True)\n"),
-        Invalid("from torch.utils.cpp_extension import load_inline\nop = load_inline('op', cpp_src, cuda_src)\n"),
-        Invalid("import torch\ndef build():\n    return torch.utils.cpp_extension.load_inline("
-                "name='op', cpp_sources=cpp, cuda_sources=[cu])\n"),
-        Invalid("from torch.utils.cpp_extension import CUDAExtension, CppExtension\n"
-                "Ext = CUDAExtension if use_cuda else CppExtension\n"),
+        Invalid(
+            "from torch.utils.cpp_extension import CUDAExtension, BuildExtension\n"
+            "ext = CUDAExtension('op', ['op.cpp', 'op_kernel.cu'])\n",
+        ),
+        Invalid(
+            "from torch.utils import cpp_extension\n"
+            "op = cpp_extension.load('op', ['op.cpp', os.path.join(root, 'kernel.cu')])\n",
+        ),
+        Invalid(
+            "import torch.utils.cpp_extension as ext\nop = ext.load('op', srcs, with_cuda=True)\n",
+        ),
+        Invalid(
+            "from torch.utils.cpp_extension import load_inline\nop = load_inline('op', cpp_src, cuda_src)\n",
+        ),
+        Invalid(
+            "import torch\ndef build():\n"
+            "    return torch.utils.cpp_extension.load_inline(name='op', cpp_sources=cpp, cuda_sources=[cu])\n",
+        ),
+        Invalid(
+            "from torch.utils.cpp_extension import CUDAExtension, CppExtension\n"
+            "Ext = CUDAExtension if use_cuda else CppExtension\n",
+        ),
     )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
@@ -136,13 +149,21 @@ class TritonKernel(Rule):
         "from triton.testing import do_bench\n@do_bench\ndef h():\n    pass\n",
     )
     INVALID = (
-        Invalid("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
-                "    pass\n"),
-        Invalid("import triton as tt\n@tt.autotune(configs=[], key=['n'])\n@tt.jit\ndef k(x_ptr, n):\n    pass\n"),
-        Invalid("from triton import jit, heuristics\n@heuristics({'EVEN': lambda a: a['n'] % 2 == 0})\n@jit\n"
-                "def k(x_ptr, n):\n    pass\n"),
-        Invalid("class Ops:\n    from triton import jit\n    @staticmethod\n    @jit\n    def k(x_ptr):\n"
-                "        pass\n"),
+        Invalid(
+            "import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
+            "    pass\n",
+        ),
+        Invalid(
+            "import triton as tt\n@tt.autotune(configs=[], key=['n'])\n@tt.jit\ndef k(x_ptr, n):\n    pass\n",
+        ),
+        Invalid(
+            "from triton import jit, heuristics\n@heuristics({'EVEN': lambda a: a['n'] % 2 == 0})\n@jit\n"
+            "def k(x_ptr, n):\n    pass\n",
+        ),
+        Invalid(
+            "class Ops:\n    from triton import jit\n    @staticmethod\n    @jit\n    def k(x_ptr):\n"
+            "        pass\n",
+        ),
     )
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:

@@ -7,7 +7,8 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import positional, string_value
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.patterns import positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 
 _SDPA = "`torch.nn.functional.scaled_dot_product_attention`"
@@ -92,12 +93,27 @@ class CudaOnlyLibrary(Rule):
         "# import flash_attn for speed\nprint('install apex for fused kernels')\n",
     )
     INVALID = (
-        Invalid("from flash_attn import flash_attn_func\n"),
-        Invalid("import apex, xformers.ops as xops\nfrom apex.normalization import FusedLayerNorm\n", count=3),
-        Invalid("try:\n    import bitsandbytes as bnb\nexcept ImportError:\n    bnb = None\n"),
-        Invalid("def fused():\n    from deepspeed.ops.adam import FusedAdam\n    from numba import cuda\n", count=2),
-        Invalid("import importlib\ntriton = importlib.import_module('triton')\nfrom nvidia import dali\n", count=2),
-        Invalid("from apex import amp, optimizers\n"),
+        Invalid(
+            "from flash_attn import flash_attn_func\n",
+        ),
+        Invalid(
+            "import apex, xformers.ops as xops\nfrom apex.normalization import FusedLayerNorm\n",
+            count=3,
+        ),
+        Invalid(
+            "try:\n    import bitsandbytes as bnb\nexcept ImportError:\n    bnb = None\n",
+        ),
+        Invalid(
+            "def fused():\n    from deepspeed.ops.adam import FusedAdam\n    from numba import cuda\n",
+            count=2,
+        ),
+        Invalid(
+            "import importlib\ntriton = importlib.import_module('triton')\nfrom nvidia import dali\n",
+            count=2,
+        ),
+        Invalid(
+            "from apex import amp, optimizers\n",
+        ),
     )
 
     def visit_Import(self, node: cst.Import) -> None:

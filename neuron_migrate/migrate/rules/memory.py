@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import DEVICE_EXPR, QualifiedNameRule, call_args, guarded_fix
+from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 
@@ -61,10 +61,13 @@ class CudaEmptyCache(QualifiedNameRule):
             "        torch.accelerator.empty_cache()  # free\n    return 1\n",
         ),
         Invalid(
-            "from torch.cuda import empty_cache\nimport torch\nif torch.cuda.is_available():\n    empty_cache()\n",
+            "from torch.cuda import empty_cache\nimport torch\nif torch.cuda.is_available():\n"
+            "    empty_cache()\n",
             "import torch\nif torch.cuda.is_available():\n    torch.accelerator.empty_cache()\n",
         ),
-        Invalid("import atexit, torch\natexit.register(torch.cuda.empty_cache)\n"),
+        Invalid(
+            "import atexit, torch\natexit.register(torch.cuda.empty_cache)\n",
+        ),
     )
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
@@ -90,7 +93,7 @@ _MEMORY: dict[str, tuple[str, str, str | None] | None] = _both_spellings({
     "torch.cuda.reset_max_memory_cached": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
     "torch.cuda.reset_accumulated_memory_stats": ("torch.accelerator.reset_accumulated_memory_stats", "guard", None),
     "torch.cuda.mem_get_info": ("torch.accelerator.get_memory_info", "plain", None),
-    "torch.cuda.memory_summary": (f"torch.get_device_module({DEVICE_EXPR}).memory_summary", "module", None),
+    "torch.cuda.memory_summary": ("torch.get_device_module().memory_summary", "module", None),
     "torch.cuda.memory_stats_as_nested_dict": None,
     "torch.cuda.memory_snapshot": None,
     "torch.cuda.list_gpu_processes": None,
@@ -150,8 +153,9 @@ class CudaMemoryStats(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\ntorch.cuda.reset_peak_memory_stats()\npeak = torch.cuda.max_memory_allocated()\n",
-            "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.reset_peak_memory_stats()\n"
-            "peak = (torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0)\n",
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    torch.accelerator.reset_peak_memory_stats()\n"
+            "peak = torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0\n",
             count=2,
         ),
         Invalid(
@@ -161,16 +165,18 @@ class CudaMemoryStats(QualifiedNameRule):
         ),
         Invalid(
             "from torch.cuda.memory import memory_stats\ns = memory_stats().get('num_ooms', 0)\n",
-            "import torch\ns = (torch.accelerator.memory_stats() if torch.accelerator.is_available() else {})"
-            ".get('num_ooms', 0)\n",
+            "import torch\ns = (torch.accelerator.memory_stats() if torch.accelerator.is_available() else"
+            " {}).get('num_ooms', 0)\n",
         ),
         Invalid(
             "import torch\nfree, total = torch.cuda.mem_get_info()\nprint(torch.cuda.memory_summary())\n",
-            "import torch\nfree, total = torch.accelerator.get_memory_info()\nprint(torch.get_device_module("
-            f"{DEVICE_EXPR}).memory_summary())\n",
+            "import torch\nfree, total = torch.cuda.mem_get_info()\n"
+            "print(torch.get_device_module().memory_summary())\n",
             count=2,
         ),
-        Invalid("import torch\ntorch.cuda.memory._record_memory_history(max_entries=100000)\n"),
+        Invalid(
+            "import torch\ntorch.cuda.memory._record_memory_history(max_entries=100000)\n",
+        ),
     )
 
     def message_for(self, name: str) -> str:
@@ -188,7 +194,7 @@ class CudaMemoryStats(QualifiedNameRule):
         args = call_args(self, call) if how == "module" else call_args(self, call, positional=("device",))
         if args is None:
             return None
-        title = f"Replace `{name}` with `{target.replace(DEVICE_EXPR, 'device')}`"
+        title = f"Replace `{name}` with `{target}`"
         if how == "guard":
             return guarded_fix(self, call, f"{target}{args}", title, cpu_value)
         return FixSpec(title, (Replacement(call, f"{target}{args}"),), imports=("torch",))

@@ -10,7 +10,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, string_value
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword
 from neuron_migrate.migrate.rule import Invalid
 
 #: calls whose dtype argument is only inspected
@@ -69,8 +70,11 @@ class Float64(_DtypeRule):
 
     What it does
     Flags `torch.float64` / `torch.double` used as a value (`dtype=`, `.to(...)`, `set_default_dtype`),
-    `.double()` conversions, `torch.DoubleTensor`, and `torch_dtype="float64"` for model loaders.
-    Comparisons such as `x.dtype == torch.float64` are not flagged.
+    `.double()` conversions, `torch.DoubleTensor`, `torch_dtype="float64"` for model loaders, and NumPy
+    arrays that are float64 by default (`np.zeros`, `np.random.rand`, `np.array([0.5, ...])`, … without a
+    `dtype=`) turned into tensors on a device (`torch.from_numpy(a).to(device)`, `torch.tensor(a,
+    device=...)`, `torch.as_tensor(a, device=...)`). Comparisons such as `x.dtype == torch.float64` are not
+    flagged.
 
     Why it matters on Trainium
     NeuronCores have no float64 arithmetic: TorchNeuron casts 64-bit inputs to float32, computes, and casts
@@ -91,14 +95,17 @@ class Float64(_DtypeRule):
     name = "float64"
     message = "`{name}`: float64 is computed in float32 on Neuron (64-bit inputs are downcast): use float32, " \
               "or keep precision-sensitive code on the CPU"
-    severity = "info"
-    triggers = (b"float64", b"double", b"Double")
+    severity = "warning"
+    cuda_only = False
+    triggers = (b"float64", b"double", b"Double", b"from_numpy", (b"numpy", b"device"))
     NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys(
         ("torch.float64", "torch.double", "torch.DoubleTensor", "torch.Tensor.double"))
     METHODS = ("double",)
     DTYPE_STRINGS = frozenset({"float64", "double", "torch.float64", "torch.double"})
     VALID = (
         "import torch\nx = torch.zeros(3, dtype=torch.float32).float()\n",
+        "import numpy as np\nimport torch\na = np.zeros(3, dtype=np.float32)\nx = torch.from_numpy(a).to(device)\n"
+        "y = torch.from_numpy(np.ones(3)).float().to(device)\nz = torch.tensor(np.ones(3))\n",
         "import torch\nif x.dtype in (torch.float32, torch.float64):\n    pass\n",
         "import torch\neps = torch.finfo(torch.float64).eps\nnames = {torch.float64: 'f64'}\n",
         "import torch\nwider = {torch.float32: torch.float64, torch.int32: torch.int64}\n",
@@ -106,12 +113,83 @@ class Float64(_DtypeRule):
         "# cast to torch.float64 for the loss\nprint('use .double() on CPU')\n",
     )
     INVALID = (
-        Invalid("import torch\nx = torch.zeros(3, dtype=torch.float64)\ny = x.to(torch.double)\n", count=2),
-        Invalid("import torch\ntorch.set_default_dtype(torch.float64)\n"),
-        Invalid("def loss(logits, target):\n    return ((logits.double() - target) ** 2).mean()\n"),
-        Invalid("from torch import float64 as f64\ndef zeros(n, dtype=f64):\n    return n\n"),
-        Invalid("from transformers import AutoModel\nm = AutoModel.from_pretrained(path, torch_dtype='float64')\n"),
+        Invalid(
+            "import torch\nx = torch.zeros(3, dtype=torch.float64)\ny = x.to(torch.double)\n",
+            count=2,
+        ),
+        Invalid(
+            "import numpy as np\nimport torch\nnoise = np.random.randn(4, 8)\nx = torch.from_numpy(noise).to(device)\n"
+            "w = torch.tensor(np.linspace(0, 1, 8), device=device)\n",
+            count=2,
+        ),
+        Invalid(
+            "import torch\ntorch.set_default_dtype(torch.float64)\n",
+        ),
+        Invalid(
+            "def loss(logits, target):\n    return ((logits.double() - target) ** 2).mean()\n",
+        ),
+        Invalid(
+            "from torch import float64 as f64\ndef zeros(n, dtype=f64):\n    return n\n",
+        ),
+        Invalid(
+            "from transformers import AutoModel\nm = AutoModel.from_pretrained(path, torch_dtype='float64')\n",
+        ),
     )
+
+
+    def visit_Call(self, node: cst.Call) -> None:
+        super().visit_Call(node)
+        array = _array_to_device(self.ctx, node)
+        if array is not None and _numpy_float64(self.ctx, array):
+            self.report(node, "a float64 NumPy array becomes a tensor on the device: float64 is computed in float32 "
+                              "on Neuron; convert it on purpose (`.float()` / `dtype=torch.float32`), or keep "
+                              "the precision-sensitive part on the CPU")
+
+
+#: NumPy functions that make float64 arrays unless given a `dtype=`
+_NUMPY_FLOAT64 = {f"numpy.{name}" for name in (
+    "zeros", "ones", "empty", "full", "linspace", "logspace", "eye", "identity", "loadtxt", "genfromtxt")} | {
+    f"numpy.random.{name}" for name in ("rand", "randn", "random", "uniform", "normal", "standard_normal",
+                                        "random_sample")}
+
+
+def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
+    """The NumPy array in `torch.from_numpy(a).to(device)` / `.cuda()`, `torch.tensor(a, device=...)`."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda") and isinstance(func.value, cst.Call):
+        inner = func.value
+        if ctx.call_name(inner) == "torch.from_numpy" and inner.args and (func.attr.value == "cuda" or call.args):
+            first = call.args[0].value if call.args else None
+            if first is None or not _is_dtype(ctx, first):
+                return inner.args[0].value
+    if ctx.call_name(call) in ("torch.tensor", "torch.as_tensor") and call.args and keyword(call, "device"):
+        if keyword(call, "dtype") is None:
+            return call.args[0].value
+    return None
+
+
+def _is_dtype(ctx, node: cst.BaseExpression) -> bool:
+    return (ctx.qualified_name(node) or "").startswith("torch.") and "float" in (ctx.qualified_name(node) or "")
+
+
+def _numpy_float64(ctx, node: cst.BaseExpression | None, depth: int = 0) -> bool:
+    """Whether `node` is (a name assigned) a NumPy array that is float64: made by a float64-by-default function
+    without `dtype=`, or `np.array` of float literals."""
+    if node is None or depth > 2:
+        return False
+    if isinstance(node, cst.Name):
+        values = ctx.bindings.values(node.value)
+        return bool(values) and all(_numpy_float64(ctx, v, depth + 1) for v in values)
+    if not isinstance(node, cst.Call):
+        return False
+    name = ctx.call_name(node) or ""
+    if name in _NUMPY_FLOAT64:
+        return keyword(node, "dtype") is None
+    if name in ("numpy.array", "numpy.asarray") and node.args and keyword(node, "dtype") is None:
+        values = node.args[0].value
+        elements = values.elements if isinstance(values, (cst.List, cst.Tuple)) else ()
+        return any(isinstance(e.value, cst.Float) for e in elements)
+    return False
 
 
 class ComplexDtype(_DtypeRule):
@@ -144,7 +222,8 @@ class ComplexDtype(_DtypeRule):
     name = "complex-dtype"
     message = "`{name}` uses complex tensors, which Neuron supports only partly: test this path on Neuron, " \
               "or carry real and imaginary parts as float tensors"
-    severity = "info"
+    severity = "warning"
+    cuda_only = False
     triggers = (b"complex", b"cfloat", b"cdouble", b"chalf", b"view_as_real", b"polar", b"fft", b"stft")
     _FFT = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn",
             "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn")
@@ -163,11 +242,20 @@ class ComplexDtype(_DtypeRule):
         "import numpy as np\nz = np.zeros(3, dtype=np.complex64)\n",
     )
     INVALID = (
-        Invalid("import torch\nfreqs_cis = torch.polar(torch.ones_like(f), f)\nz = torch.view_as_complex(x)\n",
-                count=2),
-        Invalid("import torch.fft as fft\nspec = fft.rfft(signal, dim=-1)\n"),
-        Invalid("from torch import cfloat\nz = torch.zeros(2, dtype=cfloat)\nw = z.cdouble()\n", count=2),
-        Invalid("import torch\nspec = torch.stft(wave, 400, window=w, return_complex=True)\n"),
+        Invalid(
+            "import torch\nfreqs_cis = torch.polar(torch.ones_like(f), f)\nz = torch.view_as_complex(x)\n",
+            count=2,
+        ),
+        Invalid(
+            "import torch.fft as fft\nspec = fft.rfft(signal, dim=-1)\n",
+        ),
+        Invalid(
+            "from torch import cfloat\nz = torch.zeros(2, dtype=cfloat)\nw = z.cdouble()\n",
+            count=2,
+        ),
+        Invalid(
+            "import torch\nspec = torch.stft(wave, 400, window=w, return_complex=True)\n",
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:

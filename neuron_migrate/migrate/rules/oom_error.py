@@ -42,11 +42,13 @@ class CudaOomError(QualifiedNameRule):
     )
     INVALID = (
         Invalid(
-            "import torch\ntry:\n    step()\nexcept torch.cuda.OutOfMemoryError:\n    torch.cuda.empty_cache()\n",
+            "import torch\ntry:\n    step()\nexcept torch.cuda.OutOfMemoryError:\n"
+            "    torch.cuda.empty_cache()\n",
             "import torch\ntry:\n    step()\nexcept torch.OutOfMemoryError:\n    torch.cuda.empty_cache()\n",
         ),
         Invalid(
-            "from torch.cuda import OutOfMemoryError\n\ndef is_oom(e):\n    return isinstance(e, OutOfMemoryError)\n",
+            "from torch.cuda import OutOfMemoryError\n\ndef is_oom(e):\n"
+            "    return isinstance(e, OutOfMemoryError)\n",
             "import torch\n\ndef is_oom(e):\n    return isinstance(e, torch.OutOfMemoryError)\n",
         ),
     )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import DEVICE_TYPE_EXPR, QualifiedNameRule
+from neuron_migrate.migrate.fixes import DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 _NVTX_MESSAGES = {
@@ -71,7 +72,9 @@ class CudaNvtx(QualifiedNameRule):
             "import torch\ntorch.cuda.nvtx.range_push('step')\nstep()\ntorch.cuda.nvtx.range_pop()\n",
             count=2,
         ),
-        Invalid("import torch.cuda.nvtx as nvtx\nnvtx.mark('epoch')\n"),
+        Invalid(
+            "import torch.cuda.nvtx as nvtx\nnvtx.mark('epoch')\n",
+        ),
     )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
@@ -144,11 +147,13 @@ class ProfilerActivityCuda(QualifiedNameRule):
             "with profile(activities=torch.profiler.supported_activities()) as p:\n    pass\n",
         ),
         Invalid(
-            "import torch\nacts = [torch.profiler.ProfilerActivity.CPU]\n"
-            "if torch.cuda.is_available():\n    acts.append(torch.profiler.ProfilerActivity.CUDA)\n",
             "import torch\nacts = [torch.profiler.ProfilerActivity.CPU]\nif torch.cuda.is_available():\n"
-            f"    acts.append(getattr(torch.profiler.ProfilerActivity, {DEVICE_TYPE_EXPR}.upper(), "
-            "torch.profiler.ProfilerActivity.CPU))\n",
+            "    acts.append(torch.profiler.ProfilerActivity.CUDA)\n",
+            "import torch\nacts = [torch.profiler.ProfilerActivity.CPU]\nif torch.cuda.is_available():\n"
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n'
+            "    acts.append(getattr(torch.profiler.ProfilerActivity, device_type.upper(),"
+            " torch.profiler.ProfilerActivity.CPU))\n",
         ),
     )
 
@@ -159,7 +164,7 @@ class ProfilerActivityCuda(QualifiedNameRule):
             return FixSpec("Replace the CPU+CUDA activities with `torch.profiler.supported_activities()`",
                            (Replacement(container, "torch.profiler.supported_activities()"),), imports=("torch",))
         owner = self.ctx.code(node.value) if isinstance(node, cst.Attribute) else "torch.profiler.ProfilerActivity"
-        text = f"getattr({owner}, {DEVICE_TYPE_EXPR}.upper(), {owner}.CPU)"
+        text = f"getattr({owner}, {DEVICE_TYPE}.upper(), {owner}.CPU)"
         return FixSpec("Replace `ProfilerActivity.CUDA` with the current accelerator's activity",
                        (Replacement(node, text),), imports=("torch",))
 

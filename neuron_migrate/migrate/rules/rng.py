@@ -6,9 +6,9 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import (
-    DEVICE_EXPR,
     QualifiedNameRule,
     call_args,
     guarded_fix,
@@ -16,11 +16,12 @@ from neuron_migrate.migrate.patterns import (
     is_expression_statement,
     keyword,
     positional,
-    under_availability_guard,
+    statement_removal,
 )
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
-_DEVICE_MODULE = f"torch.get_device_module({DEVICE_EXPR})"
+#: the current accelerator's device module (`torch.cuda`, `torch.neuron`); `torch.cpu` without one
+_DEVICE_MODULE = "torch.get_device_module()"
 
 
 def _with_random_spelling(names: dict) -> dict:
@@ -42,18 +43,22 @@ class CudaManualSeed(QualifiedNameRule):
     torch.cuda.manual_seed_all(seed)
 
     Use instead
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # seeds the CPU and every accelerator; or, for the accelerator alone:
+    torch.get_device_module().manual_seed_all(seed)
 
     Fix safety
-    Safe when the same block already calls `torch.manual_seed` with the same seed and only other seeding
-    statements sit in between (the usual "seed everything" function): then the CPU generator is reset to the
-    state it already had. Unsafe otherwise, because `torch.manual_seed` also reseeds the CPU generator, which
-    changes every CPU random number drawn afterwards (data shuffling, initialisation on the CPU).
+    Safe. When the same block already calls `torch.manual_seed` with the same seed and only other seeding
+    statements sit in between (the usual "seed everything" function), that call already seeds CUDA and every
+    other accelerator: the CUDA call is removed (with the `if torch.cuda.is_available():` around it when it is
+    all that check guards). Otherwise it becomes the accelerator's own seeding function,
+    `torch.get_device_module().manual_seed(_all)(seed)`, run only when there is an accelerator (as the
+    CUDA call did nothing without CUDA): the same call on CUDA, and it leaves the CPU generator alone, where
+    `torch.manual_seed` would reseed it and change every CPU random number drawn afterwards.
     """
 
     code = "NM404"
     name = "cuda-manual-seed"
-    message = "`{short}` seeds CUDA only: use `torch.manual_seed`, which seeds every device"
+    message = "`{short}` seeds CUDA only: seed the current accelerator (`torch.manual_seed` seeds every device)"
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"manual_seed"),)
@@ -70,18 +75,21 @@ class CudaManualSeed(QualifiedNameRule):
         Invalid(
             "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n"
             "    if torch.cuda.is_available():\n        torch.cuda.manual_seed_all(s)\n",
-            "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n"
-            "    if torch.cuda.is_available():\n        torch.manual_seed(s)\n",
+            "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n",
         ),
         Invalid(
             "from torch.cuda import manual_seed\nmanual_seed(1234)\n",
-            "import torch\ntorch.manual_seed(1234)\n",
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    torch.get_device_module().manual_seed(1234)\n",
         ),
         Invalid(
             "import torch\ntorch.manual_seed(0)\nx = torch.rand(3)\ntorch.cuda.manual_seed(0)\n",
-            "import torch\ntorch.manual_seed(0)\nx = torch.rand(3)\ntorch.manual_seed(0)\n",
+            "import torch\ntorch.manual_seed(0)\nx = torch.rand(3)\nif torch.accelerator.is_available():\n"
+            "    torch.get_device_module().manual_seed(0)\n",
         ),
-        Invalid("import torch\nseeders = [torch.cuda.manual_seed_all]\n"),
+        Invalid(
+            "import torch\nseeders = [torch.cuda.manual_seed_all]\n",
+        ),
     )
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
@@ -89,9 +97,13 @@ class CudaManualSeed(QualifiedNameRule):
         if seed is None:
             return None
         seed_code = self.ctx.code(seed.value)
-        safety = "safe" if self._seeded_before(seed_code) else "unsafe"
-        return FixSpec(f"Replace `{name}` with `torch.manual_seed`",
-                       (Replacement(call, f"torch.manual_seed({seed_code})"),), imports=("torch",), safety=safety)
+        statement = is_expression_statement(self.ctx, call)
+        if statement is not None and self._seeded_before(seed_code):
+            return FixSpec(f"Remove `{name}`: `torch.manual_seed` above already seeds every device",
+                           (statement_removal(self.ctx, statement),))
+        function = name.rsplit(".", 1)[-1]
+        return guarded_fix(self, call, f"{_DEVICE_MODULE}.{function}({seed_code})",
+                           f"Seed the accelerator's generator (`{function}` of its device module)", cpu_value="None")
 
     def _seeded_before(self, seed_code: str) -> bool:
         """Whether `torch.manual_seed(<same seed>)` runs just before, with only seeding statements between."""
@@ -193,25 +205,28 @@ class CudaRngState(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\nstate = {'cpu': torch.get_rng_state(), 'cuda': torch.cuda.get_rng_state_all()}\n",
-            "import torch\nstate = {'cpu': torch.get_rng_state(), 'cuda': "
-            f"[{_DEVICE_MODULE}.get_rng_state(i) for i in range(torch.accelerator.device_count())]}}\n",
+            "import torch\nstate = {\n    'cpu': torch.get_rng_state(),\n"
+            "    'cuda': [torch.get_device_module().get_rng_state(i) for i in"
+            " range(torch.accelerator.device_count())],\n}\n",
         ),
         Invalid(
             "import torch\ndef load(state):\n    torch.cuda.set_rng_state_all(state['cuda'])\n",
             "import torch\ndef load(state):\n    if torch.accelerator.is_available():\n"
             "        for device_index, rng_state in enumerate(state['cuda']):\n"
-            f"            {_DEVICE_MODULE}.set_rng_state(rng_state, device_index)\n",
+            "            torch.get_device_module().set_rng_state(rng_state, device_index)\n",
         ),
         Invalid(
             "import torch.cuda\nif torch.cuda.is_available():\n    saved = torch.cuda.get_rng_state()\n"
             "    torch.cuda.set_rng_state(saved)\n",
             "import torch.cuda\nif torch.cuda.is_available():\n"
-            f"    saved = {_DEVICE_MODULE}.get_rng_state()\n    {_DEVICE_MODULE}.set_rng_state(saved)\n",
+            "    saved = torch.get_device_module().get_rng_state()\n"
+            "    torch.get_device_module().set_rng_state(saved)\n",
             count=2,
         ),
         Invalid(
             "from torch.cuda.random import set_rng_state\nset_rng_state(s)\n",
-            f"import torch\nif torch.accelerator.is_available():\n    {_DEVICE_MODULE}.set_rng_state(s)\n",
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    torch.get_device_module().set_rng_state(s)\n",
         ),
     )
 
@@ -241,7 +256,7 @@ class CudaRngState(QualifiedNameRule):
         indent = indentation(self.ctx)
         head = f"for {index}, {state} in enumerate({self.ctx.code(states.value)}):"
         body = f"{_DEVICE_MODULE}.set_rng_state({state}, {index})"
-        if under_availability_guard(self.ctx):
+        if accelerator_certain(self.ctx):
             text = f"{head}\n{indent}{step}{body}"
         else:
             text = f"if torch.accelerator.is_available():\n{indent}{step}{head}\n{indent}{step}{step}{body}"

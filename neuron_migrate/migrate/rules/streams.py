@@ -112,7 +112,7 @@ class CudaStreamEvent(QualifiedNameRule):
             "import torch\nstart = torch.Event(enable_timing=True)\nend = torch.Event(enable_timing=True)\n"
             "if torch.accelerator.is_available():\n    start.record()\nrun()\n"
             "if torch.accelerator.is_available():\n    end.record()\n"
-            "ms = (start.elapsed_time(end) if torch.accelerator.is_available() else float(\"nan\"))\n",
+            'ms = start.elapsed_time(end) if torch.accelerator.is_available() else float("nan")\n',
             count=2,
         ),
         Invalid(

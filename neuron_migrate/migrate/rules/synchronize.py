@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, guarded_call_fix
+from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid
 
 
@@ -28,9 +28,10 @@ class CudaSynchronize(QualifiedNameRule):
     elapsed = time.perf_counter() - start
 
     Fix safety
-    Safe: on CUDA the call is the same; without an accelerator the guard skips it, since
-    `torch.accelerator.synchronize()` raises there. Inside an existing CUDA-availability guard no second guard
-    is added.
+    Safe: on CUDA the call is the same (a `device=` keyword becomes positional: `torch.accelerator.synchronize`
+    takes it positionally only); without an accelerator the guard skips it, since
+    `torch.accelerator.synchronize()` raises there. Where an accelerator is certain (inside an availability
+    check, after an early exit without one) no guard is added.
     """
 
     code = "NM401"
@@ -60,12 +61,42 @@ class CudaSynchronize(QualifiedNameRule):
             "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize(0)\n",
         ),
         Invalid(
-            "from torch.cuda import synchronize as sync\nimport torch\nif torch.cuda.is_available():\n    sync()\n",
+            "from torch.cuda import synchronize as sync\nimport torch\nif torch.cuda.is_available():\n"
+            "    sync()\n",
             "import torch\nif torch.cuda.is_available():\n    torch.accelerator.synchronize()\n",
+        ),
+        Invalid(
+            "import torch\ndef wait(device):\n    if not torch.cuda.is_available():\n        return\n"
+            "    torch.cuda.synchronize(device=device)\n",
+            "import torch\ndef wait(device):\n    if not torch.cuda.is_available():\n        return\n"
+            "    torch.accelerator.synchronize(device)\n",
+        ),
+        Invalid(
+            "import torch\nif not torch.accelerator.is_available():\n    print('cpu')\nelse:\n"
+            "    torch.cuda.synchronize()\ndef timed(f):\n    assert torch.cuda.is_available()\n    f()\n"
+            "    torch.cuda.synchronize()\nuse_accel = torch.cuda.is_available()\nif use_accel:\n"
+            "    torch.cuda.synchronize()\n",
+            "import torch\nif not torch.accelerator.is_available():\n    print('cpu')\nelse:\n"
+            "    torch.accelerator.synchronize()\ndef timed(f):\n    assert torch.cuda.is_available()\n"
+            "    f()\n    torch.accelerator.synchronize()\nuse_accel = torch.cuda.is_available()\n"
+            "if use_accel:\n    torch.accelerator.synchronize()\n",
+            count=3,
+        ),
+        Invalid(
+            "import torch\nif device.type != 'cpu':\n    torch.cuda.synchronize()\nfor step in range(3):\n"
+            "    if not torch.cuda.is_available():\n        continue\n    torch.cuda.synchronize()\n",
+            "import torch\nif device.type != 'cpu':\n    torch.accelerator.synchronize()\n"
+            "for step in range(3):\n    if not torch.cuda.is_available():\n        continue\n"
+            "    torch.accelerator.synchronize()\n",
+            count=2,
         ),
     )
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         if call is None:
             return super().fix_for(node, call, name)
-        return guarded_call_fix(self, call, name, self.NAMES[name], cpu_value="None")
+        args = call_args(self, call, positional=("device",))  # positional-only in torch.accelerator
+        if args is None:
+            return None
+        target = self.NAMES[name]
+        return guarded_fix(self, call, f"{target}{args}", f"Replace `{name}` with `{target}`", cpu_value="None")

@@ -6,13 +6,9 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import (
-    DEVICE_EXPR,
-    QualifiedNameRule,
-    indentation,
-    is_expression_statement,
-    string_value,
-)
+from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR
+from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, is_expression_statement
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 DTYPES = {"Float": "torch.float32", "Double": "torch.float64", "Half": "torch.float16", "BFloat16": "torch.bfloat16",
@@ -48,10 +44,11 @@ class CudaTensorType(QualifiedNameRule):
     h = x.type(torch.cuda.HalfTensor)
 
     Use instead
+    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
     torch.set_default_dtype(torch.float32)
-    torch.set_default_device(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"))
-    buf = torch.empty(4, 8, dtype=torch.float32, device=torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"))
-    h = x.to(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"), torch.float16)
+    torch.set_default_device(device)
+    buf = torch.empty(4, 8, dtype=torch.float32, device=device)
+    h = x.to(device, torch.float16)
 
     Fix safety
     Unsafe. `torch.set_default_device` does what the CUDA default tensor type did for factory functions, but
@@ -76,18 +73,24 @@ class CudaTensorType(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\n\ndef setup():\n    torch.set_default_tensor_type(torch.cuda.FloatTensor)  # fast\n",
-            "import torch\n\ndef setup():\n    torch.set_default_dtype(torch.float32)\n"
-            f"    torch.set_default_device({DEVICE_EXPR})  # fast\n",
+            "import torch\n\ndef setup():\n"
+            '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "    torch.set_default_dtype(torch.float32)\n    torch.set_default_device(device)  # fast\n",
         ),
         Invalid(
             "from torch.cuda import HalfTensor, LongTensor\nimport torch\nbuf = HalfTensor(4, 8)\n"
-            "ids = LongTensor([[1, 2]])\nh = x.type(torch.cuda.HalfTensor)\nk = x.type('torch.cuda.FloatTensor')\n",
-            f"import torch\nbuf = torch.empty(4, 8, dtype=torch.float16, device={DEVICE_EXPR})\n"
-            f"ids = torch.tensor([[1, 2]], dtype=torch.int64, device={DEVICE_EXPR})\n"
-            f"h = x.to({DEVICE_EXPR}, torch.float16)\nk = x.to({DEVICE_EXPR}, torch.float32)\n",
+            "ids = LongTensor([[1, 2]])\nh = x.type(torch.cuda.HalfTensor)\n"
+            "k = x.type('torch.cuda.FloatTensor')\n",
+            "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")\nbuf = torch.empty(4, 8, dtype=torch.float16, device=device)\n'
+            "ids = torch.tensor([[1, 2]], dtype=torch.int64, device=device)\nh = x.to(device, torch.float16)\n"
+            "k = x.to(device, torch.float32)\n",
             count=4,
         ),
-        Invalid("import torch\nok = isinstance(x, torch.cuda.FloatTensor)\ny = torch.cuda.FloatTensor(data)\n", count=2),
+        Invalid(
+            "import torch\nok = isinstance(x, torch.cuda.FloatTensor)\ny = torch.cuda.FloatTensor(data)\n",
+            count=2,
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -114,7 +117,7 @@ class CudaTensorType(QualifiedNameRule):
             fix = self._default_type_fix(call, kind)
         elif isinstance(func, cst.Attribute) and func.attr.value == "type":
             fix = FixSpec(f"Replace `.type({name})` with `.to(device, {DTYPES[kind]})`",
-                          (Replacement(func.attr, "to"), Replacement(call.args[0], f"{DEVICE_EXPR}, {DTYPES[kind]}")),
+                          (Replacement(func.attr, "to"), Replacement(call.args[0], f"{DEVICE}, {DTYPES[kind]}")),
                           imports=("torch",))
         elif not isinstance(func, cst.Name) or func.value != "isinstance":
             return
@@ -124,7 +127,7 @@ class CudaTensorType(QualifiedNameRule):
         if kind not in _FLOATING or is_expression_statement(self.ctx, call) is None:
             return None  # set_default_tensor_type raises for integer types anyway
         text = (f"torch.set_default_dtype({DTYPES[kind]})\n"
-                f"{indentation(self.ctx)}torch.set_default_device({DEVICE_EXPR})")
+                f"{indentation(self.ctx)}torch.set_default_device({DEVICE})")
         return FixSpec("Replace with `torch.set_default_dtype` and `torch.set_default_device`",
                        (Replacement(call, text),), imports=("torch",))
 
@@ -139,6 +142,6 @@ class CudaTensorType(QualifiedNameRule):
         else:
             return None  # sizes or data? a person must say
         inner = ", ".join(self.ctx.code(a.value).strip() for a in args) or "0"
-        text = f"{factory}({inner}, dtype={DTYPES[kind]}, device={DEVICE_EXPR})"
+        text = f"{factory}({inner}, dtype={DTYPES[kind]}, device={DEVICE})"
         return FixSpec(f"Replace `{name}(...)` with `{factory}(..., dtype=, device=)`", (Replacement(call, text),),
                        imports=("torch",))

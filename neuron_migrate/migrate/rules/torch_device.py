@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.devices import agnostic_string, device_flow, fit, has_index, is_cuda_string
+from neuron_migrate.migrate.device_flow import device_flow
+from neuron_migrate.migrate.device_literals import agnostic_string, fit, has_index, is_cuda_string, string_value
+from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import DEVICE_EXPR, DEVICE_TYPE_EXPR, keyword, positional, string_value
+from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 
@@ -28,14 +30,15 @@ class TorchDeviceCuda(Rule):
 
     Use instead
     device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
-    rank_device = torch.device((torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type, local_rank)
+    rank_device = torch.device(device.type, local_rank)
 
     Fix safety
     Safe: on a CUDA machine the rewrite is the same device (`current_accelerator()` is `cuda` without an
     index, like `torch.device('cuda')`; an index is kept as the second argument), on Trainium it is `neuron`,
     and without an accelerator it is `cpu` (`cpu:N` is a valid placement for tensors and modules). An index
-    written inside an f-string or `.format` stays in the string, since it may be a `str`. Unsafe where an
-    indexed device reaches `torch.load(map_location=...)`, which rejects `cpu:N` on a CPU-only machine.
+    written inside an f-string or `.format` stays in the string, since it may be a `str`. Where an indexed
+    device reaches `torch.load(map_location=...)`, which rejects `cpu:N`, the index is kept only when there is
+    an accelerator.
     """
 
     code = "NM102"
@@ -55,27 +58,38 @@ class TorchDeviceCuda(Rule):
     INVALID = (
         Invalid(
             'import torch\ndevice = torch.device("cuda")\nx = torch.ones(2).to(device)\n',
-            f'import torch\ndevice = {DEVICE_EXPR}\nx = torch.ones(2).to(device)\n',
+            "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")\nx = torch.ones(2).to(device)\n',
         ),
         Invalid(
             'from torch import device\nd = device("cuda", local_rank)\nc = device("cuda:1")\n',
-            f'import torch\nd = torch.device({DEVICE_TYPE_EXPR}, local_rank)\nc = torch.device({DEVICE_TYPE_EXPR}, 1)\n',
+            "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")).type\nd = torch.device(device_type, local_rank)\n'
+            "c = torch.device(device_type, 1)\n",
             count=2,
         ),
         Invalid(
             'import torch\nif torch.cuda.is_available():\n    kind = torch.device("cuda").type\n'
             '    d = torch.device(f"cuda:{rank}")\n    e = torch.device(type="cuda", index=0)\n',
-            f'import torch\nif torch.cuda.is_available():\n    kind = ({DEVICE_EXPR}).type\n'
-            f"    d = torch.device(f\"{{{DEVICE_TYPE_EXPR.replace(chr(34), chr(39))}}}:{{rank}}\")\n"
-            f"    e = torch.device({DEVICE_TYPE_EXPR}, 0)\n",
+            "import torch\nif torch.cuda.is_available():\n"
+            '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            '    kind = device.type\n    d = torch.device(f"{device.type}:{rank}")\n'
+            "    e = torch.device(device.type, 0)\n",
             count=3,
         ),
         Invalid(
             'import torch\ndev = torch.device("cuda", rank)\nstate = torch.load("ckpt.pt", map_location=dev)\n'
             'with torch.device("cuda"):\n    m = torch.nn.Linear(2, 2)\n',
-            f'import torch\ndev = torch.device({DEVICE_TYPE_EXPR}, rank)\n'
-            f'state = torch.load("ckpt.pt", map_location=dev)\nwith {DEVICE_EXPR}:\n    m = torch.nn.Linear(2, 2)\n',
+            "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
+            ' torch.device("cpu")\n'
+            "dev = torch.device(device.type, rank) if torch.accelerator.is_available() else"
+            ' torch.device("cpu")\nstate = torch.load("ckpt.pt", map_location=dev)\nwith device:\n'
+            "    m = torch.nn.Linear(2, 2)\n",
             count=2,
+        ),
+        Invalid(  # the fallback for a torch without `torch.accelerator` keeps its CUDA code
+            "import torch\nif hasattr(torch, 'accelerator'):\n    device = torch.accelerator.current_accelerator()\n"
+            "else:\n    device = torch.device('cuda')\n",
         ),
     )
 
@@ -86,22 +100,26 @@ class TorchDeviceCuda(Rule):
         if kind is None or not is_cuda_string(kind.value):
             return
         index = positional(node, 1) or keyword(node, "index")
-        self.report(node, fix=self._fix(node, kind.value, index))
+        self.ctx.defer(lambda: self.report(node, fix=self._fix(node, kind.value, index)))
 
     def _fix(self, call: cst.Call, kind: cst.BaseExpression, index: cst.Arg | None) -> FixSpec:
         value = string_value(kind)
+        needs_name = False
         if index is not None:
-            text = f"torch.device({DEVICE_TYPE_EXPR}, {self.ctx.code(index.value).strip()})"
+            text = f"torch.device({DEVICE_TYPE}, {self.ctx.code(index.value).strip()})"
         elif value == "cuda":
-            text = fit(DEVICE_EXPR, self.ctx.parent)
+            text = fit(DEVICE, self.ctx.parent)
         elif value is not None:
-            text = f"torch.device({DEVICE_TYPE_EXPR}, {value.split(':', 1)[1]})"
+            text = f"torch.device({DEVICE_TYPE}, {value.split(':', 1)[1]})"
         else:
-            text = f"torch.device({agnostic_string(self.ctx, kind)})"
+            string, needs_name = agnostic_string(self.ctx, kind)
+            text = f"torch.device({string})"
         indexed = index is not None or has_index(kind)
-        unsafe = indexed and self._reaches_map_location()
         title = "Replace with the current accelerator" + (", same index" if indexed else "")
-        return FixSpec(title, (Replacement(call, text),), imports=("torch",), safety="unsafe" if unsafe else None)
+        if indexed and self._reaches_map_location():  # `torch.load` rejects `cpu:N`
+            text = fit(f'{text} if {AVAILABLE} else torch.device("cpu")', self.ctx.parent, node=call)
+            title += ' (`cpu` without one: `torch.load` rejects `cpu:N`)'
+        return FixSpec(title, (Replacement(call, text),), imports=("torch",), needs_name=needs_name)
 
     def _reaches_map_location(self) -> bool:
         parent, grand = self.ctx.parent, self.ctx.ancestor(2)

@@ -1,15 +1,15 @@
-"""Where a string is a device, and what a CUDA device string becomes (shared by NM101–NM105).
+"""Where a value is a device: device slots, and the names that flow into them (shared by NM101–NM105).
 
 A string is a device only in a *device slot*: the first argument of `.to()`, any `device=` keyword,
 `map_location=`, `device_type=`, `torch.set_default_device()`, the default of a `--device` command-line option
 or of a `.get("device", ...)`, a `{"device": ...}` value, a value returned by a `*device*` function, and a value
 assigned to a name that is called `device` / `dev` / `device_type` / `*_device` or that flows into one of those
-slots somewhere in the same module (`DeviceFlow`, computed once per file). Comments, docstrings, log and help
-texts, annotations, dict keys, `accelerator=` (Lightning's vocabulary) are never device slots.
+slots somewhere in the same module (through assignments, and through the arguments of functions the module
+defines, by position or keyword). Comments, docstrings, log and help texts, annotations, dict keys,
+`accelerator=` (Lightning's vocabulary) are never device slots.
 
-A rewritten string stays a string (`"cuda"` -> the accelerator's type, `f"cuda:{i}"` -> `f"{type}:{i}"`), so
-whatever the program does with it afterwards (`in`, `startswith`, formatting, JSON) keeps working; only where a
-torch API takes the value directly does a bare `"cuda"` become the device expression itself.
+The flow is computed once per file, on first use after the walk, from the calls the walk recorded and the
+bindings index; a rule that asks about it defers its decision to after the walk (`FileContext.defer`).
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from neuron_migrate.migrate.names import Scopes, dotted
-from neuron_migrate.migrate.patterns import (
-    DEVICE_EXPR,
-    DEVICE_TYPE_EXPR,
-    is_cuda_device_string,
-    positional,
-    string_value,
-)
+from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
+from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.patterns import positional
 
 _DEVICE_NAME = re.compile(r"^(dev|device|device_type|device_str|\w+_device|\w+_device_type)$", re.IGNORECASE)
 _NOT_DEVICE_NAME = re.compile(r"^(is|has|use|num|n|max|min|no)_", re.IGNORECASE)
@@ -35,97 +31,15 @@ _DEVICE_OPTION = re.compile(r"^--?(dev|device|device[-_]type|[\w-]+[-_]device)$"
 _AMP_CALLEE = re.compile(r"(^|\.)(autocast|GradScaler)$")  # NM2xx rules own these
 _POSITIONAL_DEVICE = {"torch.set_default_device"}
 _GETTERS = {"get", "getenv", "setdefault", "pop", "getattr"}
-#: code that only CUDA has: a check guarding it is a capability gate and must stay CUDA-only
-_CAPABILITY = re.compile(
-    r"capability|get_device_properties|get_device_name|is_bf16_supported|version\.cuda|nccl|flash|fused|triton"
-    r"|apex|xformers|bitsandbytes|CUDAGraph|make_graphed_callables|cuda\.graph|cudnn\.version|nvml|cupy|sm_?\d",
-    re.IGNORECASE)
 
 
 def is_device_name(key: str | None) -> bool:
     """Whether a dotted name holds a device by convention (`device`, `args.dev`, `self.train_device`)."""
     if not key:
         return False
-    last = key.rsplit(".", 1)[-1]
+    last = key.rsplit(".", 1)[-1].split('["')[-1].rstrip('"]')
     return bool(_DEVICE_NAME.match(last)) and not _NOT_DEVICE_NAME.match(last)
 
-
-def is_cuda_string(node: cst.CSTNode) -> bool:
-    """A CUDA device string: `'cuda'`, `'cuda:0'`, `f"cuda:{i}"`, `.format`/`%` forms, `"cuda:" + str(i)`."""
-    if is_cuda_device_string(node):
-        return True
-    return (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)
-            and string_value(node.left) == "cuda:")
-
-
-def has_index(node: cst.CSTNode) -> bool:
-    """Whether a CUDA device string names a device index (`cuda:1`, `f"cuda:{rank}"`)."""
-    value = string_value(node)
-    return value is None or ":" in value
-
-
-def _quote(node: cst.CSTNode) -> str:
-    text = node.value if isinstance(node, cst.SimpleString) else '"'
-    return text.lstrip("rRuU")[0]
-
-
-def agnostic_string(ctx, node: cst.CSTNode) -> str:
-    """The string the CUDA device string `node` becomes: the accelerator's type, keeping any index."""
-    value = string_value(node)
-    if value is not None:
-        if ":" not in value:
-            return DEVICE_TYPE_EXPR
-        q = _quote(node) if isinstance(node, cst.SimpleString) else '"'
-        return f"{DEVICE_TYPE_EXPR} + {q}:{value.split(':', 1)[1]}{q}"
-    if isinstance(node, cst.FormattedString):
-        inner = DEVICE_TYPE_EXPR.replace('"', "'") if '"' in node.start else DEVICE_TYPE_EXPR
-        code = ctx.module.code_for_node(node.with_changes(lpar=[], rpar=[]))
-        return code.replace("cuda", "{" + inner + "}", 1)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):  # "cuda:" + str(i)
-        return f'{DEVICE_TYPE_EXPR} + ":" + {ctx.module.code_for_node(node.right).strip()}'
-    # "cuda:%d" % i and "cuda:{}".format(i): the same formatting, minus the "cuda:" of the literal
-    literal = node.left if isinstance(node, cst.BinaryOperation) else node.func.value
-    if not isinstance(literal, cst.SimpleString):  # ("cuda:" "{}").format(i): rare, keep it simple
-        code = ctx.module.code_for_node(node.with_changes(lpar=[], rpar=[])).strip()
-        return f'{DEVICE_TYPE_EXPR} + ":" + ({code}).split(":", 1)[1]'
-    rest = literal.with_changes(value=literal.value.replace("cuda:", "", 1), lpar=[], rpar=[])
-    if isinstance(node, cst.BinaryOperation):
-        rest_node = node.with_changes(left=rest, lpar=[], rpar=[])
-    else:
-        rest_node = node.with_changes(func=node.func.with_changes(value=rest), lpar=[], rpar=[])
-    return f'{DEVICE_TYPE_EXPR} + ":" + {ctx.module.code_for_node(rest_node).strip()}'
-
-
-def agnostic_device(ctx, node: cst.CSTNode) -> str:
-    """What `node` becomes where torch takes a device: the device expression, or `torch.device(type, N)`."""
-    value = string_value(node)
-    if value == "cuda":
-        return DEVICE_EXPR
-    if value is not None:
-        return f"torch.device({DEVICE_TYPE_EXPR}, {value.split(':', 1)[1]})"
-    return agnostic_string(ctx, node)  # a computed index may be a str: keep the string form
-
-
-# --- precedence ------------------------------------------------------------------------------------------
-
-_LOOSE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.Param, cst.DictElement, cst.Return, cst.Element,
-                  cst.WithItem, cst.Expr, cst.Lambda, cst.IfExp, cst.If, cst.While, cst.Assert, cst.Index)
-
-
-def fit(text: str, parent: cst.CSTNode | None, comparison: bool = False) -> str:
-    """`text` wrapped in parentheses unless it can stand as it is under `parent`.
-
-    `text` is an `or` expression (the device expression) or, when `comparison`, a comparison, which may also
-    stand as an operand of `and`/`or`/`not`."""
-    if isinstance(parent, _LOOSE_PARENTS):
-        return text
-    if comparison and (isinstance(parent, cst.BooleanOperation) or (
-            isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not))):
-        return text
-    return f"({text})"
-
-
-# --- the per-module flow of device names -------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Slot:
@@ -154,20 +68,17 @@ _FLOWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def device_flow(ctx) -> DeviceFlow:
-    """The module's `DeviceFlow`, computed on first use and shared by every rule of this file.
-
-    It costs a second walk over the tree, so rules ask for it only when a name alone does not decide (most
-    files never need it: `device = "cuda"`, `.to("cuda")`, `device.type == "cuda"` are decided by name)."""
+    """The module's `DeviceFlow`, computed on first use from what the walk recorded (no second walk)."""
     flow = _FLOWS.get(ctx)
     if flow is None:
         flow = _FLOWS[ctx] = _collect(ctx)
     return flow
 
 
-def keys_of(expr: cst.CSTNode) -> list[str]:
+def keys_of(expr: cst.CSTNode | None) -> list[str]:
     """The dotted names an expression passes on (`a`, `self.dev`; both branches of `x if c else y`)."""
-    if isinstance(expr, (cst.Name, cst.Attribute)):
-        key = dotted(expr)
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+        key = key_of(expr)
         return [key] if key else []
     if isinstance(expr, cst.IfExp):
         return keys_of(expr.body) + keys_of(expr.orelse)
@@ -176,8 +87,10 @@ def keys_of(expr: cst.CSTNode) -> list[str]:
     return []
 
 
-def holds_device(ctx, expr: cst.CSTNode) -> bool:
+def holds_device(ctx, expr: cst.CSTNode | None) -> bool:
     """Whether an assigned value is a device: a CUDA string, `torch.device(...)`, the accelerator."""
+    if expr is None:
+        return False
     if is_cuda_string(expr):
         return True
     if isinstance(expr, (cst.IfExp, cst.BooleanOperation)):
@@ -189,62 +102,55 @@ def holds_device(ctx, expr: cst.CSTNode) -> bool:
     return False
 
 
+def _functions(ctx) -> dict[str, list[str]]:
+    """Parameter names of the functions (and methods) the module defines, by name (ambiguous names dropped)."""
+    params: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for binding in (b for bindings in ctx.bindings.by_key.values() for b in bindings if b.kind == "param"):
+        function = binding.scope
+        if not isinstance(function, cst.FunctionDef) or id(function) in seen:
+            continue
+        seen.add(id(function))
+        names = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        if names and names[0] in ("self", "cls"):  # a method: calls do not pass the instance
+            names = names[1:]
+        key = function.name.value
+        params[key] = names if key not in params else []
+    return {k: v for k, v in params.items() if v}
+
+
+def _callee(call: cst.Call) -> str | None:
+    """The name a call's function is defined under in this module (`run(...)`, `self.run(...)`)."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        return func.attr.value
+    return None
+
+
 def _collect(ctx) -> DeviceFlow:
-    flow = DeviceFlow()
+    flow = DeviceFlow(params=_functions(ctx))
     edges: dict[str, set[str]] = {}
-    scopes = Scopes(ctx.module)  # its own: the rules' traversal may be inside a function when this runs
-
-    class Collector(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                scopes.push()
-            elif isinstance(node, (cst.Import, cst.ImportFrom)) and len(scopes._stack) > 1:
-                scopes.bind_import(node)
-            return super().on_visit(node)
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            super().on_leave(original_node)
-            if isinstance(original_node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                scopes.pop()
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            flow.params[node.name.value] = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
-
-        def visit_Call(self, node: cst.Call) -> None:
-            name = scopes.qualified_name(node.func) or ""
-            for index, arg in enumerate(node.args):
-                slot = call_slot(name, node, arg) or param_slot(node, arg, flow)
-                if name == "torch.device" and index == 0:
-                    slot = Slot("device", "`torch.device()`")
-                if slot is None:
-                    continue
-                for key in keys_of(arg.value):
-                    flow.uses.add(key)
-                    if slot.map_location:
-                        flow.map_locations.add(key)
-            if isinstance(node.func, cst.Name) and node.func.value in flow.params:
-                names = flow.params[node.func.value]
-                for index, arg in enumerate(a for a in node.args if a.keyword is None and not a.star):
-                    if index < len(names):
-                        edges.setdefault(names[index], set()).update(keys_of(arg.value))
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                self._assign(target.target, node.value)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            if node.value is not None:
-                self._assign(node.target, node.value)
-
-        def _assign(self, target: cst.CSTNode, value: cst.CSTNode) -> None:
-            key = dotted(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
-            if key is None:
-                return
-            edges.setdefault(key, set()).update(keys_of(value))
-            if holds_device(ctx, value):
-                flow.holders.add(key)
-
-    ctx.module.visit(Collector())
+    for call, name in ctx.calls:
+        for index, arg in enumerate(call.args):
+            slot = call_slot(name or "", call, arg) or param_slot(call, arg, flow)
+            if name == "torch.device" and index == 0:
+                slot = Slot("device", "`torch.device()`")
+            if slot is None:
+                continue
+            for key in keys_of(arg.value):
+                flow.uses.add(key)
+                if slot.map_location:
+                    flow.map_locations.add(key)
+        for param, arg in _bound_params(call, flow):
+            edges.setdefault(param, set()).update(keys_of(arg.value))
+    for key, bindings in ctx.bindings.by_key.items():
+        for binding in bindings:
+            if binding.kind in ("assign", "item") and binding.value is not None:
+                edges.setdefault(key, set()).update(keys_of(binding.value))
+                if holds_device(ctx, binding.value):
+                    flow.holders.add(key)
     # a name copied into a device name (`device = d`) or passed to a device parameter is a device too
     pending = list(flow.uses | {k for k in edges if is_device_name(k)})
     while pending:
@@ -258,6 +164,25 @@ def _collect(ctx) -> DeviceFlow:
     for key in list(flow.holders):
         flow.holders.update(k for k, sources in edges.items() if key in sources)
     return flow
+
+
+def _bound_params(call: cst.Call, flow: DeviceFlow) -> list[tuple[str, cst.Arg]]:
+    """(parameter name, argument) pairs of a call to a function of this module, by position and keyword."""
+    callee = _callee(call)
+    names = flow.params.get(callee or "")
+    if not names:
+        return []
+    pairs, position = [], 0
+    for arg in call.args:
+        if arg.star:
+            return pairs
+        if arg.keyword is None:
+            if position < len(names):
+                pairs.append((names[position], arg))
+            position += 1
+        elif arg.keyword.value in names:
+            pairs.append((arg.keyword.value, arg))
+    return pairs
 
 
 # --- device slots ------------------------------------------------------------------------------------------
@@ -298,13 +223,10 @@ def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
 
 
 def param_slot(call: cst.Call, arg: cst.Arg, flow: DeviceFlow) -> Slot | None:
-    """A positional argument of a function defined in this module, given to a device parameter."""
-    if arg.keyword is None and isinstance(call.func, cst.Name) and call.func.value in flow.params:
-        plain = [a for a in call.args if a.keyword is None and not a.star]
-        names = flow.params[call.func.value]
-        index = next((i for i, a in enumerate(plain) if a is arg), len(names))
-        if index < len(names) and (is_device_name(names[index]) or names[index] in flow.uses):
-            return Slot("string", f"parameter `{names[index]}`")
+    """An argument of a function defined in this module, given to a device parameter."""
+    for param, bound in _bound_params(call, flow):
+        if bound is arg and (is_device_name(param) or param in flow.uses):
+            return Slot("string", f"parameter `{param}`")
     return None
 
 
@@ -321,7 +243,7 @@ def _climb(stack: list[cst.CSTNode]) -> int:
 
 
 def value_slot(ctx, indexed: bool) -> Slot | None:
-    """The device slot the expression being visited (`ctx.stack[-1]`) fills, if any.
+    """The device slot the expression being visited (`ctx.stack[-1]`) fills, if any (after the walk only).
 
     `indexed`: the value names a device index, so whether it reaches `map_location` matters."""
     stack = ctx.stack
@@ -329,13 +251,10 @@ def value_slot(ctx, indexed: bool) -> Slot | None:
     node, parent = stack[index], stack[index - 1] if index > 0 else None
     grand = stack[index - 2] if index > 1 else None
     if isinstance(parent, cst.Arg) and parent.value is node and isinstance(grand, cst.Call):
-        slot = call_slot(ctx.call_name(grand) or "", grand, parent)
-        if slot is None and isinstance(grand.func, cst.Name) and parent.keyword is None:
-            slot = param_slot(grand, parent, device_flow(ctx))
-        return slot
+        return call_slot(ctx.call_name(grand) or "", grand, parent) or param_slot(grand, parent, device_flow(ctx))
     if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
         targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-        return _named_slot([_target_key(t) for t in targets], ctx, indexed)
+        return _named_slot([key_of(t) for t in targets], ctx, indexed)
     if isinstance(parent, cst.Element) and isinstance(grand, cst.Tuple) and index > 2:
         assign = stack[index - 3]
         if isinstance(assign, cst.Assign) and assign.value is grand and len(assign.targets) == 1:
@@ -353,15 +272,6 @@ def value_slot(ctx, indexed: bool) -> Slot | None:
         function = next((n for n in reversed(stack[:index]) if isinstance(n, (cst.FunctionDef, cst.Lambda))), None)
         if isinstance(function, cst.FunctionDef) and "device" in function.name.value.lower():
             return Slot("string", f"the value of `{function.name.value}()`")
-    return None
-
-
-def _target_key(target: cst.BaseExpression) -> str | None:
-    """`device` for `device = ...`, `self.device`, and `cfg["device"] = ...`."""
-    if isinstance(target, (cst.Name, cst.Attribute)):
-        return dotted(target)
-    if isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
-        return string_value(target.slice[0].slice.value)
     return None
 
 
@@ -419,26 +329,4 @@ def availability(ctx, test: cst.CSTNode) -> bool | None:
         name = ctx.call_name(test)
         if name in ("torch.cuda.is_available", "torch.accelerator.is_available"):
             return True
-    return None
-
-
-def capability_cue(ctx, levels: int = 1) -> str | None:
-    """The CUDA-only feature a check at `ctx.stack[-levels]` guards (fused/flash kernels, capability, NCCL …).
-
-    Such a check is a capability gate: it must stay CUDA-only, so it gets a finding without a fix."""
-    stack = ctx.stack[: len(ctx.stack) - levels + 1]
-    for child, parent in zip(reversed(stack), reversed(stack[:-1])):
-        texts: list[cst.CSTNode] = []
-        if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is parent.test:
-            texts = [parent.test, parent.body]
-        elif isinstance(parent, (cst.SimpleStatementLine, cst.Arg)):
-            texts = [parent]
-        elif isinstance(parent, (cst.BaseCompoundStatement, cst.FunctionDef)):
-            return None
-        for node in texts:
-            match = _CAPABILITY.search(ctx.module.code_for_node(node))
-            if match:
-                return match.group(0)
-        if texts:
-            return None
     return None

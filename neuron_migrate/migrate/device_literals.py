@@ -1,0 +1,137 @@
+"""CUDA device strings (`'cuda'`, `'cuda:1'`, `f"cuda:{rank}"`, …) and what each becomes in agnostic code.
+
+A rewritten string stays a string (`"cuda"` -> the accelerator's type, `f"cuda:{i}"` -> `f"{type}:{i}"`), so
+whatever the program does with it afterwards (`in`, `startswith`, formatting, JSON) keeps working; only where a
+torch API takes the value directly does a bare `"cuda"` become the device itself. The texts hold the device
+placeholders of `fixes.py`; `naming.py` turns them into a name or the inline idiom.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_ATOM, DEVICE_TYPE
+
+_CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
+_CUDA_PREFIX = re.compile(r"^cuda(:|$)")
+
+
+def string_value(node: cst.CSTNode | None) -> str | None:
+    """The value of a plain string literal (not bytes, not f-string), else None."""
+    if isinstance(node, cst.SimpleString):
+        if "b" in node.prefix.lower():
+            return None
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.ConcatenatedString):
+        left, right = string_value(node.left), string_value(node.right)
+        return left + right if left is not None and right is not None else None
+    return None
+
+
+def is_cuda_device_string(node: cst.CSTNode) -> bool:
+    """`'cuda'`, `'cuda:0'`, `f"cuda:{rank}"`, `"cuda:{}".format(rank)`, `"cuda:%d" % rank`."""
+    value = string_value(node)
+    if value is not None:
+        return bool(_CUDA_DEVICE.match(value))
+    if isinstance(node, cst.FormattedString):
+        head = node.parts[0] if node.parts else None
+        return isinstance(head, cst.FormattedStringText) and _CUDA_PREFIX.match(head.value) is not None and (
+            head.value in ("cuda", "cuda:"))
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        value = string_value(node.func.value)
+        return value is not None and bool(re.match(r"^cuda:\{\w*\}$", value))
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        value = string_value(node.left)
+        return value is not None and bool(re.match(r"^cuda:%[di]$", value))
+    return False
+
+
+def is_cuda_string(node: cst.CSTNode) -> bool:
+    """A CUDA device string, including `"cuda:" + str(i)`."""
+    if is_cuda_device_string(node):
+        return True
+    return (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)
+            and string_value(node.left) == "cuda:")
+
+
+def has_index(node: cst.CSTNode) -> bool:
+    """Whether a CUDA device string names a device index (`cuda:1`, `f"cuda:{rank}"`)."""
+    value = string_value(node)
+    return value is None or ":" in value
+
+
+def literal_index(node: cst.CSTNode) -> str | None:
+    """`'1'` for `'cuda:1'`; None for `'cuda'` and for computed strings."""
+    value = string_value(node)
+    return value.split(":", 1)[1] if value is not None and ":" in value else None
+
+
+def agnostic_string(ctx, node: cst.CSTNode) -> tuple[str, bool]:
+    """The string the CUDA device string `node` becomes (the accelerator's type, keeping any index), and
+    whether that text is an f-string (its placeholder must then become a name, not the inline idiom)."""
+    value = string_value(node)
+    if value is not None:
+        if ":" not in value:
+            return DEVICE_TYPE, False
+        quote = _quote(node) if isinstance(node, cst.SimpleString) else '"'
+        return f"{DEVICE_TYPE} + {quote}:{value.split(':', 1)[1]}{quote}", False
+    if isinstance(node, cst.FormattedString):
+        code = ctx.module.code_for_node(node.with_changes(lpar=[], rpar=[]))
+        return code.replace("cuda", "{" + DEVICE_TYPE + "}", 1), True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):  # "cuda:" + str(i)
+        return f'{DEVICE_TYPE} + ":" + {ctx.module.code_for_node(node.right).strip()}', False
+    # "cuda:%d" % i and "cuda:{}".format(i): the same formatting, minus the "cuda:" of the literal
+    literal = node.left if isinstance(node, cst.BinaryOperation) else node.func.value
+    if not isinstance(literal, cst.SimpleString):  # ("cuda:" "{}").format(i): rare, keep it simple
+        code = ctx.module.code_for_node(node.with_changes(lpar=[], rpar=[])).strip()
+        return f'{DEVICE_TYPE} + ":" + ({code}).split(":", 1)[1]', False
+    rest = literal.with_changes(value=literal.value.replace("cuda:", "", 1), lpar=[], rpar=[])
+    if isinstance(node, cst.BinaryOperation):
+        rest_node = node.with_changes(left=rest, lpar=[], rpar=[])
+    else:
+        rest_node = node.with_changes(func=node.func.with_changes(value=rest), lpar=[], rpar=[])
+    return f'{DEVICE_TYPE} + ":" + {ctx.module.code_for_node(rest_node).strip()}', False
+
+
+def agnostic_device(ctx, node: cst.CSTNode) -> tuple[str, bool]:
+    """What `node` becomes where torch takes a device: the device, or `torch.device(type, N)`."""
+    value = string_value(node)
+    if value == "cuda":
+        return DEVICE, False
+    if value is not None:
+        return f"torch.device({DEVICE_TYPE}, {value.split(':', 1)[1]})", False
+    return agnostic_string(ctx, node)  # a computed index may be a str: keep the string form
+
+
+def _quote(node: cst.SimpleString) -> str:
+    return node.value.lstrip("rRuU")[0]
+
+
+# --- precedence ------------------------------------------------------------------------------------------
+
+_LOOSE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.Param, cst.DictElement, cst.Return, cst.Element,
+                  cst.WithItem, cst.Expr, cst.Lambda, cst.If, cst.While, cst.Assert, cst.Index,
+                  cst.AssignTarget)
+
+
+def fit(text: str, parent: cst.CSTNode | None, comparison: bool = False, node: cst.CSTNode | None = None) -> str:
+    """`text` wrapped in parentheses unless it can stand as it is under `parent`.
+
+    `text` is an `or` expression (the device) or a conditional, or, when `comparison`, a comparison, which may
+    also stand as an operand of `and`/`or`/`not`. Under a conditional only the test needs parentheses around
+    an `or` (`a if b or c else d` reads wrongly): the branches of `x if c else y` bind looser than `or`. The
+    device placeholder becomes its atom form where it needs parentheses (a name needs none)."""
+    if isinstance(parent, _LOOSE_PARENTS):
+        return text
+    if text == DEVICE:
+        return text if isinstance(parent, cst.IfExp) and node is not parent.test else DEVICE_ATOM
+    if isinstance(parent, cst.IfExp) and node is not None and node is not parent.test and not text.startswith(
+            ("lambda",)):
+        return text if " if " not in text else f"({text})"
+    if comparison and (isinstance(parent, cst.BooleanOperation) or (
+            isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not))):
+        return text
+    return f"({text})"

@@ -1,0 +1,96 @@
+"""What a rule hands back as a fix, before positions are known: replacements, imports, safety.
+
+A leaf module (it imports only libcst and the shared records), so the rule base, the file context and the
+analyzer can all use it without importing each other.
+
+Replacement texts may hold two placeholders for the one device idiom, resolved per scope after the file's
+traversal (`naming.py`): `DEVICE` (the current accelerator, CPU when there is none) and `DEVICE_TYPE` (its type
+string). A scope that needs the device more than once, or where the inline idiom would not fit the line, gets
+one binding (`device = ...`) and every placeholder becomes that name; a lone use stays inline. `DEVICE` stands
+where an `or` expression may (a whole argument or value), `DEVICE_ATOM` where it needs parentheses
+(`device_literals.fit` picks), `DEVICE_TYPE` is an atom anywhere. A fix whose text cannot hold the inline
+idiom (inside an f-string) sets `needs_name`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate.migrate.layout import Layout
+from neuron_migrate.model import FixSafety
+
+#: the one device expression the rewrites use: an accelerator when there is one, else the CPU
+DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+#: its device *type* as a string ("cuda", "neuron", "cpu"), for APIs that take `device_type`
+DEVICE_TYPE_EXPR = f"({DEVICE_EXPR}).type"
+#: the test that an accelerator is present (guards for calls that raise without one)
+AVAILABLE = "torch.accelerator.is_available()"
+#: the line a rewrite puts before a statement that must only run with an accelerator
+AVAILABILITY_GUARD = f"if {AVAILABLE}:"
+
+# Private-use characters: they never occur in real source, so a placeholder cannot collide with user text.
+DEVICE = "\ue000device\ue001"
+DEVICE_ATOM = "\ue000(device)\ue001"  # the device where an `or` expression needs parentheses
+DEVICE_TYPE = "\ue000device_type\ue001"
+PLACEHOLDERS = (DEVICE, DEVICE_ATOM, DEVICE_TYPE)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Part of a fix: replace `node`'s source text with `text` (positions are resolved after the traversal)."""
+
+    node: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class Insertion:
+    """Part of a fix: new lines above `statement` (above its decorators and the comments directly over it),
+    at its indentation; `text` has no indentation and may span lines (continuations indented by 4)."""
+
+    statement: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """A fix before positions are known: replacements plus the imports the new code needs (`"torch"`, …).
+
+    `safety` None means the rule's declared `fix_safety`. `needs_name`: the device placeholders in this fix
+    must become a name (the inline idiom cannot go where they stand)."""
+
+    title: str
+    replacements: tuple[Replacement, ...]
+    imports: tuple[str, ...] = ()
+    safety: FixSafety | None = None
+    needs_name: bool = False
+    insertions: tuple[Insertion, ...] = ()
+
+    @property
+    def uses_device(self) -> bool:
+        """Whether any replacement names the device (holds a placeholder)."""
+        return any(p in r.text for r in self.replacements for p in PLACEHOLDERS)
+
+
+def inline(text: str) -> str:
+    """`text` with every placeholder written out as the idiom itself."""
+    return text.replace(DEVICE_ATOM, f"({DEVICE_EXPR})").replace(DEVICE, DEVICE_EXPR).replace(
+        DEVICE_TYPE, DEVICE_TYPE_EXPR)
+
+
+@dataclass(frozen=True)
+class FixStyle:
+    """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe fixes
+    will be applied (only applied fixes count when deciding to name the device), the first-party module names
+    (for import grouping) and the oldest torch the fixed code must run on."""
+
+    layout: Layout = Layout()
+    unsafe: bool = False
+    local_modules: frozenset[str] = frozenset()
+    target_torch: tuple[int, int] = (2, 9)
+
+    @property
+    def line_length(self) -> int:
+        return self.layout.line_length

@@ -1,0 +1,277 @@
+"""The one availability analysis: is an accelerator certain, possible or absent at a node, and does the code
+there only run when `torch.accelerator` itself is missing (an old-torch fallback)?
+
+Read from the node's ancestors and the statements before it in each enclosing block, within the innermost
+function (a function can be called from anywhere, so nothing outside it holds inside):
+
+- `if T:` bodies hold T, their `else`/`elif` branches hold `not T`; `x if T else y`, `T and x`, `T or x` alike;
+- after `if not T: return | raise | continue | break | sys.exit(...)` (no `else`) the rest of the block holds T;
+- after `assert T` the rest of the block holds T.
+
+A test T implies an accelerator when it is `torch.cuda.is_available()` / `torch.accelerator.is_available()`,
+a positive `device_count()`, `x.is_cuda`, a device type test (`d.type == "cuda"`, `d.type != "cpu"`,
+`"cuda" in str(d)`, `d.startswith("cuda")`), a conjunction holding one of those, or a name every assignment
+of which is such a test (`use_cuda = torch.cuda.is_available()`, `args.cuda = not args.no_cuda and ...`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import libcst as cst
+
+from neuron_migrate.migrate.bindings import key_of
+
+Presence = Literal["certain", "possible", "absent"]
+#: (what holds when the test is true, what holds when it is false): "certain" / "absent" / None (no telling)
+Implication = tuple["str | None", "str | None"]
+
+_AVAILABLE = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+_COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+_FUNCTIONS = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_NONE: Implication = (None, None)
+
+
+def _string(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _flip(implication: Implication) -> Implication:
+    return implication[1], implication[0]
+
+
+def implies(ctx, test: cst.CSTNode, depth: int = 0) -> Implication:
+    """What an accelerator's presence is when `test` is true and when it is false."""
+    if depth > 4:
+        return _NONE
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _flip(implies(ctx, test.expression, depth + 1))
+    if isinstance(test, cst.BooleanOperation):
+        left, right = implies(ctx, test.left, depth + 1), implies(ctx, test.right, depth + 1)
+        if isinstance(test.operator, cst.And):
+            when_true = "certain" if "certain" in (left[0], right[0]) else "absent" if "absent" in (
+                left[0], right[0]) else None
+            when_false = left[1] if left[1] == right[1] else None
+            return when_true, when_false
+        when_true = left[0] if left[0] == right[0] else None
+        when_false = "certain" if "certain" in (left[1], right[1]) else "absent" if "absent" in (
+            left[1], right[1]) else None
+        return when_true, when_false
+    if isinstance(test, cst.Call):
+        name = ctx.call_name(test)
+        if name in _AVAILABLE and not test.args:
+            return "certain", "absent"
+        if name in _COUNT and not test.args:
+            return "certain", "absent"
+        return _method_test(ctx, test)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        return _comparison(ctx, test)
+    if isinstance(test, cst.Attribute) and test.attr.value == "is_cuda":
+        return "certain", None
+    if isinstance(test, (cst.Name, cst.Attribute, cst.Subscript)):
+        return _named(ctx, test, depth)
+    return _NONE
+
+
+def _method_test(ctx, call: cst.Call) -> Implication:
+    """`d.startswith("cuda")` (a device string that names CUDA)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(call.args) == 1:
+        if _string(call.args[0].value) in ("cuda", "cuda:"):
+            return "certain", None
+    return _NONE
+
+
+def _comparison(ctx, test: cst.Comparison) -> Implication:
+    item = test.comparisons[0]
+    op, left, right = item.operator, test.left, item.comparator
+    if isinstance(op, (cst.In, cst.NotIn)):  # "cuda" in str(device)
+        found = ("certain", None) if _string(left) == "cuda" and not isinstance(right, (cst.List, cst.Tuple)) else _NONE
+        return found if isinstance(op, cst.In) else _flip(found)
+    if isinstance(left, cst.Call) and ctx.call_name(left) in _COUNT:
+        number = right.value if isinstance(right, cst.Integer) else None
+        if number is not None:
+            value = int(number)
+            if isinstance(op, cst.GreaterThan) and value >= 0:
+                return ("certain", "absent") if value == 0 else ("certain", None)
+            if isinstance(op, cst.GreaterThanEqual) and value >= 1:
+                return ("certain", "absent") if value == 1 else ("certain", None)
+            if isinstance(op, (cst.Equal, cst.LessThan)) and value == (0 if isinstance(op, cst.Equal) else 1):
+                return "absent", "certain"
+            if isinstance(op, cst.NotEqual) and value == 0:
+                return "certain", "absent"
+        return _NONE
+    if not isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
+        return _NONE
+    value = _string(right) if _string(right) is not None else _string(left)
+    if value is None:
+        return _NONE
+    positive = isinstance(op, (cst.Equal, cst.Is))
+    if value == "cuda" or value.startswith("cuda:"):
+        return ("certain", None) if positive else (None, "certain")
+    if value == "cpu":
+        return (None, "certain") if positive else ("certain", None)
+    return _NONE
+
+
+def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:
+    """A flag every binding of which is an availability test (`use_cuda = torch.cuda.is_available()`)."""
+    values = ctx.bindings.values(key_of(node))
+    if not values or any(v is None for v in values):
+        return _NONE
+    found = {implies(ctx, v, depth + 1) for v in values}
+    return found.pop() if len(found) == 1 else _NONE
+
+
+def _exits(block: cst.BaseSuite) -> bool:
+    """Whether a block always leaves (its last statement returns, raises, continues, breaks or exits)."""
+    body = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1] if last.body else None
+    if isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+        return True
+    if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+        return last.value.func is not None and _dotted_exit(last.value.func)
+    return False
+
+
+def _dotted_exit(func: cst.BaseExpression) -> bool:
+    from neuron_migrate.migrate.names import dotted
+
+    return dotted(func) in _EXITS if isinstance(func, (cst.Name, cst.Attribute)) else False
+
+
+def _from_earlier_statements(ctx, block: cst.CSTNode, child: cst.CSTNode) -> str | None:
+    """What the statements before `child` in `block` establish: early exits and asserts."""
+    body = getattr(block, "body", None)
+    if not isinstance(body, (list, tuple)):
+        return None
+    state = None
+    for stmt in body:
+        if stmt is child:
+            break
+        if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
+            after = implies(ctx, stmt.test)[1]
+            state = after or state
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assert):
+                    state = implies(ctx, small.test)[0] or state
+    return state
+
+
+def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:
+    """What `parent` (an `if`, a conditional, a boolean operation) says about the branch `child` is in."""
+    if isinstance(parent, (cst.If, cst.While)):
+        if child is parent.body:
+            return implies(ctx, parent.test)[0]
+        if child is parent.orelse:
+            return implies(ctx, parent.test)[1]
+    elif isinstance(parent, cst.IfExp):
+        if child is parent.body:
+            return implies(ctx, parent.test)[0]
+        if child is parent.orelse:
+            return implies(ctx, parent.test)[1]
+    elif isinstance(parent, cst.BooleanOperation) and child is parent.right:
+        side = implies(ctx, parent.left)
+        return side[0] if isinstance(parent.operator, cst.And) else side[1]
+    elif isinstance(parent, cst.Else):
+        return None  # the `If` above it decides (its orelse is this Else)
+    return None
+
+
+def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None = None) -> Presence:
+    """Whether an accelerator is certain, possible or absent where the last node of `stack` runs."""
+    stack = ctx.stack if stack is None else stack
+    start = 0
+    for index in range(len(stack) - 1, -1, -1):
+        if isinstance(stack[index], _FUNCTIONS) and index < len(stack) - 1:
+            start = index + 1
+            break
+    state: str | None = None
+    for index in range(start, len(stack) - 1):
+        parent, child = stack[index], stack[index + 1]
+        if isinstance(parent, cst.Else):
+            continue
+        if isinstance(parent, (cst.If, cst.While)) and isinstance(child, cst.Else):
+            found = implies(ctx, parent.test)[1]
+        elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            found = _from_earlier_statements(ctx, parent, child)
+        else:
+            found = _branch(ctx, parent, child)
+        state = found or state
+    return state or "possible"  # type: ignore[return-value]
+
+
+def accelerator_certain(ctx, stack=None) -> bool:
+    """Whether code at the node cannot run without an accelerator (so it needs no availability guard)."""
+    return accelerator(ctx, stack) == "certain"
+
+
+# --- torch without torch.accelerator (old-torch fallback branches) ----------------------------------------
+
+def _api_test(ctx, test: cst.CSTNode) -> bool | None:
+    """True when `test` holds exactly if `torch.accelerator` exists, False for its negation, else None."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _api_test(ctx, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        left, right = _api_test(ctx, test.left), _api_test(ctx, test.right)
+        return True if True in (left, right) else None
+    if isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2:
+        owner, attr = test.args[0].value, _string(test.args[1].value)
+        if attr == "accelerator" and ctx.qualified_name(owner) == "torch":
+            return True
+        if attr is not None and ctx.qualified_name(owner) == "torch.accelerator":
+            return True
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:  # getattr(torch, "accelerator", None) is None
+        left, item = test.left, test.comparisons[0]
+        if isinstance(left, cst.Call) and ctx.call_name(left) == "getattr" and len(left.args) >= 2 and _string(
+                left.args[1].value) == "accelerator" and isinstance(item.comparator, cst.Name) and (
+                item.comparator.value == "None"):
+            return isinstance(item.operator, cst.IsNot)
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        values = ctx.bindings.values(key_of(test))
+        if values and all(v is not None for v in values):
+            found = {_api_test(ctx, v) for v in values}
+            return found.pop() if len(found) == 1 else None
+    return None
+
+
+def _handles_missing_api(handler: cst.ExceptHandler) -> bool:
+    kind = handler.type
+    names = [kind] if not isinstance(kind, cst.Tuple) else [e.value for e in kind.elements]
+    return any(isinstance(n, cst.Name) and n.value in ("AttributeError", "ImportError") for n in names)
+
+
+def without_accelerator_api(ctx, stack=None) -> bool:
+    """Whether the node runs only when `torch.accelerator` is missing: the `else` of `hasattr(torch,
+    "accelerator")`, an `except AttributeError:` around code that uses it, or the rest of a block after
+    `if hasattr(torch, "accelerator"): return ...`. Rewriting such code with `torch.accelerator` breaks it."""
+    stack = ctx.stack if stack is None else stack
+    for index in range(len(stack) - 1):
+        parent, child = stack[index], stack[index + 1]
+        if isinstance(parent, cst.If):
+            api = _api_test(ctx, parent.test)
+            if api is not None and ((child is parent.body) != api):
+                return True
+        elif isinstance(parent, cst.IfExp):
+            api = _api_test(ctx, parent.test)
+            if api is not None and ((child is parent.body) != api) and child in (parent.body, parent.orelse):
+                return True
+        elif isinstance(parent, cst.Try) and isinstance(child, cst.ExceptHandler) and _handles_missing_api(child):
+            if "accelerator" in ctx.code(parent.body):
+                return True
+        elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            for stmt in parent.body:
+                if stmt is child:
+                    break
+                if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body) and _api_test(
+                        ctx, stmt.test) is True:
+                    return True
+    return False

@@ -1,0 +1,114 @@
+"""Where a fix's new `import torch` goes: in the third-party group, in sorted place, as isort and ruff place it.
+
+The module's top-level imports (after the docstring and `from __future__` imports) are read as groups separated
+by blank lines, each classified standard library / third party / first party (relative imports, or a module
+that exists next to the file or at the scan root). Within the third-party group, plain `import x` statements
+come before `from x import y`, each sorted case-insensitively (the isort and ruff default). With no
+third-party group the import starts one, after the standard-library group, separated by blank lines.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate.migrate.names import dotted
+
+_STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
+
+
+@dataclass(frozen=True)
+class ImportLine:
+    """One top-level import statement: its first and last line, its top module, and whether it is `import x`."""
+
+    start: int
+    end: int
+    module: str
+    plain: bool
+    group: str  # stdlib | third | first
+
+
+def _top_module(stmt: cst.CSTNode) -> tuple[str, bool] | None:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.Import):
+        name = dotted(small.names[0].name) or ""
+        return name, True
+    if isinstance(small, cst.ImportFrom):
+        if small.relative:
+            return ".", False
+        return (dotted(small.module) or "") if small.module is not None else "", False
+    return None
+
+
+def classify(module: str, local_modules: frozenset[str]) -> str:
+    head = module.split(".")[0]
+    if module == "." or head in local_modules:
+        return "first"
+    return "stdlib" if head in _STDLIB else "third"
+
+
+def import_lines(module: cst.Module, positions, local_modules: frozenset[str]) -> list[ImportLine]:
+    """The module's leading run of top-level import statements (docstring skipped), in order."""
+    found: list[ImportLine] = []
+    for index, stmt in enumerate(module.body):
+        first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+        if index == 0 and isinstance(first, cst.Expr) and isinstance(first.value, (cst.SimpleString,
+                                                                                   cst.ConcatenatedString)):
+            continue
+        top = _top_module(stmt)
+        if top is None:
+            break
+        where = positions[stmt]
+        found.append(ImportLine(where.start.line, where.end.line, top[0], top[1], classify(top[0], local_modules)))
+    return found
+
+
+def insertion(name: str, module: cst.Module, positions, local_modules: frozenset[str]) -> tuple[int, str]:
+    """(line, text): insert `text` at the start of `line` to import `name` in its place."""
+    text = f"import {name}\n"
+    lines = import_lines(module, positions, local_modules)
+    if not lines:
+        return _after_header(module, positions), text
+    third = [imp for imp in lines if imp.group == "third"]
+    key = name.lower()
+    if third:
+        plain = [imp for imp in third if imp.plain]
+        later = [imp for imp in plain if imp.module.lower() >= key]  # `import torch` before `... as th`
+        if later:
+            return later[0].start, text
+        if plain:
+            return plain[-1].end + 1, text
+        return third[0].start, text
+    stdlib = [imp for imp in lines if imp.group == "stdlib" and imp.module != "__future__"]
+    if stdlib:
+        after = stdlib[-1].end + 1
+        first_party_follows = any(imp.group == "first" and imp.start > stdlib[-1].end for imp in lines)
+        return after, "\n" + text + ("\n" if first_party_follows and _next_is_import(lines, after) else "")
+    first = [imp for imp in lines if imp.group == "first"]
+    if first:
+        return first[0].start, text + "\n"
+    return lines[-1].end + 1, text
+
+
+def _next_is_import(lines: list[ImportLine], line: int) -> bool:
+    """Whether an import starts right at `line` (no blank line to separate a new group from it)."""
+    return any(imp.start == line for imp in lines)
+
+
+def _after_header(module: cst.Module, positions) -> int:
+    """The first line after the docstring and the `from __future__` imports."""
+    body = module.body
+    line = positions[body[0]].start.line if body else 1
+    for index, stmt in enumerate(body):
+        first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else None
+        is_doc = index == 0 and isinstance(first, cst.Expr) and isinstance(
+            first.value, (cst.SimpleString, cst.ConcatenatedString))
+        is_future = isinstance(first, cst.ImportFrom) and getattr(first.module, "value", None) == "__future__"
+        if not (is_doc or is_future):
+            break
+        line = positions[stmt].end.line + 1
+    return line

@@ -1,0 +1,306 @@
+"""The project's line length and formatter, and keeping the lines a fix writes within them.
+
+The line length comes from the nearest configuration above the file: `line-length` in `[tool.ruff]` or
+`[tool.black]` of a `pyproject.toml`, in `ruff.toml` / `.ruff.toml`, or `max-line-length` in the `[flake8]`
+section of `setup.cfg`, `tox.ini` or `.flake8`; 88 (black's and ruff's default) when there is none.
+
+Lines that a fix changed and that end up longer than that are re-wrapped, never the code around them: with the
+project's own formatter in range mode when the project configures one that is installed (`ruff format
+--range`, `black --line-ranges`), else by splitting the way black does: at the last bracket pair (body on its
+own indented line), an assignment's right-hand side in parentheses, or one argument per line with a trailing
+comma.
+"""
+
+from __future__ import annotations
+
+import configparser
+import io
+import shutil
+import subprocess
+import sys
+import tokenize
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_LINE_LENGTH = 88
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a project lays out code: its line length and the formatter it uses (None: none configured)."""
+
+    line_length: int = DEFAULT_LINE_LENGTH
+    formatter: str | None = None  # "ruff" | "black"
+    config: Path | None = None
+
+
+@lru_cache(maxsize=256)
+def layout_for(folder: Path) -> Layout:
+    """The layout configured at or above `folder`."""
+    for directory in (folder, *folder.parents):
+        found = _read_folder(directory)
+        if found is not None:
+            return found
+    return Layout()
+
+
+def _read_folder(directory: Path) -> Layout | None:
+    pyproject = directory / "pyproject.toml"
+    if pyproject.is_file():
+        tool = _toml(pyproject).get("tool", {})
+        ruff, black = tool.get("ruff"), tool.get("black")
+        if isinstance(black, dict) or isinstance(ruff, dict):
+            length = (black or {}).get("line-length") if isinstance(black, dict) else None
+            length = length or (ruff.get("line-length") if isinstance(ruff, dict) else None)
+            formatter = "black" if isinstance(black, dict) else "ruff"
+            return Layout(_length(length), formatter, pyproject)
+    for name in ("ruff.toml", ".ruff.toml"):
+        path = directory / name
+        if path.is_file():
+            return Layout(_length(_toml(path).get("line-length")), "ruff", path)
+    for name in (".flake8", "setup.cfg", "tox.ini"):
+        path = directory / name
+        if path.is_file():
+            length = _flake8_length(path)
+            if length is not None:
+                return Layout(length, None, path)
+    return None
+
+
+def _toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _length(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_LINE_LENGTH
+
+
+def _flake8_length(path: Path) -> int | None:
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(path, encoding="utf-8")
+        value = parser.get("flake8", "max-line-length", fallback=None)
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None
+    return int(value) if value and value.strip().isdigit() else None
+
+
+# --- re-wrapping the changed lines -------------------------------------------------------------------------
+
+def changed_lines(before: str, after: str) -> list[int]:
+    """1-based numbers of the lines of `after` that are not in `before` (added or rewritten)."""
+    import difflib
+
+    old, new = before.splitlines(), after.splitlines()
+    changed: list[int] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            changed.extend(range(j1 + 1, j2 + 1))
+    return changed
+
+
+def reflow(before: str, after: str, layout: Layout, path: Path | None = None) -> str:
+    """`after` with every changed line that is too long wrapped (the project's formatter, else our split)."""
+    long = [n for n in changed_lines(before, after) if _too_long(after.splitlines()[n - 1], layout.line_length)]
+    if not long:
+        return after
+    if layout.formatter is not None and path is not None:
+        formatted = _run_formatter(after, long, layout, path)
+        if formatted is not None:
+            return formatted
+    lines = after.splitlines(keepends=True)
+    for number in sorted(long, reverse=True):
+        line = lines[number - 1]
+        ending = line[len(line.rstrip("\r\n")):]
+        wrapped = wrap(line.rstrip("\r\n"), layout.line_length)
+        if wrapped is not None:
+            lines[number - 1] = "".join(part + (ending or "\n") for part in wrapped)
+            if not ending:
+                lines[number - 1] = lines[number - 1][:-1]
+    return "".join(lines)
+
+
+def _too_long(line: str, limit: int) -> bool:
+    return len(line.rstrip()) > limit
+
+
+def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> str | None:
+    """The project's formatter on just `lines` (merged into ranges); None when it is missing or fails."""
+    ranges = _ranges(lines)
+    if layout.formatter == "ruff" and shutil.which("ruff"):
+        for start, end in ranges:  # ruff takes one range per run
+            done = _pipe(["ruff", "format", f"--range={start}-{end}", "--stdin-filename", str(path), "-"], text,
+                         path.parent)
+            if done is None:
+                return None
+            text = done
+        return text
+    if layout.formatter == "black" and shutil.which("black"):
+        args = ["black", "-q", "--stdin-filename", str(path)]
+        for start, end in ranges:
+            args.append(f"--line-ranges={start}-{end}")
+        return _pipe([*args, "-"], text, path.parent)
+    return None
+
+
+def _pipe(args: list[str], text: str, cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(args, input=text, capture_output=True, text=True, timeout=60, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 and done.stdout else None
+
+
+def _ranges(lines: list[int]) -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    for number in sorted(lines):
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], number)
+        else:
+            ranges.append((number, number))
+    return ranges
+
+
+@dataclass(frozen=True)
+class _Token:
+    text: str
+    start: int  # column in the line
+    end: int
+    kind: int
+
+
+def _tokens(content: str) -> list[_Token] | None:
+    """The tokens of a one-line statement, or None when it is not one complete logical line."""
+    try:
+        raw = list(tokenize.generate_tokens(io.StringIO(content + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    found = []
+    for tok in raw:
+        if tok.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT):
+            continue
+        if tok.start[0] != 1 or tok.end[0] != 1:
+            return None
+        found.append(_Token(tok.string, tok.start[1], tok.end[1], tok.type))
+    return found
+
+
+def _pairs(tokens: list[_Token]) -> dict[int, int] | None:
+    """Opening token index -> closing token index, or None when the brackets do not balance."""
+    stack, pairs = [], {}
+    for index, tok in enumerate(tokens):
+        if tok.kind == tokenize.OP and tok.text in _OPEN:
+            stack.append(index)
+        elif tok.kind == tokenize.OP and tok.text in _CLOSE:
+            if not stack:
+                return None
+            pairs[stack.pop()] = index
+    return pairs if not stack else None
+
+
+def wrap(line: str, limit: int, depth: int = 0) -> list[str] | None:
+    """The lines black (and ruff's formatter) split `line` into, for the statements fixes write: split at the
+    last bracket pair with a body, else put an assignment's value in parentheses; a body that is still too long
+    is split at its commas (one element per line, trailing comma), else before `if`/`else`, else before
+    `or`/`and`, else it is wrapped itself. None when `line` is not one complete statement."""
+    indent = line[: len(line) - len(line.lstrip())]
+    content = line[len(indent):]
+    tokens = _tokens(content)
+    if not tokens or depth > 4:
+        return None
+    comment = ""
+    if tokens[-1].kind == tokenize.COMMENT:
+        comment = "  " + tokens[-1].text
+        content = content[: tokens[-1].start].rstrip()
+        tokens = tokens[:-1]
+    pairs = _pairs(tokens)
+    if pairs is None:
+        return None
+    inner = indent + "    "
+    for split in (_last_bracket(content, tokens, pairs), _rhs_parentheses(content, tokens, pairs)):
+        if split is None:
+            continue
+        head, body, tail = split
+        if len(indent + head) > limit or len(indent + tail + comment) > limit:
+            continue
+        lines = _body_lines(body, inner, limit, depth)
+        if lines is not None:
+            return [indent + head, *lines, indent + tail + comment]
+    return None
+
+
+def _body_lines(body: str, inner: str, limit: int, depth: int) -> list[str] | None:
+    if len(inner + body) <= limit:
+        return [inner + body]
+    tokens = _tokens(body)
+    if tokens is None:
+        return None
+    for delimiters, keep_comma in (((",",), True), (("if", "else"), False), (("or", "and"), False)):
+        parts = _split_at(body, tokens, delimiters, keep_comma)
+        if parts is not None:
+            return [inner + part for part in parts]
+    return wrap(inner + body, limit, depth + 1)
+
+
+def _split_at(body: str, tokens: list[_Token], delimiters: tuple[str, ...], comma: bool) -> list[str] | None:
+    """`body` cut at its top-level `delimiters` (after each comma, before each operator), or None."""
+    depth, cuts = 0, []
+    for tok in tokens:
+        if tok.kind == tokenize.OP and tok.text in _OPEN:
+            depth += 1
+        elif tok.kind == tokenize.OP and tok.text in _CLOSE:
+            depth -= 1
+        elif depth == 0 and tok.text in delimiters:
+            cuts.append(tok.end if comma else tok.start)
+    if not cuts:
+        return None
+    bounds = [0, *cuts, len(body)]
+    parts = [body[a:b].strip() for a, b in zip(bounds, bounds[1:])]
+    parts = [p for p in parts if p]
+    if comma:
+        parts = [p if p.endswith(",") else p + "," for p in parts]
+    return parts
+
+
+def _last_bracket(content: str, tokens: list[_Token], pairs: dict[int, int]) -> tuple[str, str, str] | None:
+    """(`head(`, body, `)tail`) at the last top-level bracket pair whose body is more than one token (black's
+    right-hand split, omitting trailers such as `("cpu")` that are not worth a line of their own)."""
+    nested = {i for o, c in pairs.items() for i in pairs if o < i < c}
+    for open_index in sorted((i for i in pairs if i not in nested), key=lambda i: pairs[i], reverse=True):
+        close_index = pairs[open_index]
+        opening, closing = tokens[open_index], tokens[close_index]
+        body = content[opening.end:closing.start].strip()
+        if close_index == open_index + 1 or _trivial(body):
+            continue
+        return content[:opening.end], body, content[closing.start:]
+    return None
+
+
+def _trivial(body: str) -> bool:
+    """A body black would not split out on its own line (a bare string or number)."""
+    tokens = _tokens(body)
+    return tokens is not None and len(tokens) <= 1
+
+
+def _rhs_parentheses(content: str, tokens: list[_Token], pairs: dict[int, int]) -> tuple[str, str, str] | None:
+    """(`target = (`, value, `)`) for `name = value` whose value is not one bracketed atom."""
+    for index, tok in enumerate(tokens):
+        if tok.kind == tokenize.OP and tok.text in _OPEN:
+            return None  # a call, a subscript target: not a plain assignment
+        if tok.kind == tokenize.OP and tok.text == "=":
+            value = content[tok.end:].strip()
+            first = index + 1
+            if not value or (tokens[first].text in _OPEN and pairs.get(first) == len(tokens) - 1):
+                return None
+            return content[:tok.end] + " (", value, ")"
+    return None

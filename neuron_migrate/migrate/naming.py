@@ -1,0 +1,292 @@
+"""Naming the device once: turn the `DEVICE` / `DEVICE_TYPE` placeholders of a file's fixes into code.
+
+Per scope (a function body, or module-level code; class bodies, lambdas and comprehensions belong to the scope
+around them), in order of preference:
+
+1. a name already bound to the idiom in that scope (`device = torch.accelerator.current_accelerator(...) or
+   torch.device("cpu")`, also one a fix in this run is rewriting into the idiom) whose binding runs before the
+   use: the placeholder becomes that name (`device`, `device.type`, or a `device_type` name for the type);
+2. else, when the scope needs the idiom more than once, or a fix cannot hold it inline (an f-string), or the
+   inline idiom would push its line over the line length: one new binding, `device = ...` (`device_type =
+   (...).type` when only the type is wanted), inserted right above the first statement that needs it, in
+   the innermost block holding every use, under a name the scope does not use yet;
+3. else the idiom inline.
+
+Only fixes that this run applies count towards "more than once", so an unsafe fix left for a person does not
+make a binding for a single safe use.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import libcst as cst
+
+from neuron_migrate.migrate.bindings import Binding
+from neuron_migrate.migrate.fixes import (
+    DEVICE,
+    DEVICE_ATOM,
+    DEVICE_EXPR,
+    DEVICE_TYPE,
+    DEVICE_TYPE_EXPR,
+    PLACEHOLDERS,
+    FixSpec,
+    Insertion,
+    Replacement,
+    inline,
+)
+
+_BLOCKS = (cst.IndentedBlock, cst.Module)
+_SPACES = re.compile(r"\s+")
+_IDIOMS = {_SPACES.sub("", DEVICE_EXPR), _SPACES.sub("", DEVICE_EXPR.replace('"', "'"))}
+_TYPE_IDIOMS = {_SPACES.sub("", DEVICE_TYPE_EXPR), _SPACES.sub("", DEVICE_TYPE_EXPR.replace('"', "'"))}
+NAMES = {"device": ("device", "accelerator", "accel_device"), "type": ("device_type", "accelerator_type")}
+
+
+@dataclass
+class Use:
+    """One fix that names the device, with the stack of the code it rewrites."""
+
+    pending: object
+    stack: tuple[cst.CSTNode, ...]
+    applied: bool
+    types_only: bool
+    long: bool
+    names_itself: bool  # the fix is the whole value of `name = ...`: that assignment already names the device
+
+
+def scope_of(stack: tuple[cst.CSTNode, ...]) -> cst.CSTNode:
+    """The function whose body holds the node (or the module): where a binding for it can go."""
+    for index in range(len(stack) - 2, -1, -1):
+        node = stack[index]
+        if isinstance(node, cst.FunctionDef) and stack[index + 1] is node.body:
+            return node
+    return stack[0]
+
+
+def _in_scope(stack: tuple[cst.CSTNode, ...], scope: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """The part of `stack` from the scope's body block down."""
+    start = stack.index(scope)
+    return stack[start + 1:] if isinstance(scope, cst.FunctionDef) else stack
+
+
+def _child_in(block: cst.CSTNode, stack: tuple[cst.CSTNode, ...]) -> cst.CSTNode | None:
+    index = stack.index(block)
+    return stack[index + 1] if index + 1 < len(stack) else None
+
+
+def dominates(binding: Binding, stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether `binding` runs before the node at the end of `stack`, on every path (same block or an enclosing
+    one, an earlier statement)."""
+    block, statement = binding.block, binding.statement
+    if block is None or statement is None or block not in stack:
+        return False
+    child = _child_in(block, stack)
+    body = list(block.body)
+    return child is not None and statement in body and child in body and body.index(statement) < body.index(child)
+
+
+class DeviceNames:
+    """Resolves every placeholder of one file's fixes (see the module docstring)."""
+
+    def __init__(self, ctx, line_length: int, applies: Callable[[object], bool],
+                 overflow: Callable[[object, Replacement, str], bool]) -> None:
+        self.ctx = ctx
+        self.line_length = line_length
+        self.applies = applies
+        self.overflow = overflow  # (pending, replacement, new text) -> whether the line would get too long
+        self.rewritten: dict[int, str] = {}  # id(node) -> placeholder text a fix in this run puts there
+
+    def resolve(self, pendings: list) -> None:
+        uses = [self._use(p) for p in pendings if p.fix is not None and p.fix.uses_device]
+        for pending in pendings:
+            if pending.fix is not None and self.applies(pending):
+                for r in pending.fix.replacements:
+                    if r.text in (DEVICE, DEVICE_ATOM, DEVICE_TYPE):
+                        self.rewritten[id(r.node)] = DEVICE_TYPE if r.text == DEVICE_TYPE else DEVICE
+        groups: dict[int, list[Use]] = {}
+        scopes: dict[int, cst.CSTNode] = {}
+        for use in uses:
+            scope = scope_of(use.stack)
+            groups.setdefault(id(scope), []).append(use)
+            scopes[id(scope)] = scope
+        for key, group in groups.items():
+            self._resolve_scope(scopes[key], group)
+
+    def _use(self, pending) -> Use:
+        fix: FixSpec = pending.fix
+        types_only = not any(DEVICE in r.text or DEVICE_ATOM in r.text for r in fix.replacements)
+        long = any(self.overflow(pending, r, _inline(r.text)) for r in fix.replacements if _holds(r.text))
+        return Use(pending, pending.stack, self.applies(pending), types_only, long, _names_itself(pending))
+
+    # --- per scope ---------------------------------------------------------------------------------------
+
+    def _resolve_scope(self, scope: cst.CSTNode, uses: list[Use]) -> None:
+        existing = self._idiom_names(scope)
+        rest = []
+        for use in uses:
+            name = next((n for n, kind, b in existing if dominates(b, use.stack) and not self._binds_itself(b, use)
+                         and (kind == "device" or use.types_only)), None)
+            if name is not None:
+                kind = next(k for n, k, _ in existing if n == name)
+                self._name(use, name, kind)
+            else:
+                rest.append(use)
+        for use in [u for u in rest if u.names_itself]:
+            self._inline(use)
+        rest = [u for u in rest if not u.names_itself]
+        applied = [u for u in rest if u.applied]
+        if not rest:
+            return
+        if len(applied) >= 2 or any(u.pending.fix.needs_name or u.long for u in rest):
+            statement = self._insertion_point(scope, rest)
+            if statement is not None:
+                self._bind(scope, rest, statement)
+                return
+        for use in rest:
+            self._inline(use)
+
+    def _binds_itself(self, binding: Binding, use: Use) -> bool:
+        return binding.value is not None and any(r.node is binding.value for r in use.pending.fix.replacements)
+
+    def _idiom_names(self, scope: cst.CSTNode) -> list[tuple[str, str, Binding]]:
+        """(name, "device" | "type", binding) for plain names every binding of which in `scope` is the idiom
+        (or is being rewritten into it), plus module-level ones a function can see."""
+        found = []
+        scopes = [scope] if isinstance(scope, cst.Module) else [scope, self.ctx.module]
+        local = self.ctx.bindings.keys_bound_in(scope) if scope is not self.ctx.module else set()
+        for owner in scopes:
+            for key in self.ctx.bindings.keys_bound_in(owner):
+                if "." in key or "[" in key or (owner is not scope and key in local):
+                    continue
+                bindings = self.ctx.bindings.in_scope(key, owner)
+                kinds = {self._idiom_kind(b.value) for b in bindings}
+                if len(kinds) == 1 and (kind := kinds.pop()) is not None:
+                    found.extend((key, kind, b) for b in bindings)
+        return found
+
+    def _idiom_kind(self, value: cst.BaseExpression | None) -> str | None:
+        if value is None:
+            return None
+        planned = self.rewritten.get(id(value))
+        if planned is not None:
+            return "device" if planned == DEVICE else "type"
+        text = _SPACES.sub("", self.ctx.code(value))
+        return "device" if text in _IDIOMS else "type" if text in _TYPE_IDIOMS else None
+
+    def _bind(self, scope: cst.CSTNode, uses: list[Use], statement: cst.CSTNode) -> None:
+        kind = "type" if all(u.types_only for u in uses) else "device"
+        name = self._fresh(scope, NAMES[kind])
+        value = DEVICE_TYPE_EXPR if kind == "type" else DEVICE_EXPR
+        insertion = Insertion(statement, f"{name} = {value}")
+        for use in uses:
+            self._name(use, name, kind, insertion)
+
+    def _insertion_point(self, scope: cst.CSTNode, uses: list[Use]) -> cst.CSTNode | None:
+        """The earliest statement needing the device, in the innermost line-holding block around every use
+        (None when there is no such block: a one-line `def f(): ...` body)."""
+        stacks = [_in_scope(u.stack, scope) for u in uses]
+        common = 0
+        while all(len(s) > common for s in stacks) and all(s[common] is stacks[0][common] for s in stacks):
+            common += 1
+        # a class body is not where a module- or function-level name goes: bind above the class statement
+        blocks = [i for i in range(common) if isinstance(stacks[0][i], _BLOCKS) and i + 1 < len(stacks[0])
+                  and not _owner_is_class(stacks[0], i)]
+        if not blocks:
+            return None
+        index = blocks[-1]
+        block = stacks[0][index]
+        body = list(block.body)
+        children = [s[index + 1] for s in stacks if len(s) > index + 1 and s[index + 1] in body]
+        return min(children, key=body.index)
+
+    def _fresh(self, scope: cst.CSTNode, choices: tuple[str, ...]) -> str:
+        """The first of `choices` that no name in the scope (nested scopes included) uses."""
+        used = _names_used(scope)
+        for choice in choices:
+            if choice not in used:
+                return choice
+        number = 2
+        while f"{choices[0]}_{number}" in used:
+            number += 1
+        return f"{choices[0]}_{number}"
+
+    # --- writing the text ----------------------------------------------------------------------------------
+
+    def _name(self, use: Use, name: str, kind: str, insertion: Insertion | None = None) -> None:
+        type_text = f"{name}.type" if kind == "device" else name
+
+        def text(value: str) -> str:
+            return value.replace(DEVICE_ATOM, name).replace(DEVICE, name).replace(DEVICE_TYPE, type_text)
+
+        self._rewrite(use, text, insertion)
+
+    def _inline(self, use: Use) -> None:
+        self._rewrite(use, _inline_in_fstring if use.pending.fix.needs_name else _inline, None)
+
+    def _rewrite(self, use: Use, text: Callable[[str], str], insertion: Insertion | None) -> None:
+        fix: FixSpec = use.pending.fix
+        replacements = tuple(Replacement(r.node, text(r.text)) for r in fix.replacements)
+        insertions = fix.insertions + ((insertion,) if insertion is not None else ())
+        use.pending.fix = replace(fix, title=text(fix.title).replace(DEVICE_EXPR, "the current accelerator"),
+                                  replacements=replacements, insertions=insertions)
+
+
+def _names_used(scope: cst.CSTNode) -> set[str]:
+    """Every variable name `scope` reads or binds (not keyword-argument names, not attributes)."""
+    used: set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            used.add(node.value)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)
+            return False
+
+    scope.visit(Names())
+    return used
+
+
+def _names_itself(pending) -> bool:
+    """Whether the fix's only replacement is the whole value of an assignment to a plain name."""
+    replacements = pending.fix.replacements
+    if len(replacements) != 1 or replacements[0].text not in (DEVICE, DEVICE_ATOM, DEVICE_TYPE):
+        return False
+    node, stack = replacements[0].node, pending.stack
+    for index in range(len(stack) - 1, 0, -1):
+        if stack[index] is node:
+            parent = stack[index - 1]
+            if isinstance(parent, cst.Assign):
+                return parent.value is node and all(isinstance(t.target, cst.Name) for t in parent.targets)
+            if isinstance(parent, cst.AnnAssign):
+                return parent.value is node and isinstance(parent.target, cst.Name)
+            return False
+    return False
+
+
+def _holds(text: str) -> bool:
+    return any(p in text for p in PLACEHOLDERS)
+
+
+def _inline(text: str) -> str:
+    return inline(text)
+
+
+def _inline_in_fstring(text: str) -> str:
+    """The idiom inside an f-string: with the quote the string does not use (before Python 3.12 an f-string
+    cannot hold its own quote character)."""
+    quote = next((c for c in text if c in "'\""), '"')
+    idiom = DEVICE_TYPE_EXPR.replace('"', "'") if quote == '"' else DEVICE_TYPE_EXPR
+    return inline(text.replace(DEVICE_TYPE, idiom))
+
+
+def _owner_is_class(stack: tuple[cst.CSTNode, ...], index: int) -> bool:
+    """Whether the block at `stack[index]` is a class body."""
+    return index > 0 and isinstance(stack[index - 1], cst.ClassDef)

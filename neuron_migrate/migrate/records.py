@@ -1,0 +1,83 @@
+"""A pending finding, once the walk and `settle` are done, as a `Finding` record with positioned edits."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import CodeRange
+
+from neuron_migrate.migrate.fixes import FixStyle, Insertion
+from neuron_migrate.migrate.imports import insertion as import_insertion
+from neuron_migrate.model import Edit, Finding, Fix
+
+
+def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Finding:
+    rule = pending.rule
+    where: CodeRange = positions[pending.node]
+    fix = None
+    if pending.fix is not None:
+        edits = [_replacement_edit(r, positions, lines) for r in pending.fix.replacements]
+        edits += [_insertion_edit(i, positions, lines) for i in pending.fix.insertions]
+        edits += [edit for name in pending.fix.imports if (edit := _import_edit(name, ctx, positions, style))]
+        fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
+    line = where.start.line
+    message = pending.message
+    if pending.notes:
+        message = f"{message} ({'; '.join(pending.notes)})"
+    return Finding(
+        code=rule.code,
+        severity=rule.severity,
+        category=rule.category(),
+        path=ctx.path,
+        line=line,
+        col=where.start.column,
+        end_line=where.end.line,
+        end_col=where.end.column,
+        message=message,
+        source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
+        fix=fix,
+        guard=pending.guard,
+    )
+
+
+def _edit(where: CodeRange, text: str) -> Edit:
+    return Edit(where.start.line, where.start.column, where.end.line, where.end.column, text)
+
+
+def _replacement_edit(replacement, positions, lines: list[str]) -> Edit:
+    """The edit of a replacement; removing a whole statement also removes the comment lines right above it
+    (they described it: left behind they would describe the next statement)."""
+    where = positions[replacement.node]
+    edit = _edit(where, replacement.text)
+    if replacement.text or not isinstance(replacement.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)):
+        return edit
+    line = where.start.line
+    indent = lines[line - 1][: where.start.column] if line <= len(lines) else ""
+    while line > 1 and lines[line - 2].startswith(indent) and lines[line - 2][len(indent):].startswith("#"):
+        line -= 1
+    if line == where.start.line:
+        return edit
+    return Edit(line, len(indent), edit.end_line, edit.end_col, "")
+
+
+def _insertion_edit(insertion: Insertion, positions, lines: list[str]) -> Edit:
+    """New lines above a statement: above its decorators and the comment lines directly over it."""
+    statement = insertion.statement
+    line = positions[statement].start.line
+    for decorator in getattr(statement, "decorators", ()):
+        line = min(line, positions[decorator].start.line)
+    while line > 1 and lines[line - 2].strip().startswith("#"):
+        line -= 1
+    source = lines[positions[statement].start.line - 1] if positions[statement].start.line <= len(lines) else ""
+    indent = source[: len(source) - len(source.lstrip())]
+    text = "".join(f"{indent}{part}\n" for part in insertion.text.split("\n"))
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):  # the blank lines formatters keep before a def
+        text += "\n" * (1 if indent else 2)
+    return Edit(line, 0, line, 0, text)
+
+
+def _import_edit(name: str, ctx, positions, style: FixStyle) -> Edit | None:
+    """An edit adding `import name` in its import group, unless the module already imports it."""
+    if ctx.module_binds(name):
+        return None
+    line, text = import_insertion(name, ctx.module, positions, style.local_modules)
+    return Edit(line, 0, line, 0, text)
