@@ -33,6 +33,14 @@ _POSITIONAL_DEVICE = {"torch.set_default_device"}
 _GETTERS = {"get", "getenv", "setdefault", "pop", "getattr"}
 
 
+_INDEX_NAME = re.compile(r"^(i|idx|index|\w*rank|\w*gpu|\w*_id|\w*_idx|\w*_index|device_id|id)$", re.IGNORECASE)
+
+
+def is_index_name(key: str | None) -> bool:
+    """Whether a dotted name holds a device index by convention (`local_rank`, `gpu`, `args.gpu_id`, `i`)."""
+    return bool(key) and bool(_INDEX_NAME.match(key.rsplit(".", 1)[-1]))
+
+
 def is_device_name(key: str | None) -> bool:
     """Whether a dotted name holds a device by convention (`device`, `args.dev`, `self.train_device`)."""
     if not key:

@@ -114,7 +114,7 @@ def _quote(node: cst.SimpleString) -> str:
 
 _LOOSE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.Param, cst.DictElement, cst.Return, cst.Element,
                   cst.WithItem, cst.Expr, cst.Lambda, cst.If, cst.While, cst.Assert, cst.Index,
-                  cst.AssignTarget)
+                  cst.AssignTarget, cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.CompIf, cst.CompFor)
 
 
 def fit(text: str, parent: cst.CSTNode | None, comparison: bool = False, node: cst.CSTNode | None = None) -> str:

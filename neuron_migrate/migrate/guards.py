@@ -16,6 +16,7 @@ of which is such a test (`use_cuda = torch.cuda.is_available()`, `args.cuda = no
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import libcst as cst
@@ -215,8 +216,44 @@ def accelerator_certain(ctx, stack=None) -> bool:
 
 # --- torch without torch.accelerator (old-torch fallback branches) ----------------------------------------
 
+_VERSION_FLAG = re.compile(r"torch\w*?(greater|less|newer|older|at_least|before)|"
+                           r"(greater|less|newer|older|at_least|before)\w*torch", re.IGNORECASE)
+#: the newest torch whose absence a version test can mean `torch.accelerator` (or its API) is missing
+_ACCELERATOR_COMPLETE = (2, 9)
+
+
+def _version_test(ctx, test: cst.CSTNode) -> bool | None:
+    """True for "torch is at least X" (X <= 2.9), False for "torch is older than X", else None:
+    `_is_torch_greater_or_equal_than_2_7`, `is_torch_greater_or_equal("2.6")`, `torch.__version__ >= "2.6"`,
+    `version.parse(torch.__version__) < version.parse("2.8")`."""
+    text = ctx.code(test)
+    if "torch" not in text.lower():
+        return None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        found = re.search(r"(\d+)\.(\d+)", text)
+        op = test.comparisons[0].operator
+        if found is None or (int(found.group(1)), int(found.group(2))) > _ACCELERATOR_COMPLETE:
+            return None
+        if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)):
+            return True
+        if isinstance(op, (cst.LessThan, cst.LessThanEqual)):
+            return False
+        return None
+    match = _VERSION_FLAG.search(text) if isinstance(test, (cst.Name, cst.Attribute, cst.Call)) else None
+    found = re.search(r"(\d+)[._](\d+)", text)
+    if match is None or found is None:
+        return None
+    if (int(found.group(1)), int(found.group(2))) > _ACCELERATOR_COMPLETE:
+        return None
+    return (match.group(1) or match.group(2)).lower() in ("greater", "newer", "at_least")
+
+
 def _api_test(ctx, test: cst.CSTNode) -> bool | None:
-    """True when `test` holds exactly if `torch.accelerator` exists, False for its negation, else None."""
+    """True when `test` holds exactly if `torch.accelerator` (with the API the fixes use) exists, False for its
+    negation, else None: `hasattr(torch, "accelerator")` and torch version tests."""
+    version = _version_test(ctx, test)
+    if version is not None:
+        return version
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = _api_test(ctx, test.expression)
         return None if inner is None else not inner

@@ -134,19 +134,29 @@ def _too_long(line: str, limit: int) -> bool:
     return len(line.rstrip()) > limit
 
 
+def _executable(name: str) -> str | None:
+    """A formatter on PATH, or installed next to this Python (a virtual environment that is not activated)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else None
+
+
 def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> str | None:
     """The project's formatter on just `lines` (merged into ranges); None when it is missing or fails."""
     ranges = _ranges(lines)
-    if layout.formatter == "ruff" and shutil.which("ruff"):
+    ruff, black = _executable("ruff"), _executable("black")
+    if layout.formatter == "ruff" and ruff:
         for start, end in ranges:  # ruff takes one range per run
-            done = _pipe(["ruff", "format", f"--range={start}-{end}", "--stdin-filename", str(path), "-"], text,
+            done = _pipe([ruff, "format", f"--range={start}-{end}", "--stdin-filename", str(path), "-"], text,
                          path.parent)
             if done is None:
                 return None
             text = done
         return text
-    if layout.formatter == "black" and shutil.which("black"):
-        args = ["black", "-q", "--stdin-filename", str(path)]
+    if layout.formatter == "black" and black:
+        args = [black, "-q", "--stdin-filename", str(path)]
         for start, end in ranges:
             args.append(f"--line-ranges={start}-{end}")
         return _pipe([*args, "-"], text, path.parent)

@@ -172,26 +172,59 @@ def guarded_call_fix(rule: Rule, call: cst.Call, name: str, target: str, cpu_val
 CUDA_ONLY_CODE = re.compile(
     r"flash_attn|flash|fused|xformers|apex|bitsandbytes|triton|cupy|nvml|cutlass|deepspeed\.ops|"
     r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
-    r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+",
+    r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+|rocm|\bhip\b",
     re.IGNORECASE)
 
 
 def check_region(ctx) -> tuple[cst.CSTNode, ...]:
-    """(test, body) of the `if` / `while` / conditional whose test holds the visited node, else ()."""
+    """The code a device check at the visited node guards: (test, body) of the `if` / `while` / conditional
+    whose test holds it; elsewhere the statement it is part of (`ok = is_available() and capability() > 8`)."""
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
-            return (parent.test, parent.body) if child is parent.test else ()
-        if isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement, cst.SimpleStatementLine,
-                               cst.Lambda, cst.Arg)):
-            return ()
-    return ()
-
-
-def statement_cue(ctx) -> str | None:
-    """The CUDA-only code named in the statement around the visited node (`use_flash = q.is_cuda and ...`)."""
+            if child is parent.test:
+                return parent.test, parent.body
+            break
+        if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Lambda)):
+            break
     statement, _ = enclosing_statement(ctx)
-    match = CUDA_ONLY_CODE.search(ctx.code(statement)) if statement is not None else None
-    return match.group(0) if match else None
+    return (statement,) if statement is not None else ()
+
+
+#: other accelerators, as an `if`/`elif` chain names them (`device.type == "xpu"`, `is_torch_npu_available()`)
+_OTHER_DEVICES = re.compile(r"\b(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm)\b|is_torch_(xpu|npu|mlu|hpu|"
+                            r"mps|musa|xla|tpu|sdaa)_available|backends\.mps", re.IGNORECASE)
+
+
+def device_chain(ctx) -> str | None:
+    """The other accelerator an `if`/`elif` chain branches on, when the visited node is in one of the chain's
+    tests (`if torch.cuda.is_available(): ... elif is_torch_npu_available(): ...`)."""
+    test_of = None
+    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
+        if isinstance(parent, cst.If) and child is parent.test:
+            test_of = parent
+            break
+        if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
+    if test_of is None:
+        return None
+    top = test_of
+    index = ctx.stack.index(test_of)
+    while index > 0 and isinstance(ctx.stack[index - 1], cst.If) and ctx.stack[index - 1].orelse is top:
+        index -= 1
+        top = ctx.stack[index]
+    tests = []
+    branch: cst.CSTNode | None = top
+    while isinstance(branch, cst.If):
+        tests.append(branch.test)
+        branch = branch.orelse
+    block = ctx.stack[index - 1] if index > 0 else None  # `if d == "cuda": ...` then `if d == "hpu": ...`
+    if isinstance(block, (cst.IndentedBlock, cst.Module)):
+        tests += [stmt.test for stmt in block.body if isinstance(stmt, cst.If) and stmt is not top]
+    for test in tests:
+        match = _OTHER_DEVICES.search(ctx.code(test))
+        if match:
+            return match.group(0)
+    return None
 
 
 def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:

@@ -6,9 +6,9 @@ In order, for every finding with a fix:
    CUDA calls: the fix is withdrawn;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
-   or a CUDA-only library, kernel or capability query by name) stays a CUDA check: its fix is withdrawn, and
-   so are the fixes of the code under it (it runs on CUDA only, where it is right as it is). Repeated until
-   nothing changes, since withdrawing one check's fix can keep the check around it;
+   or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are the
+   fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there).
+   Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
@@ -18,10 +18,10 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
+from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, only_on_cuda
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
-from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 
 def applies(pending, style: FixStyle) -> bool:
     """Whether this run applies the finding's fix (safe ones always, unsafe ones with --unsafe-fixes)."""
@@ -63,36 +63,42 @@ def _inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
 
 
 def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
-    """Step 3: a check that stays CUDA (its fix withdrawn or not applied) keeps the code it guards as it is."""
+    """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
+    CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
     checks = [p for p in pendings if p.region]
     changed = True
     while changed:
         changed = False
+        mentions = CudaMentions(ctx, covered_nodes(pendings, lambda p: applies(p, style)))
+        leftovers = [p for p in pendings if getattr(p.rule, "cuda_only", True) and not applies(p, style)]
         for check in checks:
+            if check.fix is not None:
+                reason = _cuda_code_in(ctx, check, leftovers, mentions)
+                if reason is not None:
+                    withdraw(check, f"it guards CUDA-only code ({reason}): keep this check CUDA-only and give "
+                                    "other devices their own path")
+                    changed = True
             if applies(check, style):
-                reason = _cuda_code_in(ctx, check, pendings, style)
-                if reason is None:
-                    continue
-                withdraw(check, f"it guards CUDA-only code ({reason}): keep this check CUDA-only and give "
-                                "other devices their own path")
-                changed = True
+                continue
             for inner in pendings:
                 if inner is not check and inner.fix is not None and _inside(inner, check.region):
                     withdraw(inner, "it only runs on CUDA (behind a CUDA check that stays): no change needed")
                     changed = True
+        for pending in pendings:
+            if pending.fix is not None and (reason := only_on_cuda(pending, mentions, leftovers)) is not None:
+                withdraw(pending, reason)
+                changed = True
 
 
-def _cuda_code_in(ctx, check, pendings: list, style: FixStyle) -> str | None:
+def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | None:
     """What CUDA-only code stays in the region `check` guards, if any."""
-    for inner in pendings:
-        if inner is check or not _inside(inner, check.region):
-            continue
-        if getattr(inner.rule, "cuda_only", True) and not applies(inner, style):
+    for inner in leftovers:
+        if inner is not check and _inside(inner, check.region):
             return f"`{_first_line(ctx, inner.node)}`"
     for node in check.region:
-        match = CUDA_ONLY_CODE.search(ctx.code(node))
-        if match:
-            return f"`{match.group(0)}`"
+        cue = mentions.find(node)
+        if cue is not None:
+            return f"`{cue}`"
     return None
 
 

@@ -160,3 +160,24 @@ def test_statements_guarded_one_after_another_share_one_guard():
         "    if torch.accelerator.is_available():\n        torch.accelerator.synchronize()  # why\n"
         "    if torch.accelerator.is_available():\n        torch.accelerator.synchronize()\n"
     )
+
+
+def test_notebook_cells_with_ipython_magics_are_fixed_around_them(run_cli, tmp_path):
+    """Magic and shell lines are not Python: they are masked while the cell is fixed and come back unchanged;
+    a `%%` cell magic is skipped, and the run says so."""
+    cells = [
+        ["!pip install -q torch\n", "import torch\n", "%matplotlib inline\n", "x = torch.ones(2).cuda()\n",
+         "files = !ls\n", "if x.sum() > 0:\n", "    %time torch.cuda.synchronize()\n", "    y = 1"],
+        ["%%bash\n", "nvidia-smi"],
+    ]
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                           "source": cell} for cell in cells],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+    proc = run_cli("fix", ".", "--write")
+    after = json.loads((tmp_path / "nb.ipynb").read_text())
+    first = after["cells"][0]["source"]
+    assert first[:3] == cells[0][:3] and "files = !ls\n" in first and "    %time torch.cuda.synchronize()\n" in first
+    assert "x = torch.ones(2).to(device)\n" in first, first
+    assert after["cells"][1]["source"] == cells[1]
+    assert "cell 2: a `%%` cell magic, not Python" in proc.stderr

@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
-from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
-from neuron_migrate.migrate.rule import FixSpec, Invalid
+from neuron_migrate.migrate.device_flow import is_index_name
+from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, device_chain, guarded_call_fix
+from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
 
@@ -113,7 +114,12 @@ class CudaDeviceApi(QualifiedNameRule):
         if name not in _CHECKS or call is None:
             super().on_use(node, call, name)
             return
-        region = check_region(self.ctx)
+        chain = device_chain(self.ctx)
+        if chain:
+            self.report(call, f"{self.message_for(name)} (one branch of a per-device chain (`{chain}`): keep "
+                              "it, and add a branch for the `neuron` device)", region=check_region(self.ctx))
+            return
+        region = () if self._flag_assigned() else check_region(self.ctx)
         if region:
             self.report(call, self.message_for(name), self.fix_for(node, call, name), region=region)
             return
@@ -122,7 +128,25 @@ class CudaDeviceApi(QualifiedNameRule):
             super().on_use(node, call, name)
             return
         fix = self.fix_for(node, call, name)
-        self.ctx.defer(lambda: self.report(call, self.message_for(name), fix, region=self._guarded_by(flag)))
+        statement = check_region(self.ctx)
+        self.ctx.defer(lambda: self.report(call, self.message_for(name), fix,
+                                           region=statement + self._guarded_by(flag)))
+
+    def _device_index_fix(self, node: cst.CSTNode, call: cst.Call) -> FixSpec | None:
+        """`torch.cuda.device(i)` takes an index or a device; `torch.accelerator.device_index` an index only."""
+        arg = call.args[0] if len(call.args) == 1 and not call.args[0].star else None
+        if arg is None:
+            return None
+        value = arg.value
+        title = "Replace `torch.cuda.device` with `torch.accelerator.device_index`"
+        target = "torch.accelerator.device_index"
+        if isinstance(value, cst.Integer) or (isinstance(value, cst.Name) and value.value == "None") or (
+                is_index_name(self.ctx.code(value))):
+            return FixSpec(title, (Replacement(call, f"{target}({self.ctx.code(value)})"),), imports=("torch",))
+        if isinstance(value, cst.Attribute) and value.attr.value == "device":  # `q.device`: its index
+            return FixSpec(title + " of the device's index", (Replacement(
+                call, f"{target}({self.ctx.code(value)}.index)"),), imports=("torch",))
+        return None
 
     def _flag_assigned(self) -> str | None:
         """`use_cuda` for `use_cuda = torch.cuda.is_available()` (or `args.cuda = ... and is_available()`)."""
@@ -143,6 +167,8 @@ class CudaDeviceApi(QualifiedNameRule):
         return tuple(region)
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        if call is not None and name == "torch.cuda.device":
+            return self._device_index_fix(node, call)
         if call is not None and name == "torch.cuda.set_device":
             fix = guarded_call_fix(self, call, name, self.NAMES[name], cpu_value=None)
             if fix is not None:

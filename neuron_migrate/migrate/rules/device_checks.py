@@ -13,11 +13,11 @@ from neuron_migrate.migrate.device_flow import (
 from neuron_migrate.migrate.device_literals import agnostic_string, fit, has_index, is_cuda_string, string_value
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import check_region, statement_cue
+from neuron_migrate.migrate.patterns import check_region, device_chain
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
-_GATE = ("this check guards CUDA-only code (`{cue}`): keep it CUDA-only and give the other devices their own "
-         "path (no automatic fix)")
+_CHAIN = ("one branch of a per-device chain (`{cue}`): keep it, and add a branch for the `neuron` device "
+          "(a generic test would also take the other devices' branches)")
 
 
 def _negated(ctx) -> bool:
@@ -25,33 +25,36 @@ def _negated(ctx) -> bool:
 
 
 def _accelerator_test(rule: Rule, node: cst.CSTNode, type_text: str, positive: bool, title: str,
-                      unsafe: bool = False, indexed: bool = False) -> FixSpec:
+                      unsafe: bool = False, index: str | None = None) -> FixSpec:
     """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
 
-    `indexed`: the original test also required a device index (`d.startswith("cuda:")`)."""
+    `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
+    (`"none"`: `d == "cuda"` is false for `"cuda:1"`)."""
     ctx = rule.ctx
     if _negated(ctx):
         node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
     else:
         parent = ctx.parent
     test = f'{type_text} {"!=" if positive else "=="} "cpu"'
-    if indexed:
-        index = type_text.removesuffix(".type") + ".index"
-        test = f"{test} and {index} is not None" if positive else f"{test} or {index} is None"
-    text = fit(test, parent, comparison=not indexed)
+    if index is not None:
+        attribute = type_text.removesuffix(".type") + ".index"
+        has = "is not None" if index == "some" else "is None"
+        lacks = "is None" if index == "some" else "is not None"
+        test = f"{test} and {attribute} {has}" if positive else f"{test} or {attribute} {lacks}"
+    text = fit(test, parent, comparison=index is None)
     imports = ("torch",) if "torch." in text else ()
     return FixSpec(title, (Replacement(node, text),), imports=imports, safety="unsafe" if unsafe else None)
 
 
 def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> None:
-    """Report a device check with its fix, unless it sits in a statement that uses CUDA-only code by name;
-    inside an `if`/`while`/conditional test the guarded code decides after the walk (`settle`)."""
-    region = check_region(rule.ctx)
-    cue = statement_cue(rule.ctx) if not region else None
-    if cue:
-        rule.report(node, f"{message.split(':')[0]}: {_GATE.format(cue=cue)}")
+    """Report a device check with its fix; the code it guards decides after the walk whether the fix stands
+    (`settle`). A check in an `if`/`elif` chain with branches for other accelerators gets no fix: made
+    accelerator-generic, it would take their branches too."""
+    chain = device_chain(rule.ctx)
+    if chain:  # no fix, but still a check: the code under it stays CUDA's
+        rule.report(node, f"{message.split(':')[0]}: {_CHAIN.format(cue=chain)}", region=check_region(rule.ctx))
         return
-    rule.report(node, message, fix, region=region)
+    rule.report(node, message, fix, region=check_region(rule.ctx))
 
 
 class IsCuda(Rule):
@@ -171,16 +174,17 @@ class CudaDeviceCheck(Rule):
             'import torch\ndevice = "cuda" if torch.cuda.is_available() else "cpu"\n'
             'use_amp = device == "cuda"\npin = "cuda" in device\n',
             "import torch\ndevice = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\nuse_amp = torch.device(device).type != "cpu"\n'
+            ' torch.device("cpu")).type\n'
+            'use_amp = torch.device(device).type != "cpu" and torch.device(device).index is None\n'
             'pin = torch.device(device).type != "cpu"\n',
             count=3,
         ),
         Invalid(
             'import torch\ndev = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
-            'if dev.type == "cuda" and not args.device.startswith("cuda:"):\n    torch.cuda.synchronize()\n',
+            'if dev.type == "cuda" and not args.device.startswith("cuda:"):\n    x = x.to(dev)\n',
             "import torch\ndev = torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")\nif dev.type != "cpu" and (torch.device(args.device).type == "cpu" or'
-            " torch.device(args.device).index is None):\n    torch.cuda.synchronize()\n",
+            " torch.device(args.device).index is None):\n    x = x.to(dev)\n",
             count=3,
         ),
         Invalid(
@@ -198,10 +202,10 @@ class CudaDeviceCheck(Rule):
         ),
         Invalid(
             "import torch\ndef select(device):\n    if device.startswith('cuda:'):\n"
-            "        torch.cuda.set_device(device)\n",
+            "        torch.accelerator.set_device_index(device)\n",
             "import torch\ndef select(device):\n"
             '    if torch.device(device).type != "cpu" and torch.device(device).index is not None:\n'
-            "        torch.cuda.set_device(device)\n",
+            "        torch.accelerator.set_device_index(device)\n",
         ),
     )
 
@@ -225,7 +229,7 @@ class CudaDeviceCheck(Rule):
         else:
             fix = FixSpec("Replace with the current accelerator's type", (Replacement(node, DEVICE_TYPE),),
                           imports=("torch",))
-        self.report(node, message, fix)
+        self.report(node, message, fix, region=(node.test,))  # `... and "CUDAExecutionProvider" in p` stays
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if len(node.comparisons) == 1 and any(is_cuda_string(n) or string_value(n) == "cuda" for n in (
@@ -252,7 +256,7 @@ class CudaDeviceCheck(Rule):
 
     def _startswith(self, node: cst.Call, func: cst.Attribute, indexed: bool) -> None:
         if self._device(func.value):
-            self._check(node, device_type_text(self.ctx, func.value), True, indexed=indexed)
+            self._check(node, device_type_text(self.ctx, func.value), True, index="some" if indexed else None)
 
     def _equality(self, node: cst.Comparison, other: cst.BaseExpression, value: cst.BaseExpression,
                   equal: bool) -> None:
@@ -267,7 +271,9 @@ class CudaDeviceCheck(Rule):
                 self.report(node, "Comparison with an indexed CUDA device: compare `torch.device(...).type` "
                                   "and `.index` separately")
                 return
-            self._check(node, self._type_text(other), equal)
+            type_text = self._type_text(other)
+            bare = "none" if type_text.startswith("torch.device(") else None  # "cuda:1" == "cuda" is False
+            self._check(node, type_text, equal, index=bare)
 
     def _membership(self, node: cst.Comparison, left: cst.BaseExpression, right: cst.BaseExpression,
                     inside: bool) -> None:
@@ -282,9 +288,10 @@ class CudaDeviceCheck(Rule):
                                   "this code, or test `!= \"cpu\"` (no automatic fix)")
 
     def _check(self, node: cst.CSTNode, type_text: str, positive: bool, unsafe: bool = False,
-               note: str = "", indexed: bool = False) -> None:
-        title = "Test for any accelerator (type != `cpu`)" + (" with a device index" if indexed else "")
-        fix = _accelerator_test(self, node, type_text, positive, title, unsafe, indexed)
+               note: str = "", index: str | None = None) -> None:
+        title = "Test for any accelerator (type != `cpu`)" + {None: "", "some": " with a device index",
+                                                               "none": " without a device index"}[index]
+        fix = _accelerator_test(self, node, type_text, positive, title, unsafe, index)
         report_check(self, node, self.message + note, fix)
 
     def _device(self, expr: cst.BaseExpression) -> bool:  # after the walk only (it asks the device flow)

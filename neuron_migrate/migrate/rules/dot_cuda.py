@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
-from neuron_migrate.migrate.device_flow import device_flow, is_device_name
+from neuron_migrate.migrate.device_flow import device_flow, is_device_name, is_index_name
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
-#: names that hold a device index by convention (`local_rank`, `gpu`, `args.gpu_id`, `i`)
-_INDEX_NAME = re.compile(r"^(i|idx|index|\w*rank|\w*gpu|\w*_id|\w*_idx|\w*_index|device_id|id)$", re.IGNORECASE)
 
 
 class DotCuda(Rule):
@@ -92,6 +88,9 @@ class DotCuda(Rule):
         if (self.ctx.qualified_name(func) or "").startswith("torch.") or self._on_module(func.value):
             return  # torch.Tensor.cuda(x) (unbound, rare); tvm.cuda(0), a module's own function
         def decide() -> None:
+            if any(arg.star for arg in node.args):  # `.cuda(*args)`: a device index may be in there
+                self.report(node, self.message + "; its arguments are unpacked: pass the device by hand")
+                return
             fix, note = self._fix(node, func)
             self.report(node, self.message + note, fix)
 
@@ -117,7 +116,7 @@ class DotCuda(Rule):
         else:
             key = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
             index = self.ctx.code(arg.value).strip()
-            if isinstance(arg.value, cst.Integer) or (key and _INDEX_NAME.match(key.rsplit(".", 1)[-1])):
+            if isinstance(arg.value, cst.Integer) or is_index_name(key):
                 text = f"torch.device({DEVICE_TYPE}, {index})"
             elif is_device_name(key):
                 text, unsafe = index, key not in device_flow(self.ctx).holders

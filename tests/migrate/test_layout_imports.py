@@ -1,0 +1,129 @@
+"""The patch reads like the project's own code: its line length, its formatter's wrapping, its import groups;
+and a project that passes ruff (lint and format) before `fix` passes it after."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.migrate.layout import Layout, layout_for, wrap
+
+from .helpers import fixed
+
+RUFF = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+
+LONG_LINES = [
+    '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")',
+    'device_type = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type',
+    "    peak = torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0",
+    "        scaler = torch.amp.GradScaler(device_type, enabled=args.amp and torch.accelerator.is_available())",
+    "        with torch.amp.autocast(device_type, dtype=torch.float16, enabled=args.amp and torch.accelerator.is_available()):",
+    '    x = torch.nn.Linear(2, 2).to(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"))',
+    '    dist.init_process_group(backend=dist.get_default_backend_for_device(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")))',
+    "    loader = DataLoader(dataset, batch_size=args.batch_size, pin_memory=True, sampler=sampler, shuffle=False)  # c",
+]
+
+
+def _ruff_format(text: str, line_length: int) -> str:
+    done = subprocess.run([RUFF, "format", f"--line-length={line_length}", "-"], input=text, capture_output=True,
+                          text=True, check=True)
+    return done.stdout
+
+
+@pytest.mark.parametrize("line", LONG_LINES)
+def test_our_wrapping_matches_ruff_format(line):
+    """Without a formatter installed the fix wraps lines itself; it must wrap them as the formatter would."""
+    depth = (len(line) - len(line.lstrip())) // 4
+    header = ["def f():", "    if True:"][:depth]
+    body = ["    " * (depth + 1) + "pass"] if line.endswith(":") else []
+    source = "\n".join([*header, line, *body]) + "\n"
+    ours = "\n".join([*header, *wrap(line, 88), *body]) + "\n"
+    assert ours == _ruff_format(source, 88)
+
+
+def test_line_length_comes_from_the_nearest_config(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.black]\nline-length = 100\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "setup.cfg").write_text("[flake8]\nmax-line-length = 79\n")
+    layout_for.cache_clear()
+    assert layout_for(tmp_path) == Layout(100, "black", tmp_path / "pyproject.toml")
+    assert layout_for(tmp_path / "sub").line_length == 79
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "ruff.toml").write_text("line-length = 120\n")
+    assert layout_for(tmp_path / "other") == Layout(120, "ruff", tmp_path / "other" / "ruff.toml")
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    # third-party group, sorted: `import torch` among the plain imports, before `from` imports
+    ("import os\n\nimport numpy as np\nfrom tqdm import tqdm\n\nx = y.cuda()\n",
+     "import os\n\nimport numpy as np\nimport torch\nfrom tqdm import tqdm\n\n"),
+    # no third-party group yet: a new one after the standard library, before the project's own
+    ("import os\nimport sys\n\nfrom . import util\n\nx = y.cuda()\n",
+     "import os\nimport sys\n\nimport torch\n\nfrom . import util\n\n"),
+    # docstring and __future__ first, always
+    ('"""Doc."""\nfrom __future__ import annotations\n\nx = y.cuda()\n',
+     '"""Doc."""\nfrom __future__ import annotations\nimport torch\n\n'),
+])
+def test_new_import_goes_into_its_group(before, after):
+    text = fixed(before, ("NM103",))
+    assert text.startswith(after), text
+
+
+def test_repeats_a_fix_creates_are_dropped():
+    source = "import torch\ntorch.manual_seed(0)\nrandom.seed(0)\ntorch.cuda.manual_seed_all(0)\n"
+    assert fixed(source, ("NM404",)) == "import torch\ntorch.manual_seed(0)\nrandom.seed(0)\n"
+
+
+def test_a_removed_statement_takes_the_comment_above_it():
+    source = ("import torch\ntorch.manual_seed(s)\n# and CUDA's generators too\nif torch.cuda.is_available():\n"
+              "    torch.cuda.manual_seed_all(s)\nprint('ok')\n")
+    assert fixed(source, ("NM404", "NM106")) == "import torch\ntorch.manual_seed(s)\nprint('ok')\n"
+
+
+PROJECT = '''\
+"""A small training script that passes ruff (lint, imports, format) as it is."""
+
+import argparse
+import os
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args([])
+    model = torch.nn.Linear(4, 4).cuda()
+    batch = torch.ones(2, 4).cuda(non_blocking=True)
+    with torch.cuda.amp.autocast(enabled=True):
+        out = model(batch)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    loader = DataLoader([1, 2], pin_memory=True)
+    print(args.device, out.shape, peak, len(loader), os.getpid())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_project_that_passes_ruff_before_fix_passes_it_after(tmp_path, run_cli):
+    (tmp_path / "pyproject.toml").write_text('[tool.ruff]\nline-length = 88\n[tool.ruff.lint]\nselect = ["E", "F", "I", "W"]\n')
+    script = tmp_path / "train.py"
+    script.write_text(PROJECT)
+    check = [RUFF, "check", "--no-cache", str(tmp_path)]
+    form = [RUFF, "format", "--check", "--no-cache", str(tmp_path)]
+    assert subprocess.run(check, capture_output=True, cwd=tmp_path).returncode == 0
+    assert subprocess.run(form, capture_output=True, cwd=tmp_path).returncode == 0
+    done = run_cli("fix", str(tmp_path), "--write", "--no-cache", cwd=tmp_path)
+    assert script.read_text() != PROJECT, done.stderr
+    lint = subprocess.run(check, capture_output=True, text=True, cwd=tmp_path)
+    assert lint.returncode == 0, lint.stdout + script.read_text()
+    formatted = subprocess.run(form, capture_output=True, text=True, cwd=tmp_path)
+    assert formatted.returncode == 0, formatted.stdout + script.read_text()
