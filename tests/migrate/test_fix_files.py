@@ -181,3 +181,17 @@ def test_notebook_cells_with_ipython_magics_are_fixed_around_them(run_cli, tmp_p
     assert "x = torch.ones(2).to(device)\n" in first, first
     assert after["cells"][1]["source"] == cells[1]
     assert "cell 2: a `%%` cell magic, not Python" in proc.stderr
+
+
+def test_target_torch_decides_which_apis_a_fix_may_write(run_cli, tmp_path):
+    """`torch.accelerator.get_memory_info` came after torch 2.9: written only for a newer `target-torch`."""
+    source = "import torch\nfree, total = torch.cuda.mem_get_info()\n"
+    (tmp_path / "a.py").write_text(source)
+    proc = run_cli("fix", "a.py", "--write", "--no-cache")
+    assert (tmp_path / "a.py").read_text() == source and "needs torch >= 2.13" in proc.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget-torch = "2.13"\n')
+    run_cli("fix", "a.py", "--write", "--no-cache")
+    assert (tmp_path / "a.py").read_text() == "import torch\nfree, total = torch.accelerator.get_memory_info()\n"
+    (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget-torch = "2.1"\n')
+    bad = run_cli("fix", "a.py", "--no-cache")
+    assert bad.returncode == 2 and "target-torch '2.1'" in bad.stderr and "Traceback" not in bad.stderr
