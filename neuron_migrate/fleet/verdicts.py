@@ -10,7 +10,8 @@
   `aten::histc` on int32), in the stand-in's own code, or the stand-in timed out, ran out of memory or crashed
   where plain CPU steps fine.
 - `does_not_build`: there is no runnable tiny instance here, with the one-line reason: the config or the
-  construction failed, a needed optional package is missing (named as such), or the step fails on plain CPU too.
+  construction failed, a needed optional package is missing (named as such), the step fails on plain CPU too,
+  or it was killed (time or memory bound) before a CPU check could say.
 
 The stand-in tells the kind of a failure itself through `error_kind` (`neuron`, `stand_in`, `target`,
 `timeout`, `memory`, `crash`) when it does; without it the evidence recorded by the worker decides: the op
@@ -98,6 +99,8 @@ def verdict_of(record: dict[str, Any], row: dict[str, Any], device: str) -> tupl
         return "does_not_build", f"the step failed on neuron ({_error(record)}) and the CPU check did not finish"
     if kind in ("timeout", "memory", "crash"):
         happened = {"timeout": "timed out", "memory": "ran out of memory", "crash": "crashed"}[kind]
+        if not record.get("cpu_checked"):  # killed before the CPU check: no evidence either way
+            return "does_not_build", f"the step {happened} on the stand-in before a CPU check ({_error(record)})"
         return "stand_in_limitation", f"the stand-in {happened} ({_error(record)}); plain CPU steps fine"
     if record.get("recorder_error"):
         return "stand_in_limitation", (f"the tracer's recorder breaks this step{where}: under it CPU fails too, "

@@ -31,16 +31,16 @@ def _set_stage(path: Path, stage: str) -> None:
 
 
 def build_for_task(model_type: str, overrides: dict[str, Any], device: Any, task: str) -> Any:
-    """A tiny model of `model_type` built by the task's Auto class, through the same `opdb.hf_tiny.build` that
+    """A tiny model of `model_type` built by the task's Auto class, through the same `opdb.hf_inputs.build` that
     `trace --hf` uses (so the config and inputs are the same; only the head differs when the classes do)."""
-    from neuron_migrate.opdb import hf_tiny, targets
+    from neuron_migrate.opdb import hf_inputs, targets
 
     if task == DIFFUSERS:
         from neuron_migrate.fleet import diffusers_models
 
         model, inputs, loss_fn = diffusers_models.build(model_type, device)
         return targets.Workload(targets._model_to(model, device), inputs, loss_fn)
-    model, inputs = hf_tiny.build(model_type, overrides, device, TASKS[task][1])
+    model, inputs = hf_inputs.build(model_type, overrides, device, TASKS[task][1])
     return targets.Workload(targets._model_to(model, device), inputs)
 
 

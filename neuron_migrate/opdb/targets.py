@@ -193,15 +193,15 @@ def hf_config_kwargs(model_type: str, overrides: dict[str, Any]) -> dict[str, An
 
 def build_hf(model_type: str, overrides: dict[str, Any], device: Any) -> Workload:
     """A random-weight transformers model from a tiny config (no downloads) with a (2, 16) batch of token ids;
-    the config and inputs come from `opdb.hf_tiny`, which the fleet builds with too."""
+    the config comes from `opdb.hf_tiny`, model and inputs from `opdb.hf_inputs`, which the fleet builds with too."""
     try:
         import transformers
     except ImportError:
         raise TargetError("--hf needs transformers: pip install 'neuron-migrate[hf]'") from None
-    from neuron_migrate.opdb import hf_tiny
+    from neuron_migrate.opdb import hf_inputs
 
     if model_type not in transformers.CONFIG_MAPPING:
         raise TargetError(f"--hf {model_type}: transformers {transformers.__version__} has no such model_type "
                           "(e.g. llama, gpt2, qwen2, mistral, gemma, t5)")
-    model, inputs = hf_tiny.build(model_type, overrides, device)
+    model, inputs = hf_inputs.build(model_type, overrides, device)
     return Workload(_model_to(model, device), inputs)

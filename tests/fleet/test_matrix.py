@@ -40,6 +40,7 @@ def _moe(**extra):
         # the stand-in timed out / crashed where CPU steps: the stand-in's problem, not TorchNeuron's
         (failed("i", "step", "Timeout", outcome="timeout", cpu_checked=True), "stand_in_limitation"),
         (failed("j", "cpu-check", "Timeout", outcome="timeout"), "does_not_build"),
+        (failed("l", "step", "Timeout", outcome="timeout"), "does_not_build"),  # killed before any CPU check
         (_moe(error_status="native"), "stand_in_limitation"),
         (_moe(error_status="cpu_fallback"), "stand_in_limitation"),
         (_moe(error_status="unsupported"), "fails_on_neuron"),
