@@ -31,6 +31,9 @@ VERDICT_LABELS = {"native": "runs natively", "fallbacks": "runs with CPU fallbac
 _MISSING = (re.compile(r"pip install (?:-U )?`?([A-Za-z0-9_.\-\[\]]+)"), re.compile(r"No module named '([^'.]+)"),
             re.compile(r"requires the (\w+) library"))
 _DTYPE_GAP = re.compile(r"not implemented for '[^']+'")
+# the stand-in's tensors are a Python subclass; a real neuron tensor is not, so an API refusing a subclass
+# (`.tolist() is not supported for tensor subclasses, got NeuronTensor`) is the stand-in's limit
+_SUBCLASS = re.compile(r"tensor subclass|NeuronTensor")
 _STAND_IN_FRAMES = ("neuron_migrate/opdb/",)
 
 
@@ -63,7 +66,8 @@ def failure_kind(record: dict[str, Any]) -> str:
             return "neuron"
         return "stand_in"  # an op TorchNeuron runs (natively or through its fallback) stopped only here
     where = record.get("error_where") or ""
-    if any(frame in where for frame in _STAND_IN_FRAMES) or _DTYPE_GAP.search(record.get("error_line") or ""):
+    line = record.get("error_line") or ""
+    if any(frame in where for frame in _STAND_IN_FRAMES) or _DTYPE_GAP.search(line) or _SUBCLASS.search(line):
         return "stand_in"
     return "neuron"
 
