@@ -24,13 +24,52 @@ def register(app: typer.Typer) -> None:
     app.add_typer(fleet_app, name="fleet")
 
 
+def _mode(mode: str | None, inference: bool | None) -> str:
+    if mode is not None and inference is not None:
+        raise UsageError("give either --mode or --inference/--train, not both")
+    return mode or ("inference" if inference else "train")
+
+
+def _outputs(output_format: str, output: Path | None, output_dir: Path | None) -> None:
+    """Check the output flags; create --output-dir when it is missing."""
+    from neuron_migrate.fleet.render import FORMATS
+
+    if output_format not in FORMATS:
+        raise UsageError(f"--format {output_format}: use one of {', '.join(FORMATS)}")
+    if output is not None and output_format == "text":
+        raise UsageError("--output needs --format json, md or html (the text summary goes to stderr)")
+    if output_dir is not None:
+        if output_dir.exists() and not output_dir.is_dir():
+            raise UsageError(f"--output-dir {output_dir}: exists and is not a folder; give a folder")
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"--output-dir {output_dir}: cannot create it ({err.strerror})") from None
+
+
+def write_result(result, console: Console, output_format: str, output: Path | None, output_dir: Path | None,
+                 top: int) -> None:
+    """Write the pages and the --format output, then the text summary on stderr."""
+    from neuron_migrate.fleet.render import render
+    from neuron_migrate.reports.output import write_output
+
+    if output_dir is not None:
+        for fmt, name in (("json", "fleet.json"), ("md", "fleet.md"), ("html", "fleet.html")):
+            write_output(render(result, fmt), output_dir / name)
+    if output_format != "text":
+        write_output(render(result, output_format), output)
+    render_summary(result, console, top)
+
+
 @fleet_app.command("hf")
 def hf_command(
-    task: str = typer.Option("causal-lm", "--task", help="causal-lm, seq2seq or masked-lm"),
+    task: str = typer.Option("causal-lm", "--task", help="causal-lm, seq2seq, masked-lm, image-classification, "
+                             "speech-seq2seq or ctc"),
     models: str | None = typer.Option(None, "--models", help="only these model types, a,b,...; each is traced "
                                          "for --task if it has it, else for the first task that lists it"),
-    inference: bool = typer.Option(False, "--inference/--train", help="forward only, or forward + backward + "
-                                   "AdamW step (default)"),
+    mode: str | None = typer.Option(None, "--mode", help="train (forward + backward + AdamW step, the default), "
+                                    "inference (forward only) or both, side by side"),
+    inference: bool | None = typer.Option(None, "--inference/--train", help="same as --mode inference / train"),
     jobs: int = typer.Option(max(1, os.cpu_count() or 1), "--jobs", "-j", help="architectures traced at once"),
     timeout: float = typer.Option(180.0, "--timeout", help="seconds before one architecture's process is killed"),
     max_memory: int = typer.Option(4096, "--max-memory", help="resident-memory bound of each architecture's "
@@ -38,45 +77,95 @@ def hf_command(
     device: str = typer.Option("neuron", "--device", help="neuron (real torch-neuronx if present, else the "
                                "stand-in) or stand-in"),
     opdb: str | None = typer.Option(None, "--opdb", help="opdb snapshot version or .json path (default newest)"),
+    shard: str | None = typer.Option(None, "--shard", help="I/N: trace only the I-th of N slices (combine the "
+                                     "slices' fleet.json with `fleet merge`)"),
+    backend: str = typer.Option("local", "--backend", help="local (this machine) or ray (a Ray cluster; needs "
+                                "neuron-migrate[ray])"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to join (default: "
+                                           "RAY_ADDRESS, else a local Ray instance)"),
     cache_dir: Path = typer.Option(DEFAULT_CACHE, "--cache-dir", help="where results are cached"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the cache"),
     refresh: bool = typer.Option(False, "--refresh", help="re-trace everything, then update the cache"),
     output_format: str = typer.Option("text", "--format", help="text (summary on stderr), json, md or html"),
     output: Path | None = typer.Option(None, "--output", "-o", help="write the --format output to this file"),
     output_dir: Path | None = typer.Option(None, "--output-dir", help="write fleet.json, fleet.md and "
-                                              "fleet.html into this folder"),
+                                              "fleet.html into this folder (created when missing)"),
     list_only: bool = typer.Option(False, "--list", help="list the architectures the run would trace, and stop"),
     top: int = typer.Option(10, "--top", help="how many ranked ops the text summary shows"),
 ) -> None:
     """Trace every architecture of a task (or --models) and report verdicts, the op matrix and the ranking."""
+    _fleet(**locals())
+
+
+def _fleet(task: str, models: str | None, mode: str | None, inference: bool | None, jobs: int, timeout: float,
+           max_memory: int, device: str, opdb: str | None, shard: str | None, backend: str,
+           ray_address: str | None, cache_dir: Path, no_cache: bool, refresh: bool, output_format: str,
+           output: Path | None, output_dir: Path | None, list_only: bool, top: int) -> None:
+    """What `fleet hf` and `fleet diffusers` share: options, the run, the outputs."""
     from neuron_migrate.fleet.enumerate import parse_models
     from neuron_migrate.fleet.matrix import build_result
-    from neuron_migrate.fleet.render import FORMATS, render
-    from neuron_migrate.fleet.runner import FleetOptions
-    from neuron_migrate.reports.output import write_output
+    from neuron_migrate.fleet.runner import FleetOptions, parse_shard
 
-    if output_format not in FORMATS:
-        raise UsageError(f"--format {output_format}: use one of {', '.join(FORMATS)}")
-    if output is not None and output_format == "text":
-        raise UsageError("--output needs --format json, md or html (the text summary goes to stderr)")
-    if output_dir is not None and not output_dir.is_dir():
-        raise UsageError(f"--output-dir {output_dir}: not a folder; create it first")
-    options = FleetOptions(task=task, models=parse_models(models), inference=inference, jobs=jobs,
+    _outputs(output_format, output, output_dir)
+    options = FleetOptions(task=task, models=parse_models(models), mode=_mode(mode, inference), jobs=jobs,
                            timeout=timeout, max_memory_mb=max_memory or None, device=device, opdb=opdb,
-                           cache_dir=None if no_cache else cache_dir, refresh=refresh, list_only=list_only)
+                           cache_dir=None if no_cache else cache_dir, refresh=refresh, list_only=list_only,
+                           shard=parse_shard(shard), backend=backend, ray_address=ray_address)
+    options.check()
     console = stderr_console()
     run = _run_with_progress(options, console)
     if list_only:
         for arch in run.architectures:
             typer.echo(f"{arch.model_type}\t{arch.task}\t{arch.architecture}")
         return
-    result = build_result(run, task, inference, device)
-    if output_dir is not None:
-        for fmt, name in (("json", "fleet.json"), ("md", "fleet.md"), ("html", "fleet.html")):
-            write_output(render(result, fmt), output_dir / name)
-    if output_format != "text":
-        write_output(render(result, output_format), output)
-    render_summary(result, console, top)
+    result = build_result(run, task, options.modes, device)
+    write_result(result, console, output_format, output, output_dir, top)
+
+
+@fleet_app.command("diffusers")
+def diffusers_command(
+    models: str | None = typer.Option(None, "--models", help="only these model classes, e.g. "
+                                         "UNet2DConditionModel,AutoencoderKL"),
+    mode: str | None = typer.Option(None, "--mode", help="train (a denoising / reconstruction step with "
+                                    "backward and AdamW, the default), inference (one forward) or both"),
+    inference: bool | None = typer.Option(None, "--inference/--train", help="same as --mode inference / train"),
+    jobs: int = typer.Option(max(1, os.cpu_count() or 1), "--jobs", "-j", help="models traced at once"),
+    timeout: float = typer.Option(180.0, "--timeout", help="seconds before one model's process is killed"),
+    max_memory: int = typer.Option(4096, "--max-memory", help="resident-memory bound per process, MB (0: none)"),
+    device: str = typer.Option("neuron", "--device", help="neuron or stand-in"),
+    opdb: str | None = typer.Option(None, "--opdb", help="opdb snapshot version or .json path (default newest)"),
+    shard: str | None = typer.Option(None, "--shard", help="I/N: trace only the I-th of N slices"),
+    backend: str = typer.Option("local", "--backend", help="local or ray"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to join"),
+    cache_dir: Path = typer.Option(DEFAULT_CACHE, "--cache-dir", help="where results are cached"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the cache"),
+    refresh: bool = typer.Option(False, "--refresh", help="re-trace everything, then update the cache"),
+    output_format: str = typer.Option("text", "--format", help="text (summary on stderr), json, md or html"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="write the --format output to this file"),
+    output_dir: Path | None = typer.Option(None, "--output-dir", help="write fleet.json, fleet.md and "
+                                              "fleet.html into this folder (created when missing)"),
+    list_only: bool = typer.Option(False, "--list", help="list the models the run would trace, and stop"),
+    top: int = typer.Option(10, "--top", help="how many ranked ops the text summary shows"),
+) -> None:
+    """Trace tiny random-weight Diffusers UNets, DiT-style transformers and VAEs on `neuron`: a denoising
+    training step (or one inference step) each."""
+    _fleet(task="diffusers", **locals())
+
+
+@fleet_app.command("merge")
+def merge_command(
+    results: list[Path] = typer.Argument(..., help="the fleet.json of every shard (`fleet hf --shard I/N`)"),
+    output_format: str = typer.Option("text", "--format", help="text (summary on stderr), json, md or html"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="write the --format output to this file"),
+    output_dir: Path | None = typer.Option(None, "--output-dir", help="write fleet.json, fleet.md and "
+                                              "fleet.html into this folder (created when missing)"),
+    top: int = typer.Option(10, "--top", help="how many ranked ops the text summary shows"),
+) -> None:
+    """Combine the results of `fleet hf --shard I/N` runs into the report one run would give."""
+    from neuron_migrate.fleet.merge import merge
+
+    _outputs(output_format, output, output_dir)
+    write_result(merge(list(results)), stderr_console(), output_format, output, output_dir, top)
 
 
 def _run_with_progress(options, console: Console):
@@ -99,33 +188,40 @@ def _run_with_progress(options, console: Console):
 
 
 def render_summary(result, console: Console, top: int = 10) -> None:
-    """The human summary on stderr: shares, verdict counts, the top ranked ops, and what failed."""
+    """The human summary on stderr: shares per mode, verdict counts, the top ranked ops, and what failed."""
     from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS
 
-    s = result.summary
-    console.print(f"[bold]fleet hf[/] {result.task} ({result.mode}) on {result.device} ({result.backend or 'nothing ran'}): "
-                  f"{s.total} architectures, "
-                  f"{result.traced} traced, {result.from_cache} from cache; opdb {result.opdb_version}")
+    shard = f", shard {result.shard}" if result.shard else ""
+    console.print(f"[bold]fleet[/] {result.task} ({' and '.join(result.modes)}{shard}) on {result.device} "
+                  f"({result.backend or 'nothing ran'}): {result.summary.total} architectures, "
+                  f"{result.traced} traced, {result.from_cache} from cache; opdb {result.opdb_version}",
+                  highlight=False)
     if result.opdb_pre_release:
         console.print("[bold yellow]PRE-RELEASE opdb snapshot[/]: statuses may differ on a real torch-neuronx")
-    console.print(f"[bold]{s.counts['native']}/{s.total} run natively out of the box ({s.native_share:.1%})[/]; "
-                  f"{s.runs_share:.1%} run at all; {s.native_share_of_buildable:.1%} of the {s.buildable} buildable")
-    console.print(f"definition: {s.definition}")
-    console.print("  ".join(f"{VERDICT_LABELS[v]}: {s.counts[v]}" for v in VERDICTS))
+    for mode in result.modes:
+        s = result.summaries[mode]
+        console.print(f"[bold]{mode}: {s.runs}/{s.total} run on neuron ({s.runs_share:.1%}), {s.counts['native']} "
+                      f"natively ({s.native_share:.1%})[/]; of the {s.buildable} that build here "
+                      f"{s.runs_share_of_buildable:.1%} run, {s.native_share_of_buildable:.1%} natively",
+                      highlight=False)
+        console.print("  " + "  ".join(f"{VERDICT_LABELS[v]}: {s.counts[v]}" for v in VERDICTS), highlight=False)
+    console.print(f"definition: {result.summary.definition}", highlight=False)
     if result.ranking and top:
-        table = Table(title=f"ops blocking or slowing the most architectures (top {min(top, len(result.ranking))})",
-                      title_justify="left")
+        table = Table(title=f"ops blocking or slowing the most architectures ({result.modes[0]}, top "
+                            f"{min(top, len(result.ranking))})", title_justify="left")
         for column in ("op", "blocks", "fails in", "slows", "alone", "unlock step", "native after"):
             if column == "op":
                 table.add_column(column, min_width=24, overflow="fold")
             else:
                 table.add_column(column, justify="right")
         for rank in result.ranking[:top]:
-            table.add_row(rank.op, str(rank.blocks), str(rank.fails), str(rank.slows), str(rank.sole), str(rank.unlock_step or ""),
+            table.add_row(rank.op, str(rank.blocks), str(rank.fails), str(rank.slows), str(rank.sole),
+                          str(rank.unlock_step or ""),
                           "" if rank.cumulative_native is None else str(rank.cumulative_native))
         console.print(table)
-    failed = [a for a in result.architectures if a.verdict.startswith("fails")]
+    failed = [a for a in result.architectures if a.verdict not in ("native", "fallbacks")]
     for arch in failed[:top]:
-        console.print(f"  {arch.model_type}: {VERDICT_LABELS[arch.verdict]}: {arch.reason}", highlight=False)
+        console.print(f"  {arch.model_type} ({arch.mode}): {VERDICT_LABELS[arch.verdict]}: {arch.reason}",
+                      highlight=False, markup=False)
     if len(failed) > top:
         console.print(f"  … and {len(failed) - top} more (see --format md/html/json)")

@@ -1,21 +1,10 @@
-"""From raw per-architecture records to the fleet's answer: a verdict per architecture, the architecture x op
-matrix, the ranking of ops by how many architectures they block or slow down, the order in which implementing
-ops would make the most architectures native, and the native share.
+"""From raw per-architecture records to the fleet's answer: a verdict per architecture and mode (see
+`fleet.verdicts`), the architecture x op matrix, the ranking of ops by how many architectures they block or slow
+down, the order in which implementing ops would make the most architectures native, and the shares.
 
-Definitions (also in docs/fleet.md and in every output):
-
-- `native`: the tiny instance builds, the traced step (forward; with --train also backward and the AdamW
-  step) completes on `neuron`, and every ATen op it ran is `native` in the opdb snapshot (no `cpu_fallback`,
-  no `unknown`, no `unsupported`).
-- `fallbacks`: it completes, and at least one op is `cpu_fallback` or `unknown` (the stand-in runs unknown ops
-  through the CPU fallback, as TorchNeuron does with an op it has no kernel for); none is `unsupported`.
-- `fails_on_neuron`: an op is `unsupported` (TorchNeuron would stop there), or the step raised / timed out /
-  crashed on `neuron` while the same tiny model steps fine on plain CPU (or the CPU check did not finish).
-- `fails_to_build`: no runnable tiny instance: the config was rejected, construction failed, or the step
-  fails on plain CPU too (a harness or config problem, not a device one).
-
-"Runs out of the box" = `native`. The share is native / all architectures of the run; the share that runs at
-all (native + fallbacks) and the shares over buildable architectures are given next to it.
+Shares, per mode: **runs** = (native + runs with CPU fallbacks) / architectures, **native** = native /
+architectures, each over all architectures of the run and over those that build here. A result is computed
+from `ArchResult`s alone, so a merge of shard results (`fleet merge`) computes exactly what one run would.
 """
 
 from __future__ import annotations
@@ -25,16 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from neuron_migrate.fleet.verdicts import RUNS, VERDICT_LABELS, VERDICTS, verdict_of
 from neuron_migrate.model import Coverage, TraceResult, _build
 
-FLEET_SCHEMA = "neuron-migrate/fleet/1"
-VERDICTS: tuple[str, ...] = ("native", "fallbacks", "fails_on_neuron", "fails_to_build")
-VERDICT_LABELS = {"native": "native", "fallbacks": "runs with fallbacks", "fails_on_neuron": "fails on neuron",
-                  "fails_to_build": "fails to build"}
+FLEET_SCHEMA = "neuron-migrate/fleet/2"
+MODES = ("train", "inference")
 _RANK = {"native": 0, "unknown": 1, "cpu_fallback": 2, "unsupported": 3}
-DEFINITION = ("native = builds, the traced step ({phases}) completes on neuron, and every ATen op it ran is native "
-              "in opdb {opdb} (no cpu_fallback, unknown or unsupported op); share = native / all {total} "
-              "architectures of the run")
+DEFINITION = ("runs = the traced step ({phases}) completes on neuron, CPU fallbacks allowed (TorchNeuron falls back "
+              "by default); native = it runs and every ATen op is native in opdb {opdb}; shares over all {total} "
+              "architectures and over the {buildable} that build here")
+__all__ = ["RUNS", "VERDICTS", "VERDICT_LABELS"]  # re-exported for the CLI and renderers
 
 
 @dataclass(frozen=True)
@@ -49,10 +38,11 @@ class OpCell:
 
 @dataclass(frozen=True)
 class ArchResult:
-    """One architecture's outcome: verdict and why, the failure if any, and its row of the matrix."""
+    """One architecture in one mode: verdict and why, the failure if any, and its row of the matrix."""
 
     model_type: str
     task: str
+    mode: str
     architecture: str
     verdict: str
     reason: str
@@ -62,11 +52,14 @@ class ArchResult:
     error_class: str | None = None
     error_line: str | None = None
     error_where: str | None = None
+    error_kind: str | None = None
     cpu_error: str | None = None
     error_op: str | None = None  # the ATen op whose call raised on neuron, when the step failed inside one
     error_dtypes: tuple[str, ...] = ()
+    error_status: str | None = None  # that op's status in the opdb
     seconds: float | None = None
     cached: bool = False
+    device: str | None = None  # where the step ran: torch-neuronx, stand-in, stand-in-python, fake
     coverage: Coverage | None = None
     ops: dict[str, OpCell] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -74,9 +67,9 @@ class ArchResult:
 
 @dataclass(frozen=True)
 class OpRank:
-    """An op that is not native somewhere: the architectures it blocks (unsupported), those whose step raised
-    inside it on neuron while running on CPU (`fails`), those it slows down (CPU fallback or unknown), the ones
-    it alone keeps from native, and its place in the unlock order."""
+    """An op that is not native somewhere: the architectures it blocks (unsupported, or the step raised inside
+    it as TorchNeuron would), those it slows down (CPU fallback or unknown), the ones it alone keeps from native,
+    and its place in the unlock order."""
 
     op: str
     blocks: int
@@ -92,13 +85,16 @@ class OpRank:
 
 @dataclass(frozen=True)
 class FleetSummary:
-    """Verdict counts and the shares, with the definition they were computed by."""
+    """Verdict counts and shares of one mode, with the definition they were computed by."""
 
+    mode: str
     total: int
     counts: dict[str, int]
-    native_share: float
+    runs: int
     runs_share: float
+    native_share: float
     buildable: int
+    runs_share_of_buildable: float
     native_share_of_buildable: float
     native_if_all_unlocked: int
     definition: str
@@ -106,23 +102,37 @@ class FleetSummary:
 
 @dataclass(frozen=True)
 class FleetResult:
-    """Everything a fleet run produced; rendered as JSON, Markdown and HTML."""
+    """Everything a fleet run (or a merge of shard runs) produced; rendered as JSON, Markdown and HTML."""
 
     task: str
-    mode: str
+    modes: tuple[str, ...]
     device: str
     versions: dict[str, str | None]
     opdb_version: str
     opdb_pre_release: bool
-    summary: FleetSummary
+    summaries: dict[str, FleetSummary]
     architectures: tuple[ArchResult, ...]
-    ranking: tuple[OpRank, ...]
+    rankings: dict[str, tuple[OpRank, ...]]
     ops: tuple[str, ...]
+    selection: tuple[str, ...] = ()  # every model type of the whole (unsharded) run, in order
+    shard: str | None = None  # "I/N" when this covers one slice of `selection`
     traced: int = 0
     from_cache: int = 0
-    backend: str = ""  # where ops ran: torch-neuronx (a real device) and/or stand-in (CPU stand-in)
+    backend: str = ""  # where ops ran: torch-neuronx (a real device) and/or the stand-in
     generated: str = ""
     schema: str = FLEET_SCHEMA
+
+    @property
+    def summary(self) -> FleetSummary:
+        """The first mode's summary (train when the run had it)."""
+        return self.summaries[self.modes[0]]
+
+    @property
+    def ranking(self) -> tuple[OpRank, ...]:
+        return self.rankings[self.modes[0]]
+
+    def of_mode(self, mode: str) -> list[ArchResult]:
+        return [a for a in self.architectures if a.mode == mode]
 
 
 def cells(trace: TraceResult) -> dict[str, OpCell]:
@@ -139,31 +149,6 @@ def cells(trace: TraceResult) -> dict[str, OpCell]:
             for op, c in sorted(row.items())}
 
 
-def verdict_of(record: dict[str, Any], row: dict[str, OpCell]) -> tuple[str, str]:
-    """(verdict, one-line reason) for one raw record and its matrix row."""
-    error = f"{record.get('error_class')}: {record.get('error_line')}"
-    if record.get("trace") is None:
-        stage = record.get("stage", "start")
-        if stage in ("start", "build"):
-            return "fails_to_build", f"building the tiny model failed: {error}"
-        if record.get("cpu_checked") and record.get("cpu_error"):
-            return "fails_to_build", f"the step fails on plain CPU too ({record['cpu_error']})"
-        if stage == "cpu-check":
-            return "fails_on_neuron", f"the step failed on neuron ({error}); the CPU check did not finish"
-        suffix = "; it steps fine on CPU" if record.get("cpu_checked") else ""
-        return "fails_on_neuron", f"the step failed on neuron: {error}{suffix}"
-    by_status: dict[str, list[str]] = {}
-    for op, cell in row.items():
-        by_status.setdefault(cell.status, []).append(op)
-    if by_status.get("unsupported"):
-        return "fails_on_neuron", f"unsupported on neuron: {', '.join(by_status['unsupported'])}"
-    slow = by_status.get("cpu_fallback", []) + by_status.get("unknown", [])
-    if slow:
-        return "fallbacks", f"{len(slow)} op(s) not native: {', '.join(sorted(slow)[:6])}" + (
-            ", ..." if len(slow) > 6 else "")
-    return "native", "every op native"
-
-
 def reproduce(record: dict[str, Any], inference: bool) -> str:
     """The `trace` command that gives this architecture's trace on its own."""
     flags = [f"--hf {record['model_type']}"]
@@ -174,30 +159,36 @@ def reproduce(record: dict[str, Any], inference: bool) -> str:
     if inference:
         flags.append("--inference")
     rest = sorted(set(extra) - set(scalars))  # --hf-config has no spelling for lists
-    return "neuron-migrate trace " + " ".join(flags) + (f" (+ config values {', '.join(rest)}, which --hf-config cannot spell)" if rest else "")
+    return "neuron-migrate trace " + " ".join(flags) + (
+        f" (+ config values {', '.join(rest)}, which --hf-config cannot spell)" if rest else "")
 
 
-def arch_result(record: dict[str, Any], inference: bool) -> ArchResult:
+def arch_result(record: dict[str, Any], mode: str = "train", device: str = "stand-in") -> ArchResult:
     """Turn one raw record (see fleet.worker / fleet.runner) into an ArchResult."""
     trace = _build(TraceResult, record["trace"], record["model_type"]) if record.get("trace") else None
     row = cells(trace) if trace else {}
-    verdict, reason = verdict_of(record, row)
+    ran_on = trace.device if trace else device
+    verdict, reason = verdict_of(record, row, ran_on)
+    failed_inside = verdict in ("fails_on_neuron", "stand_in_limitation")
     return ArchResult(
-        model_type=record["model_type"], task=record["task"], architecture=record["architecture"],
+        model_type=record["model_type"], task=record["task"], mode=mode, architecture=record["architecture"],
         verdict=verdict, reason=reason, stage=record.get("stage", "start"), outcome=record.get("outcome", "ok"),
-        reproduce=reproduce(record, inference), error_class=record.get("error_class"),
-        error_line=record.get("error_line"), error_where=record.get("error_where") or None,
-        cpu_error=record.get("cpu_error"), seconds=record.get("seconds"), cached=bool(record.get("cached")),
-        error_op=record.get("error_op") if verdict == "fails_on_neuron" else None,
-        error_dtypes=tuple(record.get("error_dtypes") or ()),
-        coverage=trace.coverage if trace else None, ops=row, notes=trace.notes if trace else (),
+        reproduce=record.get("reproduce") or reproduce(record, mode == "inference"),
+        error_class=record.get("error_class"), error_line=record.get("error_line"),
+        error_where=record.get("error_where") or None, error_kind=record.get("error_kind"),
+        cpu_error=record.get("cpu_error"), error_op=record.get("error_op") if failed_inside else None,
+        error_dtypes=tuple(record.get("error_dtypes") or ()) if failed_inside else (),
+        error_status=record.get("error_status") if failed_inside else None, seconds=record.get("seconds"),
+        cached=bool(record.get("cached")), device=ran_on, coverage=trace.coverage if trace else None, ops=row,
+        notes=trace.notes if trace else (),
     )
 
 
 def rank_ops(archs: list[ArchResult], unlock_limit: int = 50) -> list[OpRank]:
-    """Ops ranked by architectures blocked (unsupported, or the step raised inside the op), then blocked +
-    slowed, then alone-blocking; with the greedy unlock order over the architectures whose trace completed (each
-    step implements the op that makes the most remaining architectures native)."""
+    """Ops ranked by architectures blocked (unsupported, or the step raised inside the op on neuron), then
+    blocked + slowed, then alone-blocking; with the greedy unlock order over the architectures whose trace
+    completed (each step implements the op that makes the most remaining architectures native). A stand-in
+    limitation blocks nothing: TorchNeuron runs that op."""
     affected: dict[str, dict[str, str]] = {}
     calls: Counter = Counter()
     for arch in archs:
@@ -207,7 +198,7 @@ def rank_ops(archs: list[ArchResult], unlock_limit: int = 50) -> list[OpRank]:
                 calls[op] += cell.calls
     failing: dict[str, set[str]] = {}
     for arch in archs:
-        if arch.error_op:
+        if arch.error_op and arch.verdict == "fails_on_neuron":
             failing.setdefault(arch.error_op, set()).add(arch.model_type)
     missing = {a.model_type: {op for op, c in a.ops.items() if c.status != "native"} for a in archs if a.ops}
     missing = {mt: ops for mt, ops in missing.items() if ops}
@@ -245,33 +236,52 @@ def greedy_unlock(missing: dict[str, set[str]], limit: int) -> dict[str, tuple[i
     return order
 
 
-def summarize(archs: list[ArchResult], inference: bool, opdb: str) -> FleetSummary:
-    """Verdict counts and shares (see the module docstring for the definitions)."""
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def summarize(archs: list[ArchResult], mode: str, opdb: str) -> FleetSummary:
+    """Verdict counts and shares of one mode (see the module docstring)."""
     counts = {v: sum(1 for a in archs if a.verdict == v) for v in VERDICTS}
     total = len(archs)
-    buildable = total - counts["fails_to_build"]
-    phases = "forward" if inference else "forward, backward, AdamW step"
+    buildable = total - counts["does_not_build"]
+    runs = sum(counts[v] for v in RUNS)
+    phases = "forward" if mode == "inference" else "forward, backward, AdamW step"
     unlockable = counts["native"] + sum(1 for a in archs if a.ops and a.verdict in ("fallbacks", "fails_on_neuron"))
     return FleetSummary(
-        total=total, counts=counts, native_share=counts["native"] / total if total else 0.0,
-        runs_share=(counts["native"] + counts["fallbacks"]) / total if total else 0.0, buildable=buildable,
-        native_share_of_buildable=counts["native"] / buildable if buildable else 0.0,
-        native_if_all_unlocked=unlockable,
-        definition=DEFINITION.format(phases=phases, opdb=opdb, total=total),
+        mode=mode, total=total, counts=counts, runs=runs, runs_share=_share(runs, total),
+        native_share=_share(counts["native"], total), buildable=buildable,
+        runs_share_of_buildable=_share(runs, buildable),
+        native_share_of_buildable=_share(counts["native"], buildable), native_if_all_unlocked=unlockable,
+        definition=DEFINITION.format(phases=phases, opdb=opdb, total=total, buildable=buildable),
     )
 
 
-def build_result(run: Any, task: str, inference: bool, device: str) -> FleetResult:
-    """The FleetResult of a `fleet.runner.FleetRun`, architectures in enumeration order."""
-    archs = [arch_result(run.records[a.model_type], inference) for a in run.architectures
-             if a.model_type in run.records]
-    ranking = rank_ops(archs)
-    ops = tuple(sorted({op for a in archs for op in a.ops}))
+def assemble(archs: list[ArchResult], *, task: str, modes: tuple[str, ...], device: str,
+             versions: dict[str, str | None], opdb_version: str, opdb_pre_release: bool,
+             selection: tuple[str, ...], shard: str | None = None, traced: int = 0, from_cache: int = 0) -> FleetResult:
+    """A FleetResult from ArchResults, ordered by `selection` then mode: what a run and a merge both call."""
+    position = {mt: i for i, mt in enumerate(selection)}
+    archs = sorted(archs, key=lambda a: (position.get(a.model_type, len(position)), a.model_type,
+                                         modes.index(a.mode) if a.mode in modes else len(modes)))
+    by_mode = {mode: [a for a in archs if a.mode == mode] for mode in modes}
     return FleetResult(
-        task=task, mode="inference" if inference else "train", device=device, versions=dict(run.versions),
-        opdb_version=run.opdb_version, opdb_pre_release=run.opdb_pre_release,
-        summary=summarize(archs, inference, run.opdb_version), architectures=tuple(archs),
-        ranking=tuple(ranking), ops=ops, traced=run.traced, from_cache=run.from_cache,
-        backend=", ".join(sorted({r["trace"]["device"] for r in run.records.values() if r.get("trace")})),
+        task=task, modes=modes, device=device, versions=dict(versions), opdb_version=opdb_version,
+        opdb_pre_release=opdb_pre_release,
+        summaries={mode: summarize(by_mode[mode], mode, opdb_version) for mode in modes},
+        architectures=tuple(archs), rankings={mode: tuple(rank_ops(by_mode[mode])) for mode in modes},
+        ops=tuple(sorted({op for a in archs for op in a.ops})), selection=tuple(selection), shard=shard,
+        traced=traced, from_cache=from_cache,
+        backend=", ".join(sorted({a.device for a in archs if a.coverage is not None and a.device})),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
+
+
+def build_result(run: Any, task: str, modes: tuple[str, ...], device: str) -> FleetResult:
+    """The FleetResult of a `fleet.runner.FleetRun` (records keyed by (model_type, mode))."""
+    ran_on = getattr(run, "ran_on", "stand-in")  # what a record without a trace ran on
+    archs = [arch_result(record, mode, ran_on) for (_, mode), record in run.records.items()]
+    return assemble(archs, task=task, modes=modes, device=device, versions=run.versions,
+                    opdb_version=run.opdb_version, opdb_pre_release=run.opdb_pre_release,
+                    selection=tuple(run.selection or (a.model_type for a in run.architectures)),
+                    shard=run.shard, traced=run.traced, from_cache=run.from_cache)

@@ -1,18 +1,21 @@
 """Render a FleetResult: JSON (the full matrix), Markdown, and one self-contained, autoescaped HTML page.
 
 Data first, rendering second: `fleet.matrix` computes everything; the templates
-(`reports/templates/fleet.{md,html}.j2`, package data) only format.
+(`reports/templates/fleet.{md,html}.j2`, package data) only format. Markdown text goes through the reports'
+own escaping filter (pipes, backslashes, `<` and `>`), so a model or op name cannot break a table or smuggle
+HTML into a PR comment.
 """
 
 from __future__ import annotations
 
 import jinja2
 
-from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS, FleetResult
+from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS, ArchResult, FleetResult
 from neuron_migrate.model import to_json
+from neuron_migrate.reports.render import _md_code, _md_text
 
 VERDICT_COLORS = {"native": "#2f855a", "fallbacks": "#d97706", "fails_on_neuron": "#c53030",
-                  "fails_to_build": "#8a94a6"}
+                  "stand_in_limitation": "#6b46c1", "does_not_build": "#8a94a6"}
 STATUS_COLORS = {"native": "#c6f6d5", "cpu_fallback": "#fbd38d", "unsupported": "#feb2b2", "unknown": "#e2e8f0"}
 STATUS_SHORT = {"native": "N", "cpu_fallback": "F", "unsupported": "U", "unknown": "?"}
 FORMATS = ("text", "json", "md", "html")
@@ -23,21 +26,23 @@ def _environment(html: bool) -> jinja2.Environment:
                              autoescape=html, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["pct"] = lambda value: f"{value:.1%}"
-    env.filters["md"] = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
+    env.filters["md"] = _md_text
+    env.filters["mdcode"] = _md_code
     return env
 
 
 def matrix_ops(result: FleetResult, limit: int) -> list[str]:
-    """The matrix columns shown in a page: the top `limit` ranked (non-native somewhere) ops."""
+    """The matrix columns shown in a page: the top `limit` ranked (non-native somewhere) ops of the first mode."""
     return [rank.op for rank in result.ranking[:limit]]
 
 
-def _bar(result: FleetResult, width: int = 600) -> list[dict]:
+def _bar(result: FleetResult, mode: str, width: int = 600) -> list[dict]:
     """Segments of the stacked verdict bar (x, width, colour, label) for the inline SVG."""
-    total = result.summary.total or 1
+    summary = result.summaries[mode]
+    total = summary.total or 1
     x, segments = 0.0, []
     for verdict in VERDICTS:
-        count = result.summary.counts[verdict]
+        count = summary.counts[verdict]
         w = width * count / total
         if count:
             segments.append({"x": round(x, 2), "w": round(w, 2), "color": VERDICT_COLORS[verdict],
@@ -46,14 +51,29 @@ def _bar(result: FleetResult, width: int = 600) -> list[dict]:
     return segments
 
 
+def rows(result: FleetResult) -> list[dict]:
+    """One row per model type: its class and, per mode, its ArchResult (side by side)."""
+    table: dict[str, dict] = {}
+    for arch in result.architectures:
+        row = table.setdefault(arch.model_type, {"model_type": arch.model_type, "architecture": arch.architecture,
+                                                 "modes": {}})
+        row["modes"][arch.mode] = arch
+    return list(table.values())
+
+
+def _first(result: FleetResult) -> list[ArchResult]:
+    return result.of_mode(result.modes[0])
+
+
 def _context(result: FleetResult, columns: int) -> dict:
-    return {"r": result, "s": result.summary, "verdicts": VERDICTS, "labels": VERDICT_LABELS,
-            "vcolors": VERDICT_COLORS, "scolors": STATUS_COLORS, "short": STATUS_SHORT,
-            "columns": matrix_ops(result, columns), "bar": _bar(result)}
+    return {"r": result, "modes": result.modes, "S": result.summaries, "verdicts": VERDICTS,
+            "labels": VERDICT_LABELS, "vcolors": VERDICT_COLORS, "scolors": STATUS_COLORS, "short": STATUS_SHORT,
+            "columns": matrix_ops(result, columns), "bars": {m: _bar(result, m) for m in result.modes},
+            "rows": rows(result), "first": _first(result)}
 
 
 def render_json(result: FleetResult) -> str:
-    """The whole result: summary, ranking, and per architecture its verdict and matrix row."""
+    """The whole result: summaries, rankings, and per architecture and mode its verdict and matrix row."""
     return to_json(result)
 
 

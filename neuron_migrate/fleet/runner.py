@@ -32,13 +32,17 @@ from neuron_migrate.fleet.enumerate import Architecture, check_task, select
 _STARTUP_TIMEOUT = 600.0  # importing torch + transformers on a badly loaded machine
 
 
+BACKENDS = ("local", "ray")
+
+
 @dataclass(frozen=True)
 class FleetOptions:
-    """What to trace and how. `max_memory_mb` bounds each child's resident memory (None: unbounded)."""
+    """What to trace and how. `max_memory_mb` bounds each child's resident memory (None: unbounded); `shard`
+    (I, N) traces the I-th of N slices of the selection; `backend` ray fans the work out on a Ray cluster."""
 
     task: str = "causal-lm"
     models: tuple[str, ...] = ()
-    inference: bool = False
+    mode: str = "train"  # train, inference, or both
     jobs: int = 2
     timeout: float = 180.0
     max_memory_mb: int | None = 4096
@@ -47,14 +51,23 @@ class FleetOptions:
     cache_dir: Path | None = Path(".neuron-migrate-cache")
     refresh: bool = False
     list_only: bool = False  # enumerate, trace nothing
+    shard: tuple[int, int] | None = None
+    backend: str = "local"
+    ray_address: str | None = None
 
     @property
-    def mode(self) -> str:
-        return "inference" if self.inference else "train"
+    def modes(self) -> tuple[str, ...]:
+        return ("train", "inference") if self.mode == "both" else (self.mode,)
+
+    @property
+    def inference(self) -> bool:
+        return self.mode == "inference"
 
     def check(self) -> None:
         """Reject values that cannot work, with the fix."""
         check_task(self.task)
+        if self.mode not in ("train", "inference", "both"):
+            raise UsageError(f"--mode {self.mode}: use train, inference or both")
         if self.jobs < 1:
             raise UsageError(f"--jobs {self.jobs}: give 1 or more")
         if self.timeout <= 0:
@@ -63,19 +76,43 @@ class FleetOptions:
             raise UsageError(f"--max-memory {self.max_memory_mb}: give at least 256 (MB)")
         if self.device not in ("neuron", "stand-in"):
             raise UsageError(f"--device {self.device}: use neuron or stand-in")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"--backend {self.backend}: use {' or '.join(BACKENDS)}")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """`2/4` -> (2, 4): the second of four slices; a bad spelling is a one-line UsageError."""
+    if not text:
+        return None
+    index, sep, count = text.partition("/")
+    if not (sep and index.strip().isdigit() and count.strip().isdigit()) or not 1 <= int(index) <= int(count):
+        raise UsageError(f"--shard {text}: write I/N with 1 <= I <= N, e.g. --shard 1/4")
+    return int(index), int(count)
+
+
+def shard_slice(archs: list[Architecture], shard: tuple[int, int] | None) -> list[Architecture]:
+    """Every N-th architecture from the I-th: slices of similar size and mix (neighbours in name order are
+    often one family), stable for the same selection."""
+    if shard is None:
+        return archs
+    index, count = shard
+    return archs[index - 1::count]
 
 
 @dataclass
 class FleetRun:
-    """Raw outcome of a run: versions, the architectures in order, and one record per architecture."""
+    """Raw outcome of a run: versions, the architectures in order, one record per (model type, mode)."""
 
     versions: dict[str, str | None]
     opdb_version: str
     opdb_pre_release: bool
     architectures: list[Architecture]
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # model_type -> record
+    records: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     traced: int = 0
     from_cache: int = 0
+    selection: tuple[str, ...] = ()  # the whole run's model types, before sharding
+    shard: str | None = None
+    ran_on: str = "stand-in"  # torch-neuronx when a real device runs the steps
 
 
 def _version(name: str) -> str | None:
@@ -100,7 +137,7 @@ def tracer_digest() -> str:
 
 def local_versions() -> dict[str, str | None]:
     """Versions that key the cache, read from package metadata (no imports)."""
-    versions = {name: _version(name) for name in ("torch", "transformers", "torch-neuronx")}
+    versions = {name: _version(name) for name in ("torch", "transformers", "torch-neuronx", "diffusers")}
     for needed, extra in (("torch", "trace"), ("transformers", "hf")):
         if versions[needed] is None:
             raise UsageError(f"fleet needs {needed}: pip install 'neuron-migrate[{extra}]'")
@@ -194,8 +231,8 @@ def _failure_record(job: dict[str, Any], event: dict[str, Any], options: FleetOp
 
 def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None] | None = None,
               on_plan: Callable[[list[Architecture]], None] | None = None) -> FleetRun:
-    """Trace every selected architecture (cached ones are reused). `on_plan` gets the architecture list once it
-    is known; `on_record` is called with each architecture's raw record as it ends."""
+    """Trace every selected architecture in every mode (cached ones are reused). `on_plan` gets the
+    architecture list once it is known; `on_record` is called with each raw record as it ends."""
     from neuron_migrate.opdb.db import load_snapshot, snapshot_to_dict
     from neuron_migrate.opdb.targets import hf_config_kwargs
 
@@ -206,45 +243,82 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
     cache = FleetCache(options.cache_dir)
     server: Server | None = None
     try:
-        mappings = cache.get_mappings(versions["transformers"])  # type: ignore[arg-type]
+        listed = f"{versions['transformers']}-diffusers-{versions['diffusers']}"
+        mappings = cache.get_mappings(listed)
         if mappings is None:
             server = Server()
             mappings = _ready(server)["mappings"]
-            cache.put_mappings(versions["transformers"], mappings)  # type: ignore[arg-type]
-        archs = select(mappings, options.task, options.models)
+            cache.put_mappings(listed, mappings)
+        everything = select(mappings, options.task, options.models)
+        archs = shard_slice(everything, options.shard)
+        run = FleetRun(versions, snapshot.version, bool(snapshot.pre_release), archs,
+                       selection=tuple(a.model_type for a in everything),
+                       shard=f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
+                       ran_on="torch-neuronx" if options.device == "neuron" and versions["torch-neuronx"] else
+                       "stand-in")
         if options.list_only:
-            return FleetRun(versions, snapshot.version, bool(snapshot.pre_release), archs)
-        run = FleetRun(versions, snapshot.version, bool(snapshot.pre_release), archs)
+            return run
         if on_plan:
             on_plan(archs)
         jobs = []
         for arch in archs:
-            key = entry_key({"model_type": arch.model_type, "task": arch.task, "mode": options.mode,
-                             "device": options.device, "config": hf_config_kwargs(arch.model_type, {}),
-                             "opdb": [snapshot.version, digest], **versions})
-            cached = None if options.refresh else cache.get(key)
-            if cached and cached.get("outcome") == "memory" and cached.get("max_memory_mb") != options.max_memory_mb:
-                cached = None  # killed under another bound: try again under this one
-            if cached is not None:
-                run.records[arch.model_type] = {**cached, "cached": True}
-                run.from_cache += 1
-                if on_record:
-                    on_record(run.records[arch.model_type])
-                continue
-            jobs.append({"key": key, "model_type": arch.model_type, "task": arch.task,
-                         "architecture": arch.architecture, "hf_config": {}})
-        if jobs:
-            server = server or Server()
-            _ready(server)
-            _run_jobs(server, jobs, options, run, cache, on_record)
+            for mode in options.modes:
+                key = entry_key({"model_type": arch.model_type, "task": arch.task, "mode": mode,
+                                 "device": options.device, "config": hf_config_kwargs(arch.model_type, {}),
+                                 "opdb": [snapshot.version, digest], **versions})
+                cached = None if options.refresh else cache.get(key)
+                if cached and cached.get("outcome") == "memory" and \
+                        cached.get("max_memory_mb") != options.max_memory_mb:
+                    cached = None  # killed under another bound: try again under this one
+                if cached is not None:
+                    run.records[(arch.model_type, mode)] = {**cached, "cached": True}
+                    run.from_cache += 1
+                    if on_record:
+                        on_record(run.records[(arch.model_type, mode)])
+                    continue
+                jobs.append({"key": key, "model_type": arch.model_type, "task": arch.task, "mode": mode,
+                             "inference": mode == "inference", "architecture": arch.architecture, "hf_config": {}})
+        if server is not None and options.backend == "ray":
+            server.close()  # it only listed the architectures; Ray's workers start their own
+            server = None
+
+        def finish(job: dict[str, Any], record: dict[str, Any]) -> None:
+            record.setdefault("outcome", "crash")
+            record["hf_config"] = job["hf_config"]
+            cache.put(job["key"], record)
+            run.records[(job["model_type"], job["mode"])] = {**record, "cached": False}
+            run.traced += 1
+            if on_record:
+                on_record(run.records[(job["model_type"], job["mode"])])
+
+        if jobs and options.backend == "ray":
+            from neuron_migrate.fleet.ray_backend import run_on_ray
+
+            run_on_ray(jobs, options, finish)
+        elif jobs:
+            trace_jobs(jobs, options, finish, server)
+            server = None  # trace_jobs closed it
         return run
     finally:
         if server is not None:
             server.close()
 
 
-def _run_jobs(server: Server, jobs: list[dict[str, Any]], options: FleetOptions, run: FleetRun,
-              cache: FleetCache, on_record: Callable[[dict[str, Any]], None] | None) -> None:
+def trace_jobs(jobs: list[dict[str, Any]], options: FleetOptions,
+               finish: Callable[[dict[str, Any], dict[str, Any]], None], server: Server | None = None) -> None:
+    """Trace `jobs` through one fork server on this machine (`server`, or a new one; closed at the end);
+    `finish(job, record)` as each child ends. A crash of the server itself turns every job it had not
+    finished into a `crash` record."""
+    server = server or Server()
+    try:
+        _ready(server)
+        _run_jobs(server, jobs, options, finish)
+    finally:
+        server.close()
+
+
+def _run_jobs(server: Server, jobs: list[dict[str, Any]], options: FleetOptions,
+              finish: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
     """Hand the jobs to the server and collect a record per job as each child ends."""
     by_key = {job["key"]: job for job in jobs}
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-fleet-") as job_dir:
@@ -261,12 +335,11 @@ def _run_jobs(server: Server, jobs: list[dict[str, Any]], options: FleetOptions,
             job = by_key.pop(event["key"], None)
             if job is None:
                 continue
-            record = _read_record(Path(job_dir), job, event, options)
-            _finish(record, job, run, cache, on_record)
+            finish(job, _read_record(Path(job_dir), job, event, options))
         for job in list(by_key.values()):  # the server died under these
             event = {"outcome": "crash", "exit_code": 1, "stage": "start",
                      "tail": [f"the fleet server exited: {server.stderr_tail()}"]}
-            _finish(_failure_record(job, event, options), job, run, cache, on_record)
+            finish(job, {**_failure_record(job, event, options), "outcome": "crash"})
 
 
 def _read_record(job_dir: Path, job: dict[str, Any], event: dict[str, Any], options: FleetOptions) -> dict:
@@ -278,14 +351,3 @@ def _read_record(job_dir: Path, job: dict[str, Any], event: dict[str, Any], opti
         except (OSError, ValueError):
             event = {**event, "outcome": "crash"}
     return {**_failure_record(job, event, options), "outcome": event["outcome"]}
-
-
-def _finish(record: dict[str, Any], job: dict[str, Any], run: FleetRun, cache: FleetCache,
-            on_record: Callable[[dict[str, Any]], None] | None) -> None:
-    record.setdefault("outcome", "crash")
-    record["hf_config"] = job["hf_config"]
-    cache.put(job["key"], record)
-    run.records[job["model_type"]] = {**record, "cached": False}
-    run.traced += 1
-    if on_record:
-        on_record(run.records[job["model_type"]])

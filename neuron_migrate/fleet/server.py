@@ -33,12 +33,16 @@ def preload() -> dict[str, Any]:
     import transformers.modeling_utils
 
     from neuron_migrate.fleet.enumerate import TASKS, read_mappings
-    from neuron_migrate.opdb import child, device, recorder, targets  # noqa: F401
+    from neuron_migrate.opdb import child, device, hf_inputs, hf_tiny, recorder, targets  # noqa: F401
 
     for _, auto_class in TASKS.values():
         getattr(transformers, auto_class)  # resolve transformers' lazy attributes before forking
     try:
         import transformers.loss.loss_utils
+    except ImportError:
+        pass
+    try:
+        import diffusers  # noqa: F401 - optional: `fleet diffusers` forks from here too
     except ImportError:
         pass
     return {"torch": torch.__version__, "transformers": transformers.__version__, "mappings": read_mappings()}

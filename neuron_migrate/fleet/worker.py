@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_migrate.errors import NeuronMigrateError
-from neuron_migrate.fleet.enumerate import TASKS
+from neuron_migrate.fleet.enumerate import DIFFUSERS, TASKS
 from neuron_migrate.model import to_dict
 
 
@@ -30,33 +30,18 @@ def _set_stage(path: Path, stage: str) -> None:
     path.write_text(stage, encoding="utf-8")
 
 
-def _factory_of_trace(model_type: str) -> str:
-    """The Auto class `targets.build_hf` (that is, `trace --hf`) picks for a model type."""
-    from transformers.models.auto import modeling_auto as auto
-
-    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
-        return "AutoModelForSeq2SeqLM"
-    if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return "AutoModelForCausalLM"
-    return "AutoModel"
-
-
 def build_for_task(model_type: str, overrides: dict[str, Any], device: Any, task: str) -> Any:
-    """A tiny model of `model_type` built by the task's Auto class. Identical to `targets.build_hf` whenever
-    that picks the same class (then it IS build_hf); otherwise the same config and inputs, another head."""
-    import torch
-    import transformers
+    """A tiny model of `model_type` built by the task's Auto class, through the same `opdb.hf_inputs.build` that
+    `trace --hf` uses (so the config and inputs are the same; only the head differs when the classes do)."""
+    from neuron_migrate.opdb import hf_inputs, targets
 
-    from neuron_migrate.opdb import targets
+    if task == DIFFUSERS:
+        from neuron_migrate.fleet import diffusers_models
 
-    auto_class = TASKS[task][1]
-    if auto_class == _factory_of_trace(model_type):
-        return _ORIGINAL_BUILD(model_type, overrides, device)
-    config = transformers.AutoConfig.for_model(model_type, **targets.hf_config_kwargs(model_type, overrides))
-    with torch.device(device):
-        model = getattr(transformers, auto_class).from_config(config)
-        ids = torch.randint(3, config.vocab_size, targets.HF_BATCH)
-    return targets.Workload(targets._model_to(model, device), {"input_ids": ids, "labels": ids})
+        model, inputs, loss_fn = diffusers_models.build(model_type, device)
+        return targets.Workload(targets._model_to(model, device), inputs, loss_fn)
+    model, inputs = hf_inputs.build(model_type, overrides, device, TASKS[task][1])
+    return targets.Workload(targets._model_to(model, device), inputs)
 
 
 _ORIGINAL_BUILD: Any = None
@@ -77,6 +62,15 @@ def _error_fields(err: BaseException) -> dict[str, Any]:
     where = model_line if model_line == raised or not model_line else f"{model_line} (raised in {raised})"
     return {"error_class": type(cause).__name__, "error_line": (lines[-1] if lines else "")[:300],
             "error_where": where or raised, **_failing_op(cause)}
+
+
+def _error_kind(err: BaseException) -> dict[str, Any]:
+    """The stand-in's own word on a failure (`error_kind`, issue 11), when the tracer attaches one."""
+    for item in (err, err.__cause__, err.__context__):
+        kind = getattr(item, "error_kind", None)
+        if kind:
+            return {"error_kind": kind}
+    return {}
 
 
 def _failing_op(err: BaseException) -> dict[str, Any]:
@@ -104,21 +98,48 @@ def _short(filename: str) -> str:
     return "neuron_migrate/" + filename.split(marker, 1)[1] if marker in filename else filename
 
 
-def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> str | None:
-    """Build and step the same tiny model on plain CPU; None when it runs, else the one-line error."""
+def _plain_step(work: Any, inference: bool) -> None:
+    """The step `opdb.child.run_step` records, with nothing recording it: plain eager PyTorch."""
+    import torch
+
+    from neuron_migrate.opdb.child import _call, _default_loss
+
+    if inference:
+        work.model.eval()
+        with torch.no_grad():
+            _call(work.model, work.inputs)
+        return
+    work.model.train()
+    optimizer = work.optimizer or torch.optim.AdamW(work.model.parameters(), lr=1e-3)
+    loss = (work.loss_fn or _default_loss)(_call(work.model, work.inputs))
+    loss.backward()
+    optimizer.step()
+
+
+def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> dict[str, Any]:
+    """Build and step the same tiny model on plain CPU, then (if that runs) on CPU under the tracer's recorder:
+    `cpu_error` is the plain failure (the tiny model itself is broken), `recorder_error` a failure only the
+    recorder causes (the tracing harness, not the device, is at fault)."""
     import torch
 
     from neuron_migrate.opdb.child import run_step
     from neuron_migrate.opdb.recorder import OpRecorder
 
-    try:
-        torch.manual_seed(0)
-        work = build_for_task(job["model_type"], job["hf_config"], "cpu", job["task"])
-        run_step(work, OpRecorder(snapshot, options["root"], device_type="cpu"), options["inference"])
-    except Exception as err:  # noqa: BLE001 - any failure here is the answer, not a bug
-        fields = _error_fields(err)
-        return f"{fields['error_class']}: {fields['error_line']}"
-    return None
+    def attempt(step: Any) -> str | None:
+        try:
+            torch.manual_seed(0)
+            step(build_for_task(job["model_type"], job["hf_config"], "cpu", job["task"]))
+        except Exception as err:  # noqa: BLE001 - any failure here is the answer, not a bug
+            fields = _error_fields(err)
+            return f"{fields['error_class']}: {fields['error_line']}"
+        return None
+
+    plain = attempt(lambda work: _plain_step(work, options["inference"]))
+    if plain is not None:
+        return {"cpu_error": plain}
+    recorded = attempt(lambda work: run_step(work, OpRecorder(snapshot, options["root"], device_type="cpu"),
+                                             options["inference"]))
+    return {"cpu_error": None, "recorder_error": recorded}
 
 
 def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage_file: Path) -> dict[str, Any]:
@@ -126,9 +147,15 @@ def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage
     global _ORIGINAL_BUILD
     from neuron_migrate.opdb import child, targets
 
+    if "inference" in job:  # `--mode both` sends each architecture twice, once per mode
+        options = {**options, "inference": job["inference"]}
+
     record: dict[str, Any] = {"key": job["key"], "model_type": job["model_type"], "task": job["task"],
                               "architecture": job["architecture"], "stage": "build", "error": None, "trace": None,
                               "cpu_error": None, "cpu_checked": False}
+    if job["task"] == DIFFUSERS:  # no `trace` spelling for these: the fleet itself reproduces one
+        record["reproduce"] = f"neuron-migrate fleet diffusers --models {job['model_type']} --mode " + (
+            "inference" if options["inference"] else "train")
     started = time.perf_counter()
     _set_stage(stage_file, "build")
     if _ORIGINAL_BUILD is None:
@@ -150,13 +177,19 @@ def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage
         result = child.trace_one(spec, options, backend, snapshot)
         record["trace"] = to_dict(result)
         record["stage"] = "done"
+        if getattr(result, "error", None):  # a tracer that returns its failure instead of raising it
+            record.update(trace=None, stage="step", error=result.error, error_class="TraceError",
+                          error_line=result.error[:300], error_kind=getattr(result, "error_kind", None))
     except NeuronMigrateError as err:
         record["error"] = str(err)
-        record.update(_error_fields(err))
-        if record["stage"] == "step":
+        record.update(_error_fields(err), **_error_kind(err))
+        if record.get("error_op"):
+            dtypes = record.get("error_dtypes") or [None]
+            record["error_status"] = snapshot.lookup(record["error_op"], dtypes[0]).status
+        if record["stage"] in ("build", "step"):  # a build on neuron can fail where CPU builds, too
             _set_stage(stage_file, "cpu-check")
             record["cpu_checked"] = True
-            record["cpu_error"] = _cpu_check(job, options, snapshot)
+            record.update(_cpu_check(job, options, snapshot))
     finally:
         targets.build_hf = _ORIGINAL_BUILD
     record["seconds"] = round(time.perf_counter() - started, 3)

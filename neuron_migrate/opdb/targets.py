@@ -11,8 +11,8 @@ Target forms (`TargetSpec.parse`):
   `torch.optim.AdamW(model.parameters())`. The tracer records one step: forward (model + loss), backward,
   optimizer step; only the forward with `--inference`. Model construction is not recorded.
 - `path/to/script.py` (plus its own arguments after `--`) — run as `__main__`; the whole run is recorded.
-- `--hf MODEL_TYPE` — a random-weight transformers model built from `AutoConfig.for_model` with tiny sizes
-  (`TINY` plus `HF_OVERRIDES[model_type]` from `hf_overrides.json`, then `--hf-config`), no downloads.
+- `--hf MODEL_TYPE` — a random-weight transformers model built from a tiny config that `opdb.hf_tiny` derives
+  from the config class's own defaults (plus `hf_overrides.json`, then `--hf-config`), no downloads.
 
 This module is imported by the CLI (parsing only) and by the child process (building and running).
 """
@@ -22,32 +22,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import json
 import re
 import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from neuron_migrate.errors import TargetError, UsageError
 
-# Tiny sizes that every listed model type accepts (see notes/torch-2.13-facts.md section 6). head_dim is left to
-# the config (hidden_size / num_attention_heads) so that --hf-config size overrides stay consistent.
-TINY: dict[str, Any] = dict(
-    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-    vocab_size=256, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-)
-
-
-def _load_hf_overrides() -> dict[str, dict[str, Any]]:
-    """Per-model_type tiny-config overrides: data in `opdb/hf_overrides.json`, shared by `trace` and `fleet`."""
-    text = (resources.files("neuron_migrate.opdb") / "hf_overrides.json").read_text(encoding="utf-8")
-    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
-
-
-HF_OVERRIDES: dict[str, dict[str, Any]] = _load_hf_overrides()
-HF_BATCH = (2, 16)  # token ids per step: batch x sequence length
+HF_BATCH = (2, 16)  # token ids per step: batch x sequence length (opdb.hf_tiny.BATCH)
 
 _FUNC_RE = re.compile(r"^(?P<mod>[\w.]+|.+\.py):(?P<func>[A-Za-z_]\w*)$")
 
@@ -201,35 +184,24 @@ def _to_device(value: Any, device: Any) -> Any:
 
 
 def hf_config_kwargs(model_type: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The config keyword arguments for a tiny `model_type` with the user's overrides on top."""
-    kwargs = {**TINY, **HF_OVERRIDES.get(model_type, {}), **overrides}
-    return {k: v for k, v in kwargs.items() if v is not None or k in overrides}
+    """The fixed config values of a tiny `model_type` (hf_overrides.json, then the user's); the rest is derived
+    from the config class's own defaults by `opdb.hf_tiny`."""
+    from neuron_migrate.opdb import hf_tiny
+
+    return hf_tiny.requested(model_type, overrides)
 
 
 def build_hf(model_type: str, overrides: dict[str, Any], device: Any) -> Workload:
-    """A random-weight transformers model from config (no downloads) with a (2, 16) batch of token ids."""
-    import torch
-
+    """A random-weight transformers model from a tiny config (no downloads) with a (2, 16) batch of token ids;
+    the config comes from `opdb.hf_tiny`, model and inputs from `opdb.hf_inputs`, which the fleet builds with too."""
     try:
         import transformers
-        from transformers.models.auto import modeling_auto as auto
     except ImportError:
         raise TargetError("--hf needs transformers: pip install 'neuron-migrate[hf]'") from None
-    try:
-        config = transformers.AutoConfig.for_model(model_type, **hf_config_kwargs(model_type, overrides))
-    except ValueError:
+    from neuron_migrate.opdb import hf_inputs
+
+    if model_type not in transformers.CONFIG_MAPPING:
         raise TargetError(f"--hf {model_type}: transformers {transformers.__version__} has no such model_type "
-                          "(e.g. llama, gpt2, qwen2, mistral, gemma, t5)") from None
-    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
-        factory = transformers.AutoModelForSeq2SeqLM
-    elif model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        factory = transformers.AutoModelForCausalLM
-    else:
-        factory = transformers.AutoModel
-    with torch.device(device):
-        model = factory.from_config(config)
-        ids = torch.randint(3, config.vocab_size, HF_BATCH)
-    inputs = {"input_ids": ids}
-    if factory is not transformers.AutoModel:
-        inputs["labels"] = ids
+                          "(e.g. llama, gpt2, qwen2, mistral, gemma, t5)")
+    model, inputs = hf_inputs.build(model_type, overrides, device)
     return Workload(_model_to(model, device), inputs)

@@ -47,15 +47,15 @@ def _wait(proc: subprocess.Popen) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("fleet")
-    (work / "pages").mkdir()
     fleet = _start(["-m", "neuron_migrate", "fleet", "hf", "--models", ",".join(MODELS), "--inference",
-                    "--jobs", "2", "--cache-dir", str(work / "cache"), "--output-dir", str(work / "pages")], work)
+                    "--jobs", "2", "--cache-dir", str(work / "cache"), "--output-dir", str(work / "pages" / "new")],
+                   work)
     reference = _start(["-c", REFERENCE, ",".join(MODELS)], work)
     cli_t5 = _start(["-m", "neuron_migrate", "trace", "--hf", "t5", "--inference", "--format", "json"], work)
     fleet_err = fleet.communicate(timeout=600)[1]
     assert fleet.returncode == 0, fleet_err[-3000:]
     traces = {r["target"].removeprefix("hf:"): r for r in json.loads(_wait(reference).strip().splitlines()[-1])}
-    return {"fleet": json.loads((work / "pages" / "fleet.json").read_text()), "summary": fleet_err,
+    return {"fleet": json.loads((work / "pages" / "new" / "fleet.json").read_text()), "summary": fleet_err,
             "traces": traces, "cli_t5": json.loads(_wait(cli_t5)), "work": work}
 
 
@@ -98,24 +98,26 @@ def test_ranking_counts_what_the_traces_say(runs):
                 blocked[op].add(model)
             elif status != "native":
                 slowed[op].add(model)
-    ranking = {r["op"]: r for r in runs["fleet"]["ranking"]}
+    ranking = {r["op"]: r for r in runs["fleet"]["rankings"]["inference"]}
     assert set(ranking) == set(blocked) | set(slowed)
     for op, rank in ranking.items():
         assert (rank["blocks"], rank["slows"]) == (len(blocked[op]), len(slowed[op])), op
         assert set(rank["architectures"]) == blocked[op] | slowed[op], op
-    counts = [len(blocked[r["op"]]) for r in runs["fleet"]["ranking"]]
+    counts = [len(blocked[r["op"]]) for r in runs["fleet"]["rankings"]["inference"]]
     assert counts == sorted(counts, reverse=True)
 
 
 def test_summary_pages_and_share(runs):
-    fleet, pages = runs["fleet"], runs["work"] / "pages"
-    counts = fleet["summary"]["counts"]
-    assert sum(counts.values()) == len(MODELS)
-    assert fleet["summary"]["native_share"] == counts["native"] / len(MODELS)
+    fleet, pages = runs["fleet"], runs["work"] / "pages" / "new"  # --output-dir was created
+    summary = fleet["summaries"]["inference"]
+    counts = summary["counts"]
+    assert sum(counts.values()) == len(MODELS) and fleet["modes"] == ["inference"]
+    assert summary["native_share"] == counts["native"] / len(MODELS)
+    assert summary["runs"] == counts["native"] + counts["fallbacks"]
     html, md = (pages / "fleet.html").read_text(), (pages / "fleet.md").read_text()
     for model in MODELS:
         assert f"<code>{model}</code>" in html and f"`{model}`" in md
-    assert "run natively out of the box" in runs["summary"]
+    assert "run on neuron" in runs["summary"] and "natively" in runs["summary"]
     assert fleet["backend"] == runs["traces"]["llama"]["device"]
 
 
@@ -138,3 +140,12 @@ def test_bad_input_is_one_line(run_cli, tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--jobs 0" in proc.stderr
     proc = run_cli("fleet", "hf", "--format", "pdf")
     assert proc.returncode == 2 and "--format pdf" in proc.stderr
+    for args, words in ((("--shard", "3/2"), "--shard 3/2: write I/N"), (("--mode", "fast"), "--mode fast"),
+                        (("--backend", "slurm"), "--backend slurm")):
+        proc = run_cli("fleet", "hf", *args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+    (tmp_path / "file").write_text("x")
+    proc = run_cli("fleet", "hf", "--output-dir", tmp_path / "file")
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
+    proc = run_cli("fleet", "merge", tmp_path / "missing.json")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "missing.json" in proc.stderr, proc.stderr

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from neuron_migrate.errors import UsageError
-from neuron_migrate.opdb.targets import HF_OVERRIDES, TINY, TargetSpec, hf_config_kwargs, parse_hf_config
+from neuron_migrate.opdb.hf_tiny import HF_OVERRIDES
+from neuron_migrate.opdb.targets import TargetSpec, hf_config_kwargs, parse_hf_config
 
 
 def test_function_targets_module_and_path_forms(tmp_path, monkeypatch):
@@ -48,9 +49,9 @@ def test_hf_config_rejects_malformed_items(bad):
         parse_hf_config(bad)
 
 
-def test_hf_overrides_layer_over_tiny_and_user_wins():
-    kwargs = hf_config_kwargs("gpt2", {"n_layer": 3})
-    assert kwargs["n_layer"] == 3 and kwargs["n_embd"] == HF_OVERRIDES["gpt2"]["n_embd"]
-    assert kwargs["vocab_size"] == TINY["vocab_size"]
-    assert "num_key_value_heads" not in hf_config_kwargs("gpt_neox", {})  # None in the overrides drops the key
-    assert hf_config_kwargs("llama", {"num_key_value_heads": None})["num_key_value_heads"] is None
+def test_hf_overrides_are_the_fixed_values_and_user_wins():
+    # the rest of a tiny config is derived from the config class's defaults (tests/opdb/test_hf_tiny.py)
+    kwargs = hf_config_kwargs("reformer", {"is_decoder": False, "hidden_size": 128})
+    assert kwargs["is_decoder"] is False and kwargs["hidden_size"] == 128
+    assert kwargs["axial_pos_shape"] == HF_OVERRIDES["reformer"]["axial_pos_shape"]
+    assert hf_config_kwargs("llama", {"num_key_value_heads": None}) == {"num_key_value_heads": None}
