@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from neuron_migrate.model import Edit
-
 from neuron_migrate.migrate.fixes import AVAILABILITY_GUARD
+from neuron_migrate.model import Edit
 
 
 class OverlappingEdits(ValueError):

@@ -23,6 +23,7 @@ from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 
+
 def applies(pending, style: FixStyle) -> bool:
     """Whether this run applies the finding's fix (safe ones always, unsafe ones with --unsafe-fixes)."""
     fix = pending.fix

@@ -10,8 +10,14 @@ from neuron_migrate.migrate.device_flow import (
     device_type_text,
     is_device_expr,
 )
-from neuron_migrate.migrate.device_literals import agnostic_string, fit, has_index, is_cuda_string, string_value
-from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.device_literals import (
+    agnostic_string,
+    fit,
+    has_index,
+    is_cuda_string,
+    string_value,
+)
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import check_region, device_chain
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule

@@ -5,7 +5,13 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.device_flow import device_conditional, value_slot
-from neuron_migrate.migrate.device_literals import agnostic_device, agnostic_string, fit, has_index, is_cuda_string
+from neuron_migrate.migrate.device_literals import (
+    agnostic_device,
+    agnostic_string,
+    fit,
+    has_index,
+    is_cuda_string,
+)
 from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.device_flow import device_flow, is_device_name, is_index_name
-from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-
 
 
 class DotCuda(Rule):

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.fixes import DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.fixes import DEVICE_TYPE
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 

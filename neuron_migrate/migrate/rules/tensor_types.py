@@ -7,7 +7,7 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.device_literals import string_value
-from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR
+from neuron_migrate.migrate.fixes import DEVICE
 from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, is_expression_statement
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.device_flow import device_flow
-from neuron_migrate.migrate.device_literals import agnostic_string, fit, has_index, is_cuda_string, string_value
-from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.device_literals import (
+    agnostic_string,
+    fit,
+    has_index,
+    is_cuda_string,
+    string_value,
+)
+from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
