@@ -31,8 +31,8 @@ SIZES_70B = ("hidden_size=8192,num_hidden_layers=80,intermediate_size=28672,num_
 
 def bench_70b() -> None:
     sys.path.insert(0, str(ROOT))
-    from neuron_migrate.opdb.targets import TargetSpec, parse_hf_config
-    from neuron_migrate.opdb.trace import TraceOptions, run_trace
+    from neuron_migrate.opdb.tracer.targets import TargetSpec, parse_hf_config
+    from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace
 
     start = time.perf_counter()
     result = run_trace(TargetSpec("hf", "llama", (), parse_hf_config(SIZES_70B)),
@@ -53,7 +53,7 @@ sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, sys.argv[1] + "/examples/cuda_project")
 import torch
 from neuron_migrate.opdb.db import load_snapshot
-from neuron_migrate.opdb.recorder import OpRecorder, recording
+from neuron_migrate.opdb.tracer.recorder import OpRecorder, recording
 from trace_target import build
 
 repeat, batch_size = int(sys.argv[2]), int(sys.argv[3])
@@ -84,7 +84,7 @@ def best(device, record):
         times.append(time.process_time() - start)
     return min(times), sum(sum(c.values()) for c in recorder.calls.values())
 
-from neuron_migrate.opdb import device
+from neuron_migrate.opdb.tracer import device
 device.install(snapshot, keep_going=True)  # before any backward: autograd sizes its device queues once
 out = {}
 out["eager_cpu"], _ = best("cpu", False)

@@ -176,7 +176,7 @@ class TraceResult:
     """What one `trace` run of one target recorded."""
 
     target: str
-    device: str  # "torch-neuronx" | "stand-in" | "fake"
+    device: str  # "torch-neuronx" | "stand-in" (C++) | "stand-in-python" | "fake"
     phases: tuple[str, ...]
     opdb_version: str
     opdb_pre_release: bool
@@ -187,6 +187,9 @@ class TraceResult:
     error: str | None = None
     tool_version: str = ""
     schema: str = TRACE_SCHEMA
+    # set with `error`: "neuron" (stops where Trainium stops), "stand_in" (a limitation of the stand-in, never a
+    # neuron failure), "target" (the user's code or model), "timeout" / "memory" / "crash" (the bounded child)
+    error_kind: str | None = None
 
 
 # --- JSON round trip -------------------------------------------------------------------------------------
@@ -358,6 +361,7 @@ class OpSource:
     calls: int
     error: str | None = None
     notes: tuple[str, ...] = ()
+    error_kind: str | None = None  # as in TraceResult: "stand_in" is a stand-in limitation, not a neuron failure
 
 
 @dataclass(frozen=True)

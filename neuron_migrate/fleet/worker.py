@@ -47,7 +47,7 @@ def build_for_task(model_type: str, overrides: dict[str, Any], device: Any, task
     import torch
     import transformers
 
-    from neuron_migrate.opdb import targets
+    from neuron_migrate.opdb.tracer import targets
 
     auto_class = TASKS[task][1]
     if auto_class == _factory_of_trace(model_type):
@@ -87,7 +87,7 @@ def _failing_op(err: BaseException) -> dict[str, Any]:
         func = frame.f_locals.get("func") if frame.f_code.co_name == "__torch_dispatch__" else None
         if func is None:
             continue
-        from neuron_migrate.opdb.recorder import op_dtypes, op_name
+        from neuron_migrate.opdb.tracer.recorder import op_dtypes, op_name
 
         name = op_name(func)
         if name:
@@ -108,8 +108,8 @@ def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> s
     """Build and step the same tiny model on plain CPU; None when it runs, else the one-line error."""
     import torch
 
-    from neuron_migrate.opdb.child import run_step
-    from neuron_migrate.opdb.recorder import OpRecorder
+    from neuron_migrate.opdb.tracer.child import run_step
+    from neuron_migrate.opdb.tracer.recorder import OpRecorder
 
     try:
         torch.manual_seed(0)
@@ -124,7 +124,7 @@ def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> s
 def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage_file: Path) -> dict[str, Any]:
     """Trace one architecture in this (forked) process; always returns a record, never raises."""
     global _ORIGINAL_BUILD
-    from neuron_migrate.opdb import child, targets
+    from neuron_migrate.opdb.tracer import child, targets
 
     record: dict[str, Any] = {"key": job["key"], "model_type": job["model_type"], "task": job["task"],
                               "architecture": job["architecture"], "stage": "build", "error": None, "trace": None,

@@ -1,6 +1,6 @@
-"""The rewritten scripts run on the stand-in `neuron` device (neuron_migrate/opdb/device.py) unchanged.
+"""The rewritten scripts run on the stand-in `neuron` device (neuron_migrate/opdb/tracer/device.py) unchanged.
 
-Each runs in a child interpreter that first calls `neuron_migrate.opdb.device.install()` and then runs the
+Each runs in a child interpreter that first calls `neuron_migrate.opdb.tracer.device.install()` and then runs the
 script with runpy, so the script's own `torch.accelerator` code picks `neuron`. Its losses must match the CPU
 reference closely (the stand-in computes on CPU, but composite ops decompose the PrivateUse1 way) and it must
 report its tensors on `neuron`.
@@ -18,26 +18,16 @@ from tests.semantics.harness import NAMES, STANDIN_WRAPPER, Gap, run, run_all
 
 pytestmark = [
     pytest.mark.skipif(
-        importlib.util.find_spec("neuron_migrate.opdb.device") is None,
-        reason="the stand-in neuron device (neuron_migrate/opdb/device.py) is not there yet",
+        importlib.util.find_spec("neuron_migrate.opdb.tracer.device") is None,
+        reason="the stand-in neuron device (neuron_migrate/opdb/tracer/device.py) is not there yet",
     ),
     pytest.mark.xdist_group("semantics"),
+    pytest.mark.usefixtures("standin_extension"),  # build the C++ stand-in before the scripts start
 ]
 
-# Where the stand-in itself falls short (not a rewrite bug: the rewritten code is what CUDA/neuron users want).
-STANDIN_GAPS = {
-    "benchmark": Gap(
-        "stand-in limitation: torch.accelerator.empty_cache / memory stats raise 'Allocator for neuron is not a "
-        "DeviceAllocator' (no device allocator can be registered from Python); synchronize and "
-        "Event.elapsed_time are not supported either",
-        "is not a DeviceAllocator",
-    ),
-    "string_device": Gap(
-        "stand-in limitation: DataLoader(pin_memory=True) on neuron needs a pinned-memory allocator "
-        "(getPinnedMemoryAllocator), which a pure-Python PrivateUse1 hook cannot provide",
-        "getPinnedMemoryAllocator",
-    ),
-}
+#: Where the stand-in itself falls short (none since the C++ stand-in: synchronize, events, allocator statistics
+#: and pinned memory work; the pure-Python fallback's gaps are covered in tests/trace/test_device.py)
+STANDIN_GAPS: dict[str, Gap] = {}
 #: float16 autocast on the device vs on CPU: same casts for linear/matmul, different policy lists elsewhere
 REL_TOL = {"amp_trainer": 1e-4}
 #: what the script prints about its tensors on neuron

@@ -1,4 +1,5 @@
-"""The stand-in `neuron` device, exercised in a fresh interpreter (registration is permanent for a process)."""
+"""The stand-in `neuron` device, exercised in a fresh interpreter (registration is permanent for a process):
+the same checks on the C++ stand-in and on the pure-Python fallback."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from tests.trace.conftest import run_python
 
 DEVICE_CHECKS = r'''
 import json, torch
-from neuron_migrate.opdb import device
+from neuron_migrate.opdb.tracer import device
 from neuron_migrate.opdb.db import snapshot_from_dict
 
 snap = snapshot_from_dict({
@@ -24,7 +25,7 @@ snap = snapshot_from_dict({
 }, "test")
 out = {}
 out["before"] = str(torch.accelerator.current_accelerator())
-device.install(snap)
+out["kind"] = device.install(snap)
 device.install(snap)  # idempotent
 x = torch.empty(3, device="neuron")
 out["empty"] = [str(x.device), type(x).__name__]
@@ -94,14 +95,20 @@ print(json.dumps(out))
 '''
 
 
-@pytest.fixture(scope="module")
-def checks():
-    return run_python(DEVICE_CHECKS)
+KINDS = {"cpp": ("stand-in", "Tensor", "Parameter"), "python": ("stand-in-python", "NeuronTensor", "NeuronTensor")}
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def checks(request):
+    result = run_python(DEVICE_CHECKS, standin=request.param)
+    result["expected"] = KINDS[request.param]
+    return result
 
 
 def test_registers_neuron_only_in_the_child(checks):
     assert checks["before"] == "None"
-    assert checks["empty"] == ["neuron:0", "NeuronTensor"]
+    assert checks["kind"] == checks["expected"][0]
+    assert checks["empty"] == ["neuron:0", checks["expected"][1]]
     assert checks["accelerator"] == ["neuron", True, 1]
     assert checks["tensor"] == [1, 2]
 
@@ -119,7 +126,7 @@ def test_unsupported_op_raises_naming_op_and_dtype(checks):
 
 
 def test_model_trains_and_computes_like_cpu(checks):
-    assert checks["param"] == ["NeuronTensor", "neuron:0", True]
+    assert checks["param"] == [checks["expected"][2], "neuron:0", True]
     assert checks["trained"] == [True, True]
     assert checks["same_math"] is True
 
@@ -150,7 +157,7 @@ def test_composite_result_resized_by_an_out_callee_keeps_its_shape():
     # through logsumexp.out, which resizes it; autograd must see the real shape (it once saw [0]).
     result = run_python("""
         import json, torch
-        from neuron_migrate.opdb import device
+        from neuron_migrate.opdb.tracer import device
         device.install()
         x = torch.randn(4, 8, device="neuron", requires_grad=True)
         y = torch.logsumexp(x, dim=-1)

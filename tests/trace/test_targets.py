@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from neuron_migrate.errors import UsageError
-from neuron_migrate.opdb.targets import HF_OVERRIDES, TINY, TargetSpec, hf_config_kwargs, parse_hf_config
+from neuron_migrate.opdb.tracer.targets import HF_OVERRIDES, TINY, TargetSpec, hf_config_kwargs, parse_hf_config
 
 
 def test_function_targets_module_and_path_forms(tmp_path, monkeypatch):

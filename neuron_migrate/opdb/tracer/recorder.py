@@ -115,6 +115,34 @@ def op_route(snapshot: Any, func: Any, name: str) -> str:
     return hit[0]
 
 
+def device_kernels(snapshot: Any, exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """The aten overloads a C++ device backend must give its own (tracked) kernel so that it runs what the
+    recorder records: those with a composite-explicit kernel that `op_route` records as themselves (the opdb
+    claims a neuron kernel, or the composite is only the non-functional one the recorder does not decompose).
+    Without its own kernel the dispatcher would run the composite there. Composite-implicit overloads are left
+    out: a backend kernel for one would take it out of autograd. Names are without the `aten::` prefix."""
+    def has(name: str, key: str) -> bool:
+        try:
+            return torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+        except RuntimeError:  # a TorchScript-only schema, unknown to the dispatcher
+            return False
+
+    names = []
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::"):
+            continue
+        short = schema.name[len("aten::"):] + (f".{schema.overload_name}" if schema.overload_name else "")
+        name = "aten::" + short
+        if short in exclude or has(name, "CompositeImplicitAutograd"):
+            continue
+        explicit = has(name, "CompositeExplicitAutograd")
+        if not (explicit or has(name, "CompositeExplicitAutogradNonFunctional")):
+            continue  # no composite: the boxed fallback reaches it anyway
+        if claims_kernel(snapshot, normalize_op(name)) or not explicit:
+            names.append(short)
+    return names
+
+
 def run_composite(func: Any, args: Any, kwargs: Any) -> Any:
     """Run an op through its composite kernel, so its callees dispatch (and are seen) one by one. Implicit
     composites reach a backend only when called from inside another kernel (autograd is then excluded)."""
