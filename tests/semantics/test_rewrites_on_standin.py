@@ -30,6 +30,8 @@ pytestmark = [
 STANDIN_GAPS: dict[str, Gap] = {}
 #: float16 autocast on the device vs on CPU: same casts for linear/matmul, different policy lists elsewhere
 REL_TOL = {"amp_trainer": 1e-4}
+#: which reference a script's run on neuron is compared with
+REFERENCE = {"amp_trainer": "amp_trainer_fp16", "benchmark": "benchmark_device_rng"}
 #: what the script prints about its tensors on neuron
 DEVICE_LINE = {"amp_trainer": "device neuron logits torch.float16"}
 
@@ -47,7 +49,8 @@ def standin_runs(workspace):
 def test_rewritten_script_runs_on_standin_neuron(workspace, standin_runs, name):
     on_neuron = standin_runs[name]
     # The mixed-precision script really autocasts on an accelerator: compare with the float16 reference.
-    reference = workspace.references["amp_trainer_fp16" if name == "amp_trainer" else name]
+    # The benchmark draws its batch on the device: from the device's own generator, as on CUDA.
+    reference = workspace.references[REFERENCE.get(name, name)]
     if on_neuron.returncode != 0 and name in STANDIN_GAPS:
         STANDIN_GAPS[name].check(on_neuron.stderr)
     assert on_neuron.returncode == 0, on_neuron.describe()
