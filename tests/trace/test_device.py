@@ -169,3 +169,40 @@ def test_composite_result_resized_by_an_out_callee_keeps_its_shape():
     """)
     assert result["shape"] == [4] and result["grad"] == [4, 8] and result["close"]
     assert "aten::logsumexp.out" in result["fallbacks"]
+
+
+def test_cpu_dtype_gaps_follow_the_opdb():
+    # histc and mm are native in this snapshot, addmm is a CPU fallback, bitwise_and has no exact wider dtype
+    result = run_python(r"""
+        import json, torch
+        from neuron_migrate.opdb.tracer import device
+        from neuron_migrate.opdb.db import snapshot_from_dict
+        snap = snapshot_from_dict({"schema": "neuron-migrate/opdb/1", "version": "gaps", "torch_neuronx_version": "t",
+            "pre_release": False, "unlisted": None, "ops": {
+            "aten::histc": {"status": "native"}, "aten::mm": {"status": "native"},
+            "aten::addmm": {"status": "cpu_fallback"}, "aten::bitwise_and.Tensor": {"status": "native"}}}, "t")
+        device.install(snap)
+        out = {}
+        x = torch.tensor([1, 2, 2, 3, 7], dtype=torch.int32, device="neuron")
+        h = torch.histc(x, bins=3, min=1, max=3)
+        out["histc"] = [str(h.device), str(h.dtype), h.cpu().tolist()]
+        m = torch.tensor([[True, False], [False, False]], device="neuron")
+        out["mm"] = (m @ m).cpu().tolist()
+        out["widened"] = {f"{op}/{','.join(d)}": note for (op, d), note in device.get_widened_ops().items()}
+        def fails(fn):
+            try:
+                fn()
+            except Exception as err:
+                return f"{type(err).__name__}: {err}"
+        out["addmm"] = fails(lambda: torch.addmm(m, m, m))
+        f = torch.ones(2, device="neuron")
+        out["bitwise"] = fails(lambda: torch.bitwise_and(f, f))
+        out["executed"] = sorted(device.get_executed_ops())
+        print(json.dumps(out))
+    """, standin="cpp")
+    assert result["histc"] == ["neuron:0", "torch.int32", [1, 2, 1]]  # 7 is outside [1, 3]: not counted
+    assert result["mm"] == [[True, False], [False, False]]
+    assert "float64" in result["widened"]["aten::histc/int32"] and "aten::mm/bool" in result["widened"]
+    assert {"aten::histc", "aten::mm"} <= set(result["executed"])  # recorded as native
+    assert result["addmm"].startswith("RuntimeError: fails on neuron: aten::addmm (bool) runs through the CPU fallback")
+    assert "stand-in limitation: aten::bitwise_and.Tensor (float32) is native" in result["bitwise"]
