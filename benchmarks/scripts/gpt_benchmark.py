@@ -27,7 +27,7 @@ model = model.to(device)
 params = sum(p.numel() for p in model.parameters())
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
 idx = torch.randint(0, config.vocab_size, (2, 33))
-x, y = idx[:, :-1].to(device), idx[:, 1:].to(device)
+x, y = idx[:, :-1].contiguous().to(device), idx[:, 1:].contiguous().to(device)
 timed = torch.accelerator.is_available()
 if timed:
     start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
