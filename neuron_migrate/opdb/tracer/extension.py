@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 SOURCES = ("allocator.cpp", "runtime.cpp", "tracking.cpp", "kernels.cpp", "minimal.cpp", "module.cpp")
-HEADERS = ("standin.h", "tracking.h")
+HEADERS = ("standin.h", "tracking.h", "kernels.h")
 _LOADED: ModuleType | None = None
 
 

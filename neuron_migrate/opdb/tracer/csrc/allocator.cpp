@@ -4,7 +4,10 @@
 // so `torch.accelerator.memory_*`, `empty_cache` and `pin_memory()` behave as on a device.
 #include "standin.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/alloc_cpu.h>
+
+#include <cstring>
 
 #include <map>
 #include <mutex>

@@ -4,9 +4,10 @@
 // Each call is tracked against the opdb (tracking.cpp). When the CPU kernel lacks the dtype of an op the opdb
 // calls native (or does not know), the op is computed in a wider dtype and converted back (recorded as such);
 // an op that is a CPU fallback on neuron runs the CPU kernel there too, so its dtype gaps stay failures.
-#include "standin.h"
+#include "kernels.h"
 #include "tracking.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>

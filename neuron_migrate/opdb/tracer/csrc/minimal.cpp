@@ -1,7 +1,7 @@
 // The kernels every PrivateUse1 backend must own because they make or reshape device tensors themselves:
 // allocation, views over the same storage, resize, copies between host and device, reading a scalar.
 // Each one is tracked like any other op, so the device's tracking API sees every op the recorder sees.
-#include "standin.h"
+#include "kernels.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>

@@ -1,5 +1,5 @@
 // Python bindings of the stand-in device (imported by neuron_migrate/opdb/tracer/native_device.py).
-#include "standin.h"
+#include "kernels.h"
 #include "tracking.h"
 
 #include <torch/csrc/Generator.h>

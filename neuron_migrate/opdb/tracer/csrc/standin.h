@@ -1,14 +1,13 @@
 // The stand-in `neuron` device: a PrivateUse1 backend whose memory is host memory and whose kernels are the
-// CPU's. Shared declarations of its four parts: allocators (allocator.cpp), the runtime — device guard,
-// streams, events, generator, hooks (runtime.cpp) — the kernels with op tracking (kernels.cpp, tracking.cpp),
-// and the Python bindings (module.cpp).
+// CPU's. Shared declarations of its parts: allocators (allocator.cpp), the runtime — device guard, streams,
+// events, generator, hooks (runtime.cpp) — op tracking (tracking.cpp); the kernels have kernels.h. Only light
+// headers here: the runtime parts compile without ATen's operator headers.
 #pragma once
 
-#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/CachingHostAllocator.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <string>
@@ -72,12 +71,5 @@ struct KernelScope {
  private:
   bool outer_;
 };
-
-// --- kernels (kernels.cpp) ----------------------------------------------------------------------------
-void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-void register_boxed_kernels(const std::vector<std::string>& names);
-at::Tensor alias_on_cpu(const at::Tensor& tensor);
-at::Tensor make_neuron_tensor(c10::Storage storage, const at::Tensor& like);
-const std::vector<std::string>& own_kernels();  // the kernels minimal.cpp registers itself
 
 }  // namespace neuron_standin
