@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "cuda_project"))
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPT, GPTConfig
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=20)

@@ -11,8 +11,8 @@ import pytest
 
 from neuron_migrate.errors import TargetError, UsageError
 from neuron_migrate.model import Coverage, TraceResult, from_json
-from neuron_migrate.opdb.tracer.targets import TargetSpec
 from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace, run_traces
+from neuron_migrate.opdb.tracer.targets import TargetSpec
 from tests.trace.conftest import FIXTURES, ROOT, marker_line
 
 HF_MODELS = ("llama", "gpt2", "qwen2", "mistral", "gemma", "t5")

@@ -14,7 +14,7 @@ import torch
 
 from neuron_migrate.opdb.tracer import extension, neuron_module
 from neuron_migrate.opdb.tracer.autocast import register_autocast
-from neuron_migrate.opdb.tracer.recorder import device_kernels, worst_support
+from neuron_migrate.opdb.tracer.routing import device_kernels, worst_support
 from neuron_migrate.opdb.tracer.verdicts import NEURON_PREFIX, STAND_IN_PREFIX
 
 DEVICE_NAME = "neuron"

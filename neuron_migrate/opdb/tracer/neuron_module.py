@@ -71,7 +71,7 @@ def set_device(device: Any) -> None:
     _ext().set_device(_index(device))
 
 
-class device:  # noqa: N801 - the name torch.cuda.device has
+class device:
     """Context manager that makes `index` the current device for its body."""
 
     def __init__(self, index: Any) -> None:
@@ -83,7 +83,7 @@ class device:  # noqa: N801 - the name torch.cuda.device has
         if self.index is not None:
             set_device(self.index)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         set_device(self.previous)
 
 

@@ -27,7 +27,14 @@ from typing import Any
 import torch
 
 from neuron_migrate.opdb.tracer.autocast import register_autocast
-from neuron_migrate.opdb.tracer.recorder import call_op, op_dtypes, op_name, op_route, run_composite, worst_support
+from neuron_migrate.opdb.tracer.routing import (
+    call_op,
+    op_dtypes,
+    op_name,
+    op_route,
+    run_composite,
+    worst_support,
+)
 from neuron_migrate.opdb.tracer.verdicts import NEURON_PREFIX, STAND_IN_PREFIX
 
 DEVICE_NAME = "neuron"
