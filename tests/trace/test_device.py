@@ -206,3 +206,42 @@ def test_cpu_dtype_gaps_follow_the_opdb():
     assert {"aten::histc", "aten::mm"} <= set(result["executed"])  # recorded as native
     assert result["addmm"].startswith("RuntimeError: fails on neuron: aten::addmm (bool) runs through the CPU fallback")
     assert "stand-in limitation: aten::bitwise_and.Tensor (float32) is native" in result["bitwise"]
+
+
+def test_torch_neuron_module_on_the_cpp_stand_in():
+    result = run_python(r"""
+        import json, torch
+        from neuron_migrate.opdb.tracer import device
+        device.install()
+        n, out = torch.neuron, {}
+        out["device"] = [n.is_available(), n.device_count(), n.current_device(), n.is_bf16_supported()]
+        n.manual_seed(5); a = torch.randn(4, device="neuron").cpu()
+        state = n.get_rng_state(); b = torch.randn(4, device="neuron").cpu()
+        n.set_rng_state(state); c = torch.randn(4, device="neuron").cpu()
+        out["rng"] = [n.initial_seed(), torch.equal(b, c), not torch.equal(a, b), str(state.dtype)]
+        n.manual_seed(5); out["reseeded"] = torch.equal(torch.randn(4, device="neuron").cpu(), a)
+        s = n.Stream()
+        with n.stream(s):
+            out["stream"] = n.current_stream() == s
+        out["default_stream"] = n.default_stream().stream_id == 0 and n.current_stream() != s
+        x = torch.ones(1024, device="neuron")
+        x.record_stream(s)
+        start, end = n.Event(enable_timing=True), n.Event(enable_timing=True)
+        start.record(); (x * 2).sum(); end.record(); n.synchronize()
+        out["elapsed"] = start.elapsed_time(end) >= 0
+        out["memory"] = [n.memory_allocated() >= 4096, n.max_memory_allocated() >= n.memory_allocated(),
+                         n.memory_reserved() >= n.memory_allocated(), "allocated_bytes.all.current" in n.memory_stats()]
+        out["summary"] = n.memory_summary().splitlines()[0]
+        props = n.get_device_properties()
+        free, total = n.mem_get_info()
+        out["props"] = [props.total_memory == total, 0 < free <= total, "stand-in" in props.name]
+        del x; n.empty_cache(); n.reset_peak_memory_stats(); n.reset_accumulated_memory_stats()
+        out["tracking"] = "aten::record_stream" in n.get_executed_ops() | n.get_fallback_ops()
+        print(json.dumps(out))
+    """, standin="cpp")
+    assert result["device"] == [True, 1, 0, True]
+    assert result["rng"] == [5, True, True, "torch.uint8"] and result["reseeded"]
+    assert result["stream"] and result["default_stream"] and result["elapsed"]
+    assert result["memory"] == [True, True, True, True]
+    assert result["summary"] == "neuron:0 memory summary (stand-in)"
+    assert result["props"] == [True, True, True] and result["tracking"]

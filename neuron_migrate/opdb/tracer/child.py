@@ -23,7 +23,7 @@ from neuron_migrate import __version__
 from neuron_migrate.errors import NeuronMigrateError, TargetError
 from neuron_migrate.model import PHASES, Coverage, TraceResult, to_dict
 from neuron_migrate.opdb.tracer.options import TraceOptions, TraceRequest
-from neuron_migrate.opdb.tracer.verdicts import kind_of
+from neuron_migrate.opdb.tracer.verdicts import STAND_IN_PREFIX, kind_of
 
 _CUDA_WORDS = ("cuda", "nccl", "nvidia", "cudnn")
 _OOM_WORDS = ("can't allocate memory", "Cannot allocate memory", "bad_alloc", "out of memory")
@@ -162,6 +162,9 @@ def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepErr
             where = f"{shown}:{line}"
     message = " ".join(str(err).split())[:400] or type(err).__name__
     kind = kind_of(message)
+    if kind == "target" and _inside_python_stand_in(err):
+        # the wrapper tensors of the pure-Python stand-in are not plain tensors (.tolist(), formatting, ...)
+        kind, message = "stand_in", f"{STAND_IN_PREFIX}the pure-Python stand-in failed inside its wrapper: {message}"
     if kind == "target" and any(word in message for word in _OOM_WORDS):
         return StepError(f"{spec.label}: ran out of memory{limit_text(options)} at {where or '?'}; raise "
                          "--max-memory or trace with --fake", "memory")
@@ -170,6 +173,12 @@ def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepErr
         return StepError(f"{where or spec.label}: the code asks for CUDA ({message}); make it device-agnostic "
                          f"with `{fix}` and trace again")
     return StepError(f"{spec.label}: {type(err).__name__}: {message}" + (f" (at {where})" if where else ""), kind)
+
+
+def _inside_python_stand_in(err: BaseException) -> bool:
+    """Whether the exception was raised inside the pure-Python stand-in's own code."""
+    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(err.__traceback__)]
+    return bool(frames) and frames[-1].endswith(os.path.join("tracer", "python_device.py"))
 
 
 def trace_one(spec: Any, options: TraceOptions | dict[str, Any], backend: Backend, snapshot: Any) -> TraceResult:

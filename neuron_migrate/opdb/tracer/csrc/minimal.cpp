@@ -152,13 +152,20 @@ at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
 
+const std::string kRecordStream = "aten::record_stream";
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  KernelScope scope;
+  tracked(scope, kRecordStream, mask_of(self));
+  device_allocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
 }  // namespace
 
 const std::vector<std::string>& own_kernels() {
   static const std::vector<std::string> names = {
       "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_", "_copy_from",
       "_copy_from_and_resize", "_to_copy", "_local_scalar_dense", "set_.source_Storage_storage_offset",
-      "set_.source_Storage", "set_.source_Tensor"};
+      "set_.source_Storage", "set_.source_Tensor", "record_stream"};
   return names;
 }
 
@@ -176,6 +183,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", set_storage_offset);
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Tensor", set_tensor);
+  m.impl("record_stream", record_stream);
 }
 
 }  // namespace neuron_standin
