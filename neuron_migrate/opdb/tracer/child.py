@@ -162,7 +162,7 @@ def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepErr
             where = f"{shown}:{line}"
     message = " ".join(str(err).split())[:400] or type(err).__name__
     kind = kind_of(message)
-    if kind == "target" and _inside_python_stand_in(err):
+    if kind == "target" and ("NeuronTensor" in message or _inside_python_stand_in(err)):
         # the wrapper tensors of the pure-Python stand-in are not plain tensors (.tolist(), formatting, ...)
         kind, message = "stand_in", f"{STAND_IN_PREFIX}the pure-Python stand-in failed inside its wrapper: {message}"
     if kind == "target" and any(word in message for word in _OOM_WORDS):
@@ -176,7 +176,8 @@ def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepErr
 
 
 def _inside_python_stand_in(err: BaseException) -> bool:
-    """Whether the exception was raised inside the pure-Python stand-in's own code."""
+    """Whether the exception was raised inside the pure-Python stand-in's own code (a message naming its wrapper
+    class, NeuronTensor, is the other sign)."""
     frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(err.__traceback__)]
     return bool(frames) and frames[-1].endswith(os.path.join("tracer", "python_device.py"))
 
