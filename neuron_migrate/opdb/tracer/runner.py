@@ -48,8 +48,12 @@ def run_trace(spec: TargetSpec, options: TraceOptions) -> TraceResult:
 def ensure_extension(options: TraceOptions) -> str | None:
     """Build the C++ stand-in once, outside any trace's timeout; None when it is ready (or the pure-Python
     stand-in will be used by choice), else the reason the build failed (the trace then says which ran)."""
+    import importlib.util
+
     if options.fake or os.environ.get("NEURON_MIGRATE_STANDIN") == "python":
         return None
+    if options.device == "neuron" and importlib.util.find_spec("torch_neuronx") is not None:
+        return None  # the real device will run it
     from neuron_migrate.opdb.tracer import extension
 
     if extension.is_built() or extension.missing_tools():
