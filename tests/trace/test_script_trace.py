@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace
+from neuron_migrate.opdb.tracer.script import ScriptStopped, StepCounter
 from neuron_migrate.opdb.tracer.targets import TargetSpec
 from tests.trace.conftest import FIXTURES, ROOT, marker_line
 
@@ -33,9 +34,42 @@ def test_stops_once_the_op_set_is_stable(default_trace):
     assert 2 <= steps < 50 * 8, note  # 8 batches an epoch: it stopped long before the script's end
 
 
-def test_steps_option_bounds_and_zero_runs_to_the_end():
-    three = run_trace(TargetSpec("script", SCRIPT, ("--epochs", "2")), TraceOptions(root=str(ROOT), steps=3))
-    assert any("3 optimizer steps (--steps 3)" in n for n in three.notes), three.notes
-    whole = run_trace(TargetSpec("script", SCRIPT, ("--epochs", "1", "--workers", "0")),
-                      TraceOptions(root=str(ROOT), steps=0))
-    assert any(n == "script ran to its end: 8 optimizer steps traced" for n in whole.notes), whole.notes
+class _Recorder:
+    """What StepCounter reads of the recorder: the recorded keys and whether an optimizer step is running."""
+
+    def __init__(self) -> None:
+        self.calls: dict = {}
+        self.in_optimizer = 0
+
+
+def _run_steps(counter: StepCounter, recorder: _Recorder, new_keys_per_step: list[int]) -> int:
+    """Feed the counter steps that add the given numbers of new keys; returns the steps run before it stopped."""
+    for step, added in enumerate(new_keys_per_step, 1):
+        recorder.calls.update({(step, i): 1 for i in range(added)})
+        try:
+            counter.after_step()
+        except ScriptStopped:
+            return step
+    return len(new_keys_per_step)
+
+
+def test_step_limits():
+    recorder = _Recorder()
+    auto = StepCounter(recorder, None)
+    assert _run_steps(auto, recorder, [40, 3, 0, 0, 0]) == 3 and auto.stopped  # step 3 added nothing
+    assert "stopped after step 3" in auto.note()
+    recorder = _Recorder()
+    three = StepCounter(recorder, 3)
+    assert _run_steps(three, recorder, [40, 0, 0, 0, 0]) == 3 and "(--steps 3)" in three.note()
+    recorder = _Recorder()
+    whole = StepCounter(recorder, 0)
+    assert _run_steps(whole, recorder, [40, 0, 0, 0]) == 4 and not whole.stopped
+    assert whole.note() == "script ran to its end: 4 optimizer steps traced"
+
+
+def test_a_nested_optimizer_step_is_not_counted():
+    recorder = _Recorder()
+    counter = StepCounter(recorder, 1)
+    recorder.in_optimizer = 1  # an optimizer stepping inside another's step
+    counter.after_step()
+    assert counter.steps == 0

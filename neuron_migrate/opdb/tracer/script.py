@@ -33,7 +33,7 @@ class StepCounter:
 
     def after_step(self, *_: Any) -> None:
         """Optimizer-step post hook: stop when the limit is reached or the step added no new op key."""
-        if recorder_busy(self.recorder):
+        if self.recorder.in_optimizer > 0:
             return  # an optimizer inside an optimizer step: count the outer one only
         self.steps += 1
         keys = len(self.recorder.calls)
@@ -51,10 +51,6 @@ class StepCounter:
         if self.stopped:
             return f"script traced for {self.steps} optimizer steps (--steps {self.limit}), then stopped"
         return f"script ran to its end: {self.steps} optimizer steps traced"
-
-
-def recorder_busy(recorder: Any) -> bool:
-    return recorder.in_optimizer > 0
 
 
 def run_script(spec: Any, recorder: Any, steps: int | None) -> StepCounter:
