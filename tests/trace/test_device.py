@@ -197,6 +197,9 @@ def test_cpu_dtype_gaps_follow_the_opdb():
         out["addmm"] = fails(lambda: torch.addmm(m, m, m))
         f = torch.ones(2, device="neuron")
         out["bitwise"] = fails(lambda: torch.bitwise_and(f, f))
+        big = torch.tensor([2**60, 1], device="neuron")
+        out["histc_int64"] = torch.histc(torch.tensor([1, 3], device="neuron"), bins=2, min=1, max=3).cpu().tolist()
+        out["histc_big"] = fails(lambda: torch.histc(big, bins=2, min=0, max=1))
         out["executed"] = sorted(device.get_executed_ops())
         print(json.dumps(out))
     """, standin="cpp")
@@ -206,6 +209,8 @@ def test_cpu_dtype_gaps_follow_the_opdb():
     assert {"aten::histc", "aten::mm"} <= set(result["executed"])  # recorded as native
     assert result["addmm"].startswith("RuntimeError: fails on neuron: aten::addmm (bool) runs through the CPU fallback")
     assert "stand-in limitation: aten::bitwise_and.Tensor (float32) is native" in result["bitwise"]
+    assert result["histc_int64"] == [1, 1]  # int64 widened to float64: exact below 2**53
+    assert "stand-in limitation: aten::histc (int64)" in result["histc_big"]  # 2**60 is not exact in float64
 
 
 def test_torch_neuron_module_on_the_cpp_stand_in():

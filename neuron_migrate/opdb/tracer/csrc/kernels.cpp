@@ -184,6 +184,7 @@ std::vector<c10::ScalarType> wider(c10::ScalarType t) {
   using S = c10::ScalarType;
   switch (t) {
     case S::Bool: case S::Byte: case S::Char: case S::Short: case S::Int: return {S::Long, S::Double};
+    case S::Long: return {S::Double};  // exact only below 2**53: run_widened checks the values
     case S::Half: case S::BFloat16: return {S::Float, S::Double};
     case S::Float: return {S::Double};
     case S::ComplexHalf: return {S::ComplexFloat, S::ComplexDouble};
@@ -208,10 +209,17 @@ bool run_widened(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
     std::vector<Widened> widened_args;
     uint64_t widened_mask = 0;
     bool written = false;
+    bool exact = true;
     auto widen = [&](const at::Tensor& cpu, const at::Tensor& original) -> at::Tensor {
       auto ladder = wider(cpu.scalar_type());
       if (!cpu.defined() || ladder.empty()) return cpu;
       auto to = ladder[std::min<size_t>(level, ladder.size() - 1)];
+      constexpr int64_t limit = int64_t{1} << 53;
+      if (cpu.scalar_type() == c10::ScalarType::Long && cpu.numel() > 0 &&
+          (cpu.max().item<int64_t>() > limit || cpu.min().item<int64_t>() < -limit)) {
+        exact = false;  // float64 cannot hold these int64 values exactly
+        return cpu;
+      }
       back_to.emplace(static_cast<int>(to), cpu.scalar_type());
       widened_mask |= 1ULL << static_cast<int>(to);
       auto wide = cpu.to(to);
@@ -234,6 +242,7 @@ bool run_widened(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
       }
       stack->push_back(std::move(cpu));
     }
+    if (!exact) return false;
     try {
       c10::impl::ExcludeDispatchKeyGuard no_python(
           c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
