@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 namespace neuron_standin {
@@ -180,6 +181,12 @@ bool cpu_lacks_it(const std::string& what) {
   return what.find("not implemented for '") != std::string::npos || what.rfind("Could not run '", 0) == 0;
 }
 
+bool is_index_argument(const std::string& name) {
+  static const std::set<std::string> names = {"target", "index", "indices", "offsets", "lengths", "batch_sizes",
+                                              "boundaries", "sorted_sequence", "cu_seqlens_q", "cu_seqlens_k"};
+  return names.count(name) > 0;
+}
+
 std::vector<c10::ScalarType> wider(c10::ScalarType t) {
   using S = c10::ScalarType;
   switch (t) {
@@ -231,6 +238,10 @@ bool run_widened(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
       auto cpu = call.to_cpu(originals[i], schema.arguments()[i]);
       const auto* info = schema.arguments()[i].alias_info();
       written = info != nullptr && info->isWrite();
+      if (is_index_argument(schema.arguments()[i].name())) {
+        stack->push_back(std::move(cpu));  // class labels and indices keep their integer dtype
+        continue;
+      }
       if (cpu.isTensor()) {
         cpu = widen(cpu.toTensor(), originals[i].toTensor());
       } else if (cpu.isTensorList()) {
@@ -247,9 +258,8 @@ bool run_widened(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
       c10::impl::ExcludeDispatchKeyGuard no_python(
           c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    } catch (const c10::Error& err) {
-      if (cpu_lacks_it(err.what_without_backtrace())) continue;
-      throw;
+    } catch (const c10::Error&) {
+      continue;  // not computable this way (the original failure was the dtype gap): try the next level
     }
     call.sync_mutated();
     // Widened mutated arguments: write the narrowed values into the neuron tensors the caller holds.
