@@ -179,7 +179,7 @@ class TraceResult:
     """What one `trace` run of one target recorded."""
 
     target: str
-    device: str  # "torch-neuronx" | "stand-in" | "fake"
+    device: str  # "torch-neuronx" | "stand-in" (C++) | "stand-in-python" | "fake"
     phases: tuple[str, ...]
     opdb_version: str
     opdb_pre_release: bool
@@ -190,6 +190,9 @@ class TraceResult:
     error: str | None = None
     tool_version: str = ""
     schema: str = TRACE_SCHEMA
+    # set with `error`: "neuron" (stops where Trainium stops), "stand_in" (a limitation of the stand-in, never a
+    # neuron failure), "target" (the user's code or model), "timeout" / "memory" / "crash" (the bounded child)
+    error_kind: str | None = None
 
 
 # --- JSON round trip -------------------------------------------------------------------------------------
@@ -361,6 +364,7 @@ class OpSource:
     calls: int
     error: str | None = None
     notes: tuple[str, ...] = ()
+    error_kind: str | None = None  # as in TraceResult: "stand_in" is a stand-in limitation, not a neuron failure
 
 
 @dataclass(frozen=True)

@@ -23,3 +23,20 @@ def run_cli(tmp_path):
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def standin_extension():
+    """Build the C++ stand-in once per test session (and per source hash: the build is cached on disk), so no
+    test pays or times the compile. Skips nothing: without a compiler the pure-Python stand-in is used and the
+    tests that need the C++ one say so."""
+    import subprocess
+
+    from neuron_migrate.opdb.tracer import extension
+
+    if extension.is_built() or extension.missing_tools():
+        return extension.is_built()
+    proc = subprocess.run([sys.executable, "-m", "neuron_migrate.opdb.tracer.extension"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return True

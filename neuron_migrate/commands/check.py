@@ -72,6 +72,7 @@ def check_command(
         raise typer.Exit(EXIT_OK)
     recorded = load_baseline(baseline_path) if baseline_path is not None else None
     verdict = evaluate(findings, ops, policy, recorded)
+    _print_unfinished(traces)
     _print(verdict, baseline_path)
     if junit is not None:
         write_output(render_junit(verdict), junit)
@@ -79,6 +80,17 @@ def check_command(
     if summary is not None:
         write_output(render_markdown(verdict), summary)
     raise typer.Exit(EXIT_OK if verdict.passed else EXIT_FINDINGS)
+
+
+def _print_unfinished(traces: list[TraceResult]) -> None:
+    """Traces that stopped early: the gate only saw their ops up to there; a stand-in limitation is no neuron
+    failure."""
+    console = stderr_console()
+    for trace in traces:
+        if trace.error:
+            what = ("stand-in limitation, not a neuron failure" if trace.error_kind == "stand_in"
+                    else "fails on neuron" if trace.error_kind == "neuron" else "did not finish")
+            console.print(f"  trace {escape(trace.target)}: [yellow]{what}[/]: {escape(trace.error)}")
 
 
 def _print(verdict, baseline_path: Path | None) -> None:

@@ -16,7 +16,10 @@ from neuron_migrate.model import STATUSES, OpUse, TraceResult, to_json
 
 _WHERE = {
     "torch-neuronx": "a real Neuron device (torch-neuronx tracking API)",
-    "stand-in": "the CPU stand-in neuron device (its native set is the opdb snapshot's)",
+    "stand-in": "the stand-in neuron device (C++ PrivateUse1 backend on the CPU; its native set is the opdb "
+                "snapshot's)",
+    "stand-in-python": "the pure-Python stand-in neuron device (the C++ one could not be built here; its native "
+                       "set is the opdb snapshot's)",
     "fake": "FakeTensorMode on neuron (no data, nothing executed: ops are predicted, not observed)",
 }
 
@@ -44,26 +47,33 @@ def trace_command(
     timeout: float = typer.Option(600.0, "--timeout", help="seconds before the traced process is killed"),
     max_memory: int | None = typer.Option(None, "--max-memory", help="address-space limit of the traced "
                                              "process, in MB"),
+    steps: int | None = typer.Option(None, "--steps", help="scripts: stop after N optimizer steps (0: run to "
+                                     "the end; default: once a step adds no new op)"),
     output_format: str = typer.Option("text", "--format", help="text (summary on stderr) or json"),
     output: Path | None = typer.Option(None, "--output", "-o", help="write the JSON result to this file"),
     top: int = typer.Option(10, "--top", help="how many non-native ops to list in the text summary"),
 ) -> None:
-    from neuron_migrate.opdb.targets import TargetSpec
-    from neuron_migrate.opdb.trace import TraceOptions, run_trace
+    from neuron_migrate.opdb.tracer.targets import TargetSpec
+    from neuron_migrate.opdb.tracer.runner import TraceFailed, TraceOptions, run_trace
 
     if output_format not in ("text", "json"):
         raise UsageError(f"--format {output_format}: use text or json")
     if top < 0:
         raise UsageError(f"--top {top}: give 0 or more")
     spec = TargetSpec.parse(target, tuple(script_args or ()), hf, hf_config)
+    if steps is not None and spec.kind != "script":
+        raise UsageError(f"--steps only applies to scripts; {spec.label} is traced for one step")
     options = TraceOptions(device=device, fake=fake, inference=inference, opdb=opdb, timeout=timeout,
-                           max_memory_mb=max_memory, root=".")
+                           max_memory_mb=max_memory, root=".", steps=steps)
     console = stderr_console()
-    if console.is_terminal:
-        with console.status(f"tracing {spec.label} …"):
+    try:
+        if console.is_terminal:
+            with console.status(f"tracing {spec.label} …"):
+                result = run_trace(spec, options)
+        else:
             result = run_trace(spec, options)
-    else:
-        result = run_trace(spec, options)
+    except TraceFailed as err:
+        raise TraceFailed(failure_line(str(err), err.kind), err.kind) from None
     text = to_json(result)
     if output is not None:
         try:
@@ -74,6 +84,14 @@ def trace_command(
         sys.stdout.write(text)
     if output_format == "text":
         render_summary(result, console, top)
+
+
+def failure_line(message: str, kind: str | None) -> str:
+    """The one line for a trace that did not finish, saying whether it is a neuron failure."""
+    if kind == "stand_in":
+        return (f"{message} — a limitation of the stand-in device, not of Trainium: the trace says nothing "
+                "about neuron past this point")
+    return message
 
 
 def render_summary(result: TraceResult, console: Console, top: int = 10) -> None:

@@ -234,7 +234,7 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
     """Trace every selected architecture in every mode (cached ones are reused). `on_plan` gets the
     architecture list once it is known; `on_record` is called with each raw record as it ends."""
     from neuron_migrate.opdb.db import load_snapshot, snapshot_to_dict
-    from neuron_migrate.opdb.targets import hf_config_kwargs
+    from neuron_migrate.opdb.tracer.targets import hf_config_kwargs
 
     options.check()
     snapshot = load_snapshot(options.opdb)

@@ -33,7 +33,8 @@ def preload() -> dict[str, Any]:
     import transformers.modeling_utils
 
     from neuron_migrate.fleet.enumerate import TASKS, read_mappings
-    from neuron_migrate.opdb import child, device, hf_inputs, hf_tiny, recorder, targets  # noqa: F401
+    from neuron_migrate.opdb import hf_inputs, hf_tiny  # noqa: F401
+    from neuron_migrate.opdb.tracer import child, device, recorder, targets  # noqa: F401
 
     for _, auto_class in TASKS.values():
         getattr(transformers, auto_class)  # resolve transformers' lazy attributes before forking

@@ -1,6 +1,6 @@
 """What one forked child of the fleet server does: register the device, trace one architecture, write a record.
 
-It reuses the `trace` machinery unchanged (`opdb.child.select_backend` and `trace_one`, `opdb.targets` for the
+It reuses the `trace` machinery unchanged (`opdb.tracer.child.select_backend` and `trace_one`, `opdb.tracer.targets` for the
 tiny config), so a fleet entry is the same TraceResult `trace --hf MODEL_TYPE` gives. Two additions:
 
 - the stage (build / step / cpu-check) is written to a file before each stage, so the server can say where a
@@ -33,7 +33,8 @@ def _set_stage(path: Path, stage: str) -> None:
 def build_for_task(model_type: str, overrides: dict[str, Any], device: Any, task: str) -> Any:
     """A tiny model of `model_type` built by the task's Auto class, through the same `opdb.hf_inputs.build` that
     `trace --hf` uses (so the config and inputs are the same; only the head differs when the classes do)."""
-    from neuron_migrate.opdb import hf_inputs, targets
+    from neuron_migrate.opdb import hf_inputs
+    from neuron_migrate.opdb.tracer import targets
 
     if task == DIFFUSERS:
         from neuron_migrate.fleet import diffusers_models
@@ -81,7 +82,7 @@ def _failing_op(err: BaseException) -> dict[str, Any]:
         func = frame.f_locals.get("func") if frame.f_code.co_name == "__torch_dispatch__" else None
         if func is None:
             continue
-        from neuron_migrate.opdb.recorder import op_dtypes, op_name
+        from neuron_migrate.opdb.tracer.recorder import op_dtypes, op_name
 
         name = op_name(func)
         if name:
@@ -99,10 +100,10 @@ def _short(filename: str) -> str:
 
 
 def _plain_step(work: Any, inference: bool) -> None:
-    """The step `opdb.child.run_step` records, with nothing recording it: plain eager PyTorch."""
+    """The step `opdb.tracer.child.run_step` records, with nothing recording it: plain eager PyTorch."""
     import torch
 
-    from neuron_migrate.opdb.child import _call, _default_loss
+    from neuron_migrate.opdb.tracer.child import _call, _default_loss
 
     if inference:
         work.model.eval()
@@ -122,8 +123,8 @@ def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> d
     recorder causes (the tracing harness, not the device, is at fault)."""
     import torch
 
-    from neuron_migrate.opdb.child import run_step
-    from neuron_migrate.opdb.recorder import OpRecorder
+    from neuron_migrate.opdb.tracer.child import run_step
+    from neuron_migrate.opdb.tracer.recorder import OpRecorder
 
     def attempt(step: Any) -> str | None:
         try:
@@ -145,7 +146,7 @@ def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> d
 def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage_file: Path) -> dict[str, Any]:
     """Trace one architecture in this (forked) process; always returns a record, never raises."""
     global _ORIGINAL_BUILD
-    from neuron_migrate.opdb import child, targets
+    from neuron_migrate.opdb.tracer import child, targets
 
     if "inference" in job:  # `--mode both` sends each architecture twice, once per mode
         options = {**options, "inference": job["inference"]}

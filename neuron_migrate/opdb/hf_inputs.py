@@ -1,6 +1,6 @@
 """The model and the inputs of one step for a tiny transformers architecture (configs: `opdb.hf_tiny`).
 
-`trace --hf MODEL_TYPE` (through `opdb.targets.build_hf`) and every `fleet hf` task build here, so a fleet entry is
+`trace --hf MODEL_TYPE` (through `opdb.tracer.targets.build_hf`) and every `fleet hf` task build here, so a fleet entry is
 the model `trace --hf` traces, with the task's head. Inputs follow the model's main input: token ids that avoid
 the special tokens (with the same ids as labels), pixel values with class labels, one second of 16 kHz audio or
 log-mel features of the length the encoder expects, with a few label tokens.

@@ -3,7 +3,7 @@ a snapshot of what was observed.
 
 The work happens in a CHILD process (`python -m neuron_migrate.opdb.probe`): registering a device is
 process-wide and permanent. The child uses the real device when torch_neuronx is importable and a device is
-present, else the project's stand-in (`neuron_migrate.opdb.device`, installed with a chosen snapshot). For each
+present, else the project's stand-in (`neuron_migrate.opdb.tracer.device`, installed with a chosen snapshot). For each
 (op, dtype) sample it reads the device's tracking API around the op call and decides:
 
 - the call raised -> `unsupported` for the op the error names (`aten::...`), else for the OpInfo's base name,
@@ -171,12 +171,12 @@ class _Device:
             self.kind, self.api, self.pre_release, self.configured = "torch-neuronx", real, False, ""
             self.neuronx_version = getattr(real, "__version__", "unknown")
         else:
-            from neuron_migrate.opdb import device
+            from neuron_migrate.opdb.tracer import device
             from neuron_migrate.opdb.db import load_snapshot
 
             snap = load_snapshot(opts.opdb)
-            device.install(snap)
-            self.kind, self.api, self.pre_release = "stand-in", device, snap.pre_release
+            self.kind = device.install(snap)
+            self.api, self.pre_release = device, snap.pre_release
             self.configured = snap.version if opts.opdb is None else str(opts.opdb)
             self.neuronx_version = f"stand-in configured from opdb {snap.version}"
 

@@ -101,6 +101,7 @@ def build_report(
             calls=sum(u.count for u in t.ops),
             error=t.error,
             notes=t.notes,
+            error_kind=t.error_kind,
         )
         for t in traces
     )

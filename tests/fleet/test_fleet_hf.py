@@ -25,8 +25,8 @@ _RANK = {"native": 0, "unknown": 1, "cpu_fallback": 2, "unsupported": 3}
 REFERENCE = textwrap.dedent("""
     import json, sys
     from neuron_migrate.model import to_dict
-    from neuron_migrate.opdb.targets import TargetSpec
-    from neuron_migrate.opdb.trace import TraceOptions, run_traces
+    from neuron_migrate.opdb.tracer.targets import TargetSpec
+    from neuron_migrate.opdb.tracer.runner import TraceOptions, run_traces
     specs = [TargetSpec.parse(None, (), hf=m) for m in sys.argv[1].split(",")]
     print(json.dumps([to_dict(r) for r in run_traces(specs, TraceOptions(inference=True, timeout=300))]))
 """)

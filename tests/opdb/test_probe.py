@@ -95,6 +95,6 @@ def test_probe_on_stand_in_matches_its_configured_op_set(probed):
 
 def test_probe_snapshot_records_failure_text_and_provenance(probed):
     sin = probed.entries()["aten::sin"]
-    assert sin.dtypes["float32"].note.startswith("RuntimeError: aten::sin (float32) is not supported")
+    assert sin.dtypes["float32"].note.startswith("RuntimeError: fails on neuron: aten::sin (float32) is not supported")
     assert sin.source.startswith("probe:stand-in:") and "torch 2." in sin.source
     assert probed.version == "probe-test" and probed.unlisted is None

@@ -43,6 +43,7 @@ def _originals_and_references(original_dir: Path, base: Path) -> dict[str, Run]:
     """The references and the scripts as written, in one interpreter (they share no state that matters)."""
     jobs = {f"reference/{n}": (REFERENCES / f"{n}.py", [], base) for n in NAMES}
     jobs["reference/amp_trainer_fp16"] = (REFERENCES / "amp_trainer.py", ["--autocast", "float16"], base)
+    jobs["reference/benchmark_device_rng"] = (REFERENCES / "benchmark.py", ["--device-generator"], base)
     jobs.update({f"original/{n}": (original_dir / f"{n}.py", [], original_dir) for n in NAMES})
     return run_batch(jobs, base)
 
@@ -79,7 +80,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
         original_dir=original_dir,
         rewritten_dir=rewritten_dir,
         originals={n: batch[f"original/{n}"] for n in NAMES},
-        references={n: batch[f"reference/{n}"] for n in (*NAMES, "amp_trainer_fp16")},
+        references={n: batch[f"reference/{n}"] for n in (*NAMES, "amp_trainer_fp16", "benchmark_device_rng")},
         fix=first["fix"],
         rewritten_sources=rewritten_sources,
         second_fix=second["second_fix"],

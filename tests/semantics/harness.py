@@ -38,7 +38,7 @@ _LEFT = re.compile(r"^\s+(\S+?\.py):(\d+):\d+ (NM\d{3}) ")
 # Runs the script the way `python script.py` does, after registering the stand-in `neuron` device.
 STANDIN_WRAPPER = """\
 import os, runpy, sys
-from neuron_migrate.opdb import device
+from neuron_migrate.opdb.tracer import device
 device.install()
 script = sys.argv[1]
 sys.argv = sys.argv[1:]

@@ -1,6 +1,6 @@
-"""The rewritten scripts run on the stand-in `neuron` device (neuron_migrate/opdb/device.py) unchanged.
+"""The rewritten scripts run on the stand-in `neuron` device (neuron_migrate/opdb/tracer/device.py) unchanged.
 
-Each runs in a child interpreter that first calls `neuron_migrate.opdb.device.install()` and then runs the
+Each runs in a child interpreter that first calls `neuron_migrate.opdb.tracer.device.install()` and then runs the
 script with runpy, so the script's own `torch.accelerator` code picks `neuron`. Its losses must match the CPU
 reference closely (the stand-in computes on CPU, but composite ops decompose the PrivateUse1 way) and it must
 report its tensors on `neuron`.
@@ -18,28 +18,20 @@ from tests.semantics.harness import NAMES, STANDIN_WRAPPER, Gap, run, run_all
 
 pytestmark = [
     pytest.mark.skipif(
-        importlib.util.find_spec("neuron_migrate.opdb.device") is None,
-        reason="the stand-in neuron device (neuron_migrate/opdb/device.py) is not there yet",
+        importlib.util.find_spec("neuron_migrate.opdb.tracer.device") is None,
+        reason="the stand-in neuron device (neuron_migrate/opdb/tracer/device.py) is not there yet",
     ),
     pytest.mark.xdist_group("semantics"),
+    pytest.mark.usefixtures("standin_extension"),  # build the C++ stand-in before the scripts start
 ]
 
-# Where the stand-in itself falls short (not a rewrite bug: the rewritten code is what CUDA/neuron users want).
-STANDIN_GAPS = {
-    "benchmark": Gap(
-        "stand-in limitation: torch.accelerator.empty_cache / memory stats raise 'Allocator for neuron is not a "
-        "DeviceAllocator' (no device allocator can be registered from Python); synchronize and "
-        "Event.elapsed_time are not supported either",
-        "is not a DeviceAllocator",
-    ),
-    "string_device": Gap(
-        "stand-in limitation: DataLoader(pin_memory=True) on neuron needs a pinned-memory allocator "
-        "(getPinnedMemoryAllocator), which a pure-Python PrivateUse1 hook cannot provide",
-        "getPinnedMemoryAllocator",
-    ),
-}
+#: Where the stand-in itself falls short (none since the C++ stand-in: synchronize, events, allocator statistics
+#: and pinned memory work; the pure-Python fallback's gaps are covered in tests/trace/test_device.py)
+STANDIN_GAPS: dict[str, Gap] = {}
 #: float16 autocast on the device vs on CPU: same casts for linear/matmul, different policy lists elsewhere
 REL_TOL = {"amp_trainer": 1e-4}
+#: which reference a script's run on neuron is compared with
+REFERENCE = {"amp_trainer": "amp_trainer_fp16", "benchmark": "benchmark_device_rng"}
 #: what the script prints about its tensors on neuron
 DEVICE_LINE = {"amp_trainer": "device neuron logits torch.float16"}
 
@@ -57,7 +49,8 @@ def standin_runs(workspace):
 def test_rewritten_script_runs_on_standin_neuron(workspace, standin_runs, name):
     on_neuron = standin_runs[name]
     # The mixed-precision script really autocasts on an accelerator: compare with the float16 reference.
-    reference = workspace.references["amp_trainer_fp16" if name == "amp_trainer" else name]
+    # The benchmark draws its batch on the device: from the device's own generator, as on CUDA.
+    reference = workspace.references[REFERENCE.get(name, name)]
     if on_neuron.returncode != 0 and name in STANDIN_GAPS:
         STANDIN_GAPS[name].check(on_neuron.stderr)
     assert on_neuron.returncode == 0, on_neuron.describe()

@@ -16,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-def run_python(code: str, cwd: Path = ROOT, timeout: float = 300) -> dict:
-    """Run `code` in a new interpreter; it must print one JSON object as its last stdout line."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+def run_python(code: str, cwd: Path = ROOT, timeout: float = 300, standin: str = "auto") -> dict:
+    """Run `code` in a new interpreter; it must print one JSON object as its last stdout line. `standin`
+    picks the stand-in device the code installs (auto, cpp, python)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+           "NEURON_MIGRATE_STANDIN": standin}
     # end like the trace child does (os._exit after the output): torch can abort in teardown after the stand-in
     # ran autograd, which says nothing about the code under test
     code = textwrap.dedent(code) + "\nimport os as _os, sys as _sys\n_sys.stdout.flush()\n_os._exit(0)\n"
@@ -39,3 +41,9 @@ def marker_line(path: Path, marker: str) -> int:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _built_standin(standin_extension):
+    """Every test here may start a stand-in child: build the C++ extension first, once."""
+    return standin_extension

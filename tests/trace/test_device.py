@@ -1,4 +1,5 @@
-"""The stand-in `neuron` device, exercised in a fresh interpreter (registration is permanent for a process)."""
+"""The stand-in `neuron` device, exercised in a fresh interpreter (registration is permanent for a process):
+the same checks on the C++ stand-in and on the pure-Python fallback."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from tests.trace.conftest import run_python
 
 DEVICE_CHECKS = r'''
 import json, torch
-from neuron_migrate.opdb import device
+from neuron_migrate.opdb.tracer import device
 from neuron_migrate.opdb.db import snapshot_from_dict
 
 snap = snapshot_from_dict({
@@ -24,7 +25,7 @@ snap = snapshot_from_dict({
 }, "test")
 out = {}
 out["before"] = str(torch.accelerator.current_accelerator())
-device.install(snap)
+out["kind"] = device.install(snap)
 device.install(snap)  # idempotent
 x = torch.empty(3, device="neuron")
 out["empty"] = [str(x.device), type(x).__name__]
@@ -94,14 +95,20 @@ print(json.dumps(out))
 '''
 
 
-@pytest.fixture(scope="module")
-def checks():
-    return run_python(DEVICE_CHECKS)
+KINDS = {"cpp": ("stand-in", "Tensor", "Parameter"), "python": ("stand-in-python", "NeuronTensor", "NeuronTensor")}
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def checks(request):
+    result = run_python(DEVICE_CHECKS, standin=request.param)
+    result["expected"] = KINDS[request.param]
+    return result
 
 
 def test_registers_neuron_only_in_the_child(checks):
     assert checks["before"] == "None"
-    assert checks["empty"] == ["neuron:0", "NeuronTensor"]
+    assert checks["kind"] == checks["expected"][0]
+    assert checks["empty"] == ["neuron:0", checks["expected"][1]]
     assert checks["accelerator"] == ["neuron", True, 1]
     assert checks["tensor"] == [1, 2]
 
@@ -119,7 +126,7 @@ def test_unsupported_op_raises_naming_op_and_dtype(checks):
 
 
 def test_model_trains_and_computes_like_cpu(checks):
-    assert checks["param"] == ["NeuronTensor", "neuron:0", True]
+    assert checks["param"] == [checks["expected"][2], "neuron:0", True]
     assert checks["trained"] == [True, True]
     assert checks["same_math"] is True
 
@@ -150,7 +157,7 @@ def test_composite_result_resized_by_an_out_callee_keeps_its_shape():
     # through logsumexp.out, which resizes it; autograd must see the real shape (it once saw [0]).
     result = run_python("""
         import json, torch
-        from neuron_migrate.opdb import device
+        from neuron_migrate.opdb.tracer import device
         device.install()
         x = torch.randn(4, 8, device="neuron", requires_grad=True)
         y = torch.logsumexp(x, dim=-1)
@@ -162,3 +169,84 @@ def test_composite_result_resized_by_an_out_callee_keeps_its_shape():
     """)
     assert result["shape"] == [4] and result["grad"] == [4, 8] and result["close"]
     assert "aten::logsumexp.out" in result["fallbacks"]
+
+
+def test_cpu_dtype_gaps_follow_the_opdb():
+    # histc and mm are native in this snapshot, addmm is a CPU fallback, bitwise_and has no exact wider dtype
+    result = run_python(r"""
+        import json, torch
+        from neuron_migrate.opdb.tracer import device
+        from neuron_migrate.opdb.db import snapshot_from_dict
+        snap = snapshot_from_dict({"schema": "neuron-migrate/opdb/1", "version": "gaps", "torch_neuronx_version": "t",
+            "pre_release": False, "unlisted": None, "ops": {
+            "aten::histc": {"status": "native"}, "aten::mm": {"status": "native"},
+            "aten::addmm": {"status": "cpu_fallback"}, "aten::bitwise_and.Tensor": {"status": "native"}}}, "t")
+        device.install(snap)
+        out = {}
+        x = torch.tensor([1, 2, 2, 3, 7], dtype=torch.int32, device="neuron")
+        h = torch.histc(x, bins=3, min=1, max=3)
+        out["histc"] = [str(h.device), str(h.dtype), h.cpu().tolist()]
+        m = torch.tensor([[True, False], [False, False]], device="neuron")
+        out["mm"] = (m @ m).cpu().tolist()
+        out["widened"] = {f"{op}/{','.join(d)}": note for (op, d), note in device.get_widened_ops().items()}
+        def fails(fn):
+            try:
+                fn()
+            except Exception as err:
+                return f"{type(err).__name__}: {err}"
+        out["addmm"] = fails(lambda: torch.addmm(m, m, m))
+        f = torch.ones(2, device="neuron")
+        out["bitwise"] = fails(lambda: torch.bitwise_and(f, f))
+        big = torch.tensor([2**60, 1], device="neuron")
+        out["histc_int64"] = torch.histc(torch.tensor([1, 3], device="neuron"), bins=2, min=1, max=3).cpu().tolist()
+        out["histc_big"] = fails(lambda: torch.histc(big, bins=2, min=0, max=1))
+        out["executed"] = sorted(device.get_executed_ops())
+        print(json.dumps(out))
+    """, standin="cpp")
+    assert result["histc"] == ["neuron:0", "torch.int32", [1, 2, 1]]  # 7 is outside [1, 3]: not counted
+    assert result["mm"] == [[True, False], [False, False]]
+    assert "float64" in result["widened"]["aten::histc/int32"] and "aten::mm/bool" in result["widened"]
+    assert {"aten::histc", "aten::mm"} <= set(result["executed"])  # recorded as native
+    assert result["addmm"].startswith("RuntimeError: fails on neuron: aten::addmm (bool) runs through the CPU fallback")
+    assert "stand-in limitation: aten::bitwise_and.Tensor (float32) is native" in result["bitwise"]
+    assert result["histc_int64"] == [1, 1]  # int64 widened to float64: exact below 2**53
+    assert "stand-in limitation: aten::histc (int64)" in result["histc_big"]  # 2**60 is not exact in float64
+
+
+def test_torch_neuron_module_on_the_cpp_stand_in():
+    result = run_python(r"""
+        import json, torch
+        from neuron_migrate.opdb.tracer import device
+        device.install()
+        n, out = torch.neuron, {}
+        out["device"] = [n.is_available(), n.device_count(), n.current_device(), n.is_bf16_supported()]
+        n.manual_seed(5); a = torch.randn(4, device="neuron").cpu()
+        state = n.get_rng_state(); b = torch.randn(4, device="neuron").cpu()
+        n.set_rng_state(state); c = torch.randn(4, device="neuron").cpu()
+        out["rng"] = [n.initial_seed(), torch.equal(b, c), not torch.equal(a, b), str(state.dtype)]
+        n.manual_seed(5); out["reseeded"] = torch.equal(torch.randn(4, device="neuron").cpu(), a)
+        s = n.Stream()
+        with n.stream(s):
+            out["stream"] = n.current_stream() == s
+        out["default_stream"] = n.default_stream().stream_id == 0 and n.current_stream() != s
+        x = torch.ones(1024, device="neuron")
+        x.record_stream(s)
+        start, end = n.Event(enable_timing=True), n.Event(enable_timing=True)
+        start.record(); (x * 2).sum(); end.record(); n.synchronize()
+        out["elapsed"] = start.elapsed_time(end) >= 0
+        out["memory"] = [n.memory_allocated() >= 4096, n.max_memory_allocated() >= n.memory_allocated(),
+                         n.memory_reserved() >= n.memory_allocated(), "allocated_bytes.all.current" in n.memory_stats()]
+        out["summary"] = n.memory_summary().splitlines()[0]
+        props = n.get_device_properties()
+        free, total = n.mem_get_info()
+        out["props"] = [props.total_memory == total, 0 < free <= total, "stand-in" in props.name]
+        del x; n.empty_cache(); n.reset_peak_memory_stats(); n.reset_accumulated_memory_stats()
+        out["tracking"] = "aten::record_stream" in n.get_executed_ops() | n.get_fallback_ops()
+        print(json.dumps(out))
+    """, standin="cpp")
+    assert result["device"] == [True, 1, 0, True]
+    assert result["rng"] == [5, True, True, "torch.uint8"] and result["reseeded"]
+    assert result["stream"] and result["default_stream"] and result["elapsed"]
+    assert result["memory"] == [True, True, True, True]
+    assert result["summary"] == "neuron:0 memory summary (stand-in)"
+    assert result["props"] == [True, True, True] and result["tracking"]

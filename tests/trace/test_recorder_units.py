@@ -12,7 +12,7 @@ from rich.console import Console
 from neuron_migrate.commands.trace import render_summary
 from neuron_migrate.model import CallSite, Coverage, OpUse, TraceResult
 from neuron_migrate.opdb.db import snapshot_from_dict
-from neuron_migrate.opdb.recorder import SiteFinder, op_name, op_route, worst_support
+from neuron_migrate.opdb.tracer.recorder import SiteFinder, op_name, op_route, worst_support
 
 SNAPSHOT = snapshot_from_dict({
     "schema": "neuron-migrate/opdb/1", "version": "unit-1", "torch_neuronx_version": "x", "pre_release": True,

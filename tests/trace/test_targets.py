@@ -6,7 +6,7 @@ import pytest
 
 from neuron_migrate.errors import UsageError
 from neuron_migrate.opdb.hf_tiny import HF_OVERRIDES
-from neuron_migrate.opdb.targets import TargetSpec, hf_config_kwargs, parse_hf_config
+from neuron_migrate.opdb.tracer.targets import TargetSpec, hf_config_kwargs, parse_hf_config
 
 
 def test_function_targets_module_and_path_forms(tmp_path, monkeypatch):

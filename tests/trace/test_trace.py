@@ -11,8 +11,8 @@ import pytest
 
 from neuron_migrate.errors import TargetError, UsageError
 from neuron_migrate.model import Coverage, TraceResult, from_json
-from neuron_migrate.opdb.targets import TargetSpec
-from neuron_migrate.opdb.trace import TraceOptions, run_trace, run_traces
+from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace, run_traces
+from neuron_migrate.opdb.tracer.targets import TargetSpec
 from tests.trace.conftest import FIXTURES, ROOT, marker_line
 
 HF_MODELS = ("llama", "gpt2", "qwen2", "mistral", "gemma", "t5")
@@ -102,6 +102,7 @@ def test_bad_function_targets_fail_alone(stand_in):
         f"{SITES}:not_a_model"].error
     assert "has no function 'missing'" in stand_in[f"{SITES}:missing"].error
     assert "has no such model_type" in stand_in["no_such_model_type"].error
+    assert {stand_in[k].error_kind for k in (f"{SITES}:missing", "no_such_model_type")} == {"target"}
     assert stand_in["llama"].error is None  # the others in the same child were unaffected
 
 
@@ -171,19 +172,22 @@ def test_crash_in_user_code_is_one_line():
         run_trace(TargetSpec("script", "tests/trace/fixtures/crash.py"), TraceOptions(root=str(ROOT)))
     assert "ValueError: boom in user code" in str(err.value) and "crash.py:2" in str(err.value)
     assert "\n" not in str(err.value)
+    assert err.value.kind == "target"  # the user's code failed, not the device
 
 
 def test_timeout_kills_the_child():
     start = time.monotonic()
-    with pytest.raises(TargetError, match=r"sleepy.py: timed out after 5 s \(raise --timeout"):
+    with pytest.raises(TargetError, match=r"sleepy.py: timed out after 5 s \(raise --timeout") as err:
         run_trace(TargetSpec("script", "tests/trace/fixtures/sleepy.py"), TraceOptions(root=str(ROOT), timeout=5))
+    assert err.value.kind == "timeout"
     assert time.monotonic() - start < 60  # the script sleeps 120 s: it was killed, not waited for
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS semantics")
 def test_memory_limit_is_reported_as_out_of_memory():
-    with pytest.raises(TargetError, match=r"ran out of memory \(limit --max-memory 1500 MB\) at .*hog.py:3"):
+    with pytest.raises(TargetError, match=r"ran out of memory \(limit --max-memory 1500 MB\) at .*hog.py:3") as err:
         run_trace(TargetSpec("script", "tests/trace/fixtures/hog.py"), TraceOptions(root=str(ROOT), max_memory_mb=1500))
+    assert err.value.kind == "memory"
 
 
 def test_bad_options_are_usage_errors():

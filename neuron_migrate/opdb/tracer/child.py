@@ -1,17 +1,18 @@
-"""The traced side of `neuron-migrate trace`: runs in its own interpreter (`python -m neuron_migrate.opdb.child
-REQUEST.json`), because registering a device is permanent for a process and user code may crash or hang.
+"""The traced side of `neuron-migrate trace`: runs in its own interpreter (`python -m
+neuron_migrate.opdb.tracer.child REQUEST.json`), because registering a device is permanent for a process and
+user code may crash or hang.
 
-The request names the targets and options; the child writes one TraceResult JSON object per target (a failed
-target carries `error`) to the request's `result` path. Nothing here runs in the CLI process.
+The request is a `TraceRequest` (options.py); the child writes one TraceResult JSON object per target (a failed
+target carries `error` and `error_kind`) to the request's `result` path. Nothing here runs in the CLI process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import resource
-import runpy
 import sys
 import traceback
 from collections.abc import Callable
@@ -21,21 +22,36 @@ from typing import Any
 from neuron_migrate import __version__
 from neuron_migrate.errors import NeuronMigrateError, TargetError
 from neuron_migrate.model import PHASES, Coverage, TraceResult, to_dict
+from neuron_migrate.opdb.tracer.options import TraceOptions, TraceRequest
+from neuron_migrate.opdb.tracer.verdicts import STAND_IN_PREFIX, kind_of
 
 _CUDA_WORDS = ("cuda", "nccl", "nvidia", "cudnn")
 _OOM_WORDS = ("can't allocate memory", "Cannot allocate memory", "bad_alloc", "out of memory")
 
 
+class StepError(TargetError):
+    """A target that failed, with the error kind (`verdicts.ERROR_KINDS`) the result records."""
+
+    def __init__(self, message: str, kind: str = "target") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class Backend:
-    """Where ops run and how to ask which ran natively: the real torch-neuronx, the stand-in, or nothing (fake)."""
+    """Where ops run and how to ask which ran natively: the real torch-neuronx, a stand-in, or nothing (fake)."""
 
     def __init__(self, kind: str, module: Any) -> None:
-        self.kind = kind  # "torch-neuronx" | "stand-in" | "fake"
+        self.kind = kind  # "torch-neuronx" | "stand-in" | "stand-in-python" | "fake"
         self.module = module
 
     def clear(self) -> None:
         if self.module is not None:
             self.module.clear_op_tracking()
+
+    def widened(self) -> dict[tuple[str, tuple[str, ...]], str]:
+        """(op, dtypes) the stand-in computed in a wider dtype, with the note (none on a real device)."""
+        get = getattr(self.module, "get_widened_ops", None)
+        return get() if get is not None else {}
 
     def observed(self) -> tuple[Callable[[str], str | None] | None, tuple[str, ...]]:
         """`op -> observed status` and the sorted fallback names, from the device's tracking API."""
@@ -79,10 +95,10 @@ def select_backend(device: str, fake: bool, snapshot: Any) -> Backend:
             raise TargetError("torch-neuronx is installed but no Neuron device is visible (check `neuron-ls`); "
                               "run on a Trn2/Trn3 instance, or pass --device stand-in")
         return Backend("fake", None) if fake else Backend("torch-neuronx", torch_neuronx)
-    from neuron_migrate.opdb import device as stand_in
+    from neuron_migrate.opdb.tracer import device as stand_in
 
-    stand_in.install(snapshot, keep_going=True)
-    return Backend("fake", None) if fake else Backend("stand-in", stand_in)
+    kind = stand_in.install(snapshot, keep_going=True)
+    return Backend("fake", None) if fake else Backend(kind, stand_in)
 
 
 # --- running one target ---------------------------------------------------------------------------------------
@@ -112,7 +128,7 @@ def run_step(work: Any, recorder: Any, inference: bool) -> None:
     """One recorded step: forward (+ loss), then backward and the optimizer step unless `inference`."""
     import torch
 
-    from neuron_migrate.opdb.recorder import recording
+    from neuron_migrate.opdb.tracer.recorder import recording
 
     if inference:
         work.model.eval()
@@ -129,65 +145,59 @@ def run_step(work: Any, recorder: Any, inference: bool) -> None:
         optimizer.zero_grad()
 
 
-def run_script(spec: Any, recorder: Any) -> None:
-    """Run a script as __main__ with its arguments, recording everything it does."""
-    from neuron_migrate.opdb.recorder import recording
-
-    path = Path(spec.ref).resolve()
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [spec.ref, *spec.args]
-    sys.path.insert(0, str(path.parent))
-    try:
-        with recording(recorder):
-            runpy.run_path(str(path), run_name="__main__")
-    except SystemExit as exit_:
-        if exit_.code not in (None, 0):
-            raise TargetError(f"{spec.ref} exited with status {exit_.code}") from None
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-
-
-def limit_text(options: dict[str, Any]) -> str:
-    limit = options.get("max_memory_mb")
+def limit_text(options: TraceOptions) -> str:
+    limit = options.max_memory_mb
     return f" (limit --max-memory {limit} MB)" if limit else ""
 
 
-def _user_error(spec: Any, err: BaseException, options: dict[str, Any]) -> TargetError:
-    """One line for an exception in user code: where it happened and, for CUDA requests, the fix."""
-    from neuron_migrate.opdb.recorder import SiteFinder
+def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepError:
+    """One line for an exception in user code: where it happened, what kind of failure it is, and the fix."""
+    from neuron_migrate.opdb.tracer.recorder import SiteFinder
 
-    finder = SiteFinder(options["root"])
+    finder = SiteFinder(options.root)
     where = ""
     for frame, line in traceback.walk_tb(err.__traceback__):
         shown = finder.display_name(frame.f_code.co_filename)
         if shown is not None and not shown.startswith("<"):
             where = f"{shown}:{line}"
-    message = " ".join(str(err).split())[:300] or type(err).__name__
-    if any(word in message for word in _OOM_WORDS):
-        return TargetError(f"{spec.label}: ran out of memory{limit_text(options)} at {where or '?'}; raise "
-                           "--max-memory or trace with --fake")
-    if any(word in message.lower() for word in _CUDA_WORDS):
+    message = " ".join(str(err).split())[:400] or type(err).__name__
+    kind = kind_of(message)
+    if kind == "target" and ("NeuronTensor" in message or _inside_python_stand_in(err)):
+        # the wrapper tensors of the pure-Python stand-in are not plain tensors (.tolist(), formatting, ...)
+        kind, message = "stand_in", f"{STAND_IN_PREFIX}the pure-Python stand-in failed inside its wrapper: {message}"
+    if kind == "target" and any(word in message for word in _OOM_WORDS):
+        return StepError(f"{spec.label}: ran out of memory{limit_text(options)} at {where or '?'}; raise "
+                         "--max-memory or trace with --fake", "memory")
+    if kind == "target" and any(word in message.lower() for word in _CUDA_WORDS):
         fix = f"neuron-migrate fix {spec.ref}" if spec.kind == "script" else "neuron-migrate fix"
-        return TargetError(f"{where or spec.label}: the code asks for CUDA ({message}); make it device-agnostic "
-                           f"with `{fix}` and trace again")
-    return TargetError(f"{spec.label}: {type(err).__name__}: {message}" + (f" (at {where})" if where else ""))
+        return StepError(f"{where or spec.label}: the code asks for CUDA ({message}); make it device-agnostic "
+                         f"with `{fix}` and trace again")
+    return StepError(f"{spec.label}: {type(err).__name__}: {message}" + (f" (at {where})" if where else ""), kind)
 
 
-def trace_one(spec: Any, options: dict[str, Any], backend: Backend, snapshot: Any) -> TraceResult:
-    """Trace one target; user errors come back as TargetError, data-dependent stops as notes."""
+def _inside_python_stand_in(err: BaseException) -> bool:
+    """Whether the exception was raised inside the pure-Python stand-in's own code (a message naming its wrapper
+    class, NeuronTensor, is the other sign)."""
+    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(err.__traceback__)]
+    return bool(frames) and frames[-1].endswith(os.path.join("tracer", "python_device.py"))
+
+
+def trace_one(spec: Any, options: TraceOptions | dict[str, Any], backend: Backend, snapshot: Any) -> TraceResult:
+    """Trace one target; user errors come back as StepError (a TargetError), data-dependent stops as notes."""
     import torch
 
-    from neuron_migrate.opdb.recorder import OpRecorder
+    from neuron_migrate.opdb.tracer.recorder import OpRecorder
 
-    inference = options["inference"] and spec.kind != "script"
-    recorder = OpRecorder(snapshot, options["root"], device_type="neuron")
+    options = TraceOptions.coerce(options)
+    inference = options.inference and spec.kind != "script"
+    recorder = OpRecorder(snapshot, options.root, device_type="neuron")
     backend.clear()
     torch.manual_seed(0)
     fake_mode = None
     if backend.kind == "fake":
         from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-        from neuron_migrate.opdb.device import allow_foreach
+        from neuron_migrate.opdb.tracer.device import allow_foreach
 
         allow_foreach(FakeTensor)  # fake parameters on neuron take the optimizer path real ones take
         fake_mode = recorder.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -197,7 +207,7 @@ def trace_one(spec: Any, options: dict[str, Any], backend: Backend, snapshot: An
         raise TargetError(f"{spec.label}: ran no op on the neuron device; it picks its device some other way "
                           "(torch.cuda.is_available(), 'cpu'): make it device-agnostic with `neuron-migrate fix`")
     observed, fallbacks = backend.observed()
-    ops = tuple(recorder.uses(snapshot, observed, options.get("top_sites", 10)))
+    ops = tuple(_with_widening(recorder.uses(snapshot, observed, options.top_sites), backend.widened()))
     if spec.kind == "script":
         phases = tuple(p for p in PHASES if p in {use.phase for use in ops})
     else:
@@ -214,17 +224,31 @@ def trace_one(spec: Any, options: dict[str, Any], backend: Backend, snapshot: An
     )
 
 
-def _run_target(spec: Any, options: dict[str, Any], backend: Backend, recorder: Any, inference: bool) -> None:
-    """Build and run the target under the recorder; any failure of user code becomes one TargetError line."""
-    from neuron_migrate.opdb import targets
-    from neuron_migrate.opdb.recorder import TraceStopped
+def _with_widening(uses: list[Any], widened: dict[tuple[str, tuple[str, ...]], str]) -> list[Any]:
+    """Add the stand-in's note to each op use it computed in a wider dtype (status stays the opdb's)."""
+    if not widened:
+        return uses
+    out = []
+    for use in uses:
+        note = widened.get((use.op, tuple(use.dtypes)))
+        if note:
+            use = dataclasses.replace(use, note="; ".join(filter(None, (use.note, note))))
+        out.append(use)
+    return out
+
+
+def _run_target(spec: Any, options: TraceOptions, backend: Backend, recorder: Any, inference: bool) -> None:
+    """Build and run the target under the recorder; any failure of user code becomes one StepError line."""
+    from neuron_migrate.opdb.tracer import targets
+    from neuron_migrate.opdb.tracer.recorder import TraceStopped
+    from neuron_migrate.opdb.tracer.script import run_script
 
     try:
         if spec.kind == "script":
             if recorder.fake_mode is not None:
                 raise TargetError("--fake traces a build function or --hf model, not a script (scripts load "
                                   "data and print values a fake run does not have)")
-            run_script(spec, recorder)
+            recorder.note(run_script(spec, recorder, options.steps).note())
             return
         work = (targets.build_hf(spec.ref, spec.hf_config, "neuron") if spec.kind == "hf"
                 else targets.build_function(spec.ref, "neuron"))
@@ -235,46 +259,48 @@ def _run_target(spec: Any, options: dict[str, Any], backend: Backend, recorder: 
     except NeuronMigrateError:
         raise
     except MemoryError:
-        raise TargetError(f"{spec.label}: ran out of memory{limit_text(options)}; raise --max-memory or trace "
-                          "with --fake") from None
+        raise StepError(f"{spec.label}: ran out of memory{limit_text(options)}; raise --max-memory or trace "
+                        "with --fake", "memory") from None
     except Exception as err:  # noqa: BLE001 - user code can raise anything; it becomes one line
         raise _user_error(spec, err, options) from None
 
 
-def run_request(request: dict[str, Any]) -> list[dict[str, Any]]:
+def failed_result(spec: Any, backend_kind: str, snapshot: Any, err: NeuronMigrateError) -> TraceResult:
+    """The TraceResult of a target that did not finish."""
+    return TraceResult(target=spec.label, device=backend_kind, phases=(), opdb_version=snapshot.version,
+                       opdb_pre_release=bool(snapshot.pre_release), ops=(), coverage=Coverage.of(()),
+                       error=str(err), error_kind=getattr(err, "kind", "target"), tool_version=__version__)
+
+
+def run_request(request: TraceRequest) -> list[dict[str, Any]]:
     """Trace every target of a request in this process; one result dict per target."""
     from neuron_migrate.opdb.db import load_snapshot
-    from neuron_migrate.opdb.targets import TargetSpec
 
-    options = request["options"]
-    snapshot = load_snapshot(options.get("opdb"))
-    backend = select_backend(options["device"], options["fake"], snapshot)
+    options = request.options
+    snapshot = load_snapshot(options.opdb)
+    backend = select_backend(options.device, options.fake, snapshot)
     results = []
-    for item in request["targets"]:
-        spec = TargetSpec(item["kind"], item["ref"], tuple(item["args"]), dict(item["hf_config"]))
+    for spec in request.targets:
         try:
             result = trace_one(spec, options, backend, snapshot)
         except NeuronMigrateError as err:
-            result = TraceResult(target=spec.label, device=backend.kind, phases=(), opdb_version=snapshot.version,
-                                 opdb_pre_release=bool(snapshot.pre_release), ops=(), coverage=Coverage.of(()),
-                                 error=str(err), tool_version=__version__)
+            result = failed_result(spec, backend.kind, snapshot, err)
         results.append(to_dict(result))
     return results
 
 
 def main(argv: list[str]) -> int:
     """Entry point of the child: limit memory, trace, write the result file. Exit 0 when the file is written."""
-    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    limit_mb = request["options"].get("max_memory_mb")
-    if limit_mb:
-        size = int(limit_mb) * 1024 * 1024
+    request = TraceRequest.from_json(Path(argv[1]).read_text(encoding="utf-8"))
+    if request.options.max_memory_mb:
+        size = int(request.options.max_memory_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
-    os.chdir(request["options"]["root"])
+    os.chdir(request.options.root)
     try:
         results = run_request(request)
     except NeuronMigrateError as err:  # backend selection or opdb: nothing was traced
-        results = [{"error": str(err)}]
-    Path(request["result"]).write_text(json.dumps(results), encoding="utf-8")
+        results = [{"error": str(err), "error_kind": getattr(err, "kind", "target")}]
+    Path(request.result).write_text(json.dumps(results), encoding="utf-8")
     return 0
 
 

@@ -1,4 +1,6 @@
-"""A pure-Python stand-in for TorchNeuron's `neuron` device (PrivateUse1), for CPU-only machines.
+"""The pure-Python stand-in for TorchNeuron's `neuron` device (PrivateUse1): the fallback where the C++
+stand-in (`native_device`) cannot be built, e.g. on a machine without a C++ compiler. Results name it
+`stand-in-python`.
 
 Tensors on it are `NeuronTensor` wrappers that claim device `neuron:0` and hold a CPU tensor; every ATen op that
 reaches them runs on CPU. Which ops count as running "on the device" comes from an opdb snapshot: per op and
@@ -10,6 +12,11 @@ and dtype. The tracking calls are the ones torch-neuronx offers: `get_fallback_o
 Because the wrappers claim a PrivateUse1 device, composite ops decompose the way they do on a PrivateUse1 backend
 (e.g. SDPA takes the math path, not CPU flash attention). Registration is process-wide and cannot be undone:
 call `install` only in a child process (the tracer and `opdb probe` do), never in a test runner or the CLI.
+
+What it cannot do, because a Python-only backend has no C++ device guard, allocator or hooks: synchronize,
+events' timing, allocator statistics, `empty_cache`, pinned memory, `torch.Generator("neuron")`, and the
+wrapper tensors are not plain tensors (`.tolist()` / printing of some values, `torch.save` of the wrapper class,
+Dynamo warns). It does not widen dtypes either: a CPU dtype gap of a native op is a stand-in limitation here.
 """
 
 from __future__ import annotations
@@ -19,7 +26,16 @@ from typing import Any
 
 import torch
 
-from neuron_migrate.opdb.recorder import call_op, op_dtypes, op_name, op_route, run_composite, worst_support
+from neuron_migrate.opdb.tracer.autocast import register_autocast
+from neuron_migrate.opdb.tracer.routing import (
+    call_op,
+    op_dtypes,
+    op_name,
+    op_route,
+    run_composite,
+    worst_support,
+)
+from neuron_migrate.opdb.tracer.verdicts import NEURON_PREFIX, STAND_IN_PREFIX
 
 DEVICE_NAME = "neuron"
 _DEVICE = torch.device("cpu")  # replaced by neuron:0 once registered
@@ -88,7 +104,7 @@ def _track(name: str, dtypes: tuple[str, ...]) -> None:
         if not _STATE.keep_going:
             shown = "/".join(dtypes) or "no tensor inputs"
             raise RuntimeError(
-                f"{name} ({shown}) is not supported on the neuron device (opdb {_STATE.snapshot.version}); "
+                f"{NEURON_PREFIX}{name} ({shown}) is not supported on the neuron device (opdb {_STATE.snapshot.version}); "
                 "it has no neuron kernel and no CPU fallback"
             )
         bucket = _STATE.unsupported
@@ -140,8 +156,31 @@ class NeuronTensor(torch.Tensor):
         inputs = {}
         cargs = _unwrap(args, inputs)
         ckwargs = _unwrap(kwargs, inputs)
-        out = call_op(func, cargs, ckwargs)
+        try:
+            out = call_op(func, cargs, ckwargs)
+        except (RuntimeError, NotImplementedError) as err:
+            raise _dtype_gap(name, args, kwargs, err) from None
         return _rewrap(out, inputs, wrap)
+
+
+def _dtype_gap(name: str | None, args: Any, kwargs: Any, err: Exception) -> Exception:
+    """A CPU kernel without the dtype: a neuron failure for a CPU-fallback op, else a stand-in limitation."""
+    text = str(err)
+    if name is None or "not implemented for '" not in text:
+        return err
+    dtypes = op_dtypes(args, kwargs)
+    status = worst_support(_STATE.snapshot, name, dtypes).status
+    shown = "/".join(dtypes) or "no tensor inputs"
+    if status == "cpu_fallback":
+        return RuntimeError(f"{NEURON_PREFIX}{name} ({shown}) runs through the CPU fallback on neuron, and the CPU "
+                            f"kernel does not take this dtype: {text}")
+    return NotImplementedError(f"{STAND_IN_PREFIX}{name} ({shown}) is {status} on neuron in the opdb, but the "
+                               f"pure-Python stand-in computes on the CPU, whose kernel does not take this dtype: {text}")
+
+
+def get_widened_ops() -> dict[tuple[str, tuple[str, ...]], str]:
+    """Ops computed in a wider dtype: never, on this stand-in (see the module docstring)."""
+    return {}
 
 
 def _unwrap(value: Any, seen: dict[int, Any] | None = None) -> Any:
@@ -219,61 +258,6 @@ def _register_kernels(lib: torch.library.Library) -> None:
         overload = func._overloadname
         qualified = func._schema.name.split("::", 1)[1] + ("" if overload == "default" else f".{overload}")
         lib.impl(qualified, _factory(func), "PrivateUse1")
-
-
-# --- autocast: PrivateUse1 has no autocast kernels of its own ------------------------------------------------
-
-# The upstream CUDA policy lists (ATen autocast_mode.cpp), kept as data: ops cast to the autocast dtype, and ops
-# forced to float32. Ops not listed run in whatever dtype their inputs have (the fallthrough below).
-LOWER_PRECISION_OPS = (
-    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
-    "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
-    "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell",
-    "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-)
-FP32_OPS = (
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
-    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
-    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
-    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
-    "pdist", "cdist", "renorm", "logsumexp", "cross_entropy_loss",
-)
-_AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
-
-
-def _cast(value: Any, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        eligible = value.is_floating_point() and value.device.type == DEVICE_NAME and value.dtype != torch.float64
-        return value.to(dtype) if eligible and value.dtype != dtype else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
-    return value
-
-
-def _autocast_kernel(packet: Any, overload: str, to_fp32: bool) -> Any:
-    op = getattr(packet, overload)
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        dtype = torch.float32 if to_fp32 else torch.get_autocast_dtype(DEVICE_NAME)
-        args, kwargs = _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
-            return op(*args, **kwargs)
-
-    return kernel
-
-
-def _register_autocast(lib: torch.library.Library, fallback_lib: torch.library.Library) -> None:
-    fallback_lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-    for names, to_fp32 in ((LOWER_PRECISION_OPS, False), (FP32_OPS, True)):
-        for qualified in names:
-            base, _, overload = qualified.partition(".")
-            packet = getattr(torch.ops.aten, base, None)
-            if packet is None or (overload or "default") not in packet.overloads():
-                continue  # the list spans torch versions; skip what this torch lacks
-            lib.impl(qualified, _autocast_kernel(packet, overload or "default", to_fp32), "AutocastPrivateUse1")
 
 
 # --- the device module (torch.neuron) --------------------------------------------------------------------------
@@ -380,7 +364,7 @@ def install(snapshot: Any = None, *, keep_going: bool = False) -> None:
     impl = torch.library.Library("aten", "IMPL")
     _register_kernels(impl)
     fallbacks = torch.library.Library("_", "IMPL")
-    _register_autocast(impl, fallbacks)
+    register_autocast(impl, fallbacks)
     _LIBS.extend((impl, fallbacks))  # a Library deregisters its kernels when collected
     # Optimizers take the foreach path only for plain tensor types; a real neuron parameter is a plain tensor.
     allow_foreach(NeuronTensor)
