@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from .changes import FilePair, Hunk, hunks, long_lines, untouchable_edits
 from .guards import TESTED_LINE, guard_lines, nested_guards
 from .idioms import idiom_repeats
 from .records import Example, Tally, clip
-from .statements import adjacent_duplicates, parse, syntax_error_line
+from .statements import adjacent_duplicates, parse, syntax_error
 
 
 def added_guard(pair: FilePair, found: list[Hunk], guards: list[int]) -> Callable[[int], bool]:
@@ -41,9 +42,10 @@ def analyse(pair: FilePair) -> dict[str, Tally]:
     if before is None:  # counted once per tree by the caller, changed or not; nothing to compare with
         return tallies
     if after is None:
-        at = syntax_error_line(pair.after)
+        at, why = syntax_error(pair.after)
         line = after_lines[at - 1] if 0 < at <= len(after_lines) else ""
-        record("broken_by_fix", [Example(pair.rel, at, clip(line))])
+        version = ".".join(map(str, sys.version_info[:2]))
+        record("broken_by_fix", [Example(pair.rel, at, f"Python {version}: {why}: {clip(line)}")])
         return tallies
     in_scope, in_statement = idiom_repeats(pair.rel, before, after, after_lines)
     record("idiom_repeats", in_scope)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +80,7 @@ def bench_tree(target: Target, unsafe: bool, examples: int, default: int = DEFAU
     with tempfile.TemporaryDirectory(prefix="fix-quality-") as tmp:
         after_root, before_root = Path(tmp) / "after", Path(tmp) / "before"
         rels = copy_sources(target.folder, after_root)
+        copy_sources(target.folder, before_root)  # the same tree for ruff, never site-packages itself
         load = os.getloadavg()[0]
         run = run_fix(after_root, target.folder, rels, unsafe, command, timeout)
         result = TreeResult(target, len(rels), run, (load, os.getloadavg()[0]))
@@ -88,9 +88,6 @@ def bench_tree(target: Target, unsafe: bool, examples: int, default: int = DEFAU
         for pair in pairs:
             for metric, tally in analyse(pair).items():
                 result.tallies[metric].merge(tally)
-        for pair in pairs:
-            (before_root / pair.rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(target.folder.parent / pair.rel, before_root / pair.rel)
         findings, formats = lint_deltas(before_root, after_root, pairs, examples)
     tallies = result.tallies
     tallies["ruff_new_findings"].merge(findings)

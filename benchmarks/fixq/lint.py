@@ -7,6 +7,7 @@ A fixed rule set (ruff's defaults E4, E7, E9, F plus I for import order) with ea
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from .records import Example, Tally, clip
 
 RULES = "E4,E7,E9,F,I"
 CHUNK = 400  # files per ruff call: keeps command lines short
+NUMBER = re.compile(r"\d+")
 
 
 def ruff_command() -> str:
@@ -64,7 +66,10 @@ def format_failures(root: Path, rels: list[str], limit: int) -> dict[str, list[t
 
 
 def _key(record: dict) -> tuple[str, str]:
-    return record.get("code") or "syntax", record.get("message", "")
+    """Code and message, without line numbers (`Redefinition of unused x from line 17` moves when the fix
+    adds lines) and without advice after `;`, which depends on the files around (first-party or not)."""
+    message = NUMBER.sub("N", (record.get("message") or "").split(";")[0])
+    return record.get("code") or "syntax", message
 
 
 def new_findings(pair: FilePair, before: list[dict], after: list[dict]) -> list[Example]:
@@ -95,7 +100,10 @@ def format_example(pair: FilePair, spans: list[tuple[int, int]]) -> Example:
 
 def lint_deltas(before_root: Path, after_root: Path, pairs: list[FilePair],
                 examples: int) -> tuple[Tally, Tally]:
-    """(new ruff check findings, format regressions) over the changed files, grouped by line limit."""
+    """(new ruff check findings, format regressions) over the changed files, grouped by line limit.
+
+    Both roots must hold the whole tree, not only the changed files: ruff's import rules classify a module
+    as first-party by the folders it sees."""
     findings, formats = Tally(), Tally()
     by_limit: dict[int, list[FilePair]] = {}
     for pair in pairs:

@@ -21,15 +21,17 @@ def parse(text: str) -> ast.Module | None:
             return None
 
 
-def syntax_error_line(text: str) -> int:
-    """The 1-based line Python's parser stops at (1 when it does not say)."""
+def syntax_error(text: str) -> tuple[int, str]:
+    """The 1-based line this Python's parser stops at (1 when it does not say) and why."""
     try:
-        ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
     except SyntaxError as err:
-        return err.lineno or 1
-    except ValueError:
-        return 1
-    return 1
+        return err.lineno or 1, err.msg
+    except ValueError as err:
+        return 1, str(err)
+    return 1, "parses"
 
 
 def dotted(node: ast.AST) -> str | None:

@@ -78,6 +78,17 @@ def test_ruff_deltas_count_new_findings_and_format_regressions(tmp_path):
     assert formats.count == 1 and formats.examples[0].line == 5  # b.py failed before too
 
 
+def test_a_finding_that_only_moved_is_not_new(tmp_path):
+    before = "import torch\nimport torch\n\nx = torch.cuda.is_available()\n"
+    after = '"""Doc."""\n\nimport torch\nimport torch\n\nx = torch.accelerator.is_available()\n'
+    for side, text in (("before", before), ("after", after)):
+        (tmp_path / side / "pkg").mkdir(parents=True)
+        (tmp_path / side / "pkg" / "a.py").write_text(text)
+    pair = FilePair("pkg/a.py", before, after, 88)
+    findings, _ = lint_deltas(tmp_path / "before", tmp_path / "after", [pair], examples=3)
+    assert findings.count == 0  # F811 "redefinition of unused `torch` from line 1", then "from line 3"
+
+
 def test_the_real_cli_end_to_end(tmp_path, capsys):
     project = _tree(tmp_path / "proj", {
         "pyproject.toml": "[tool.ruff]\nline-length = 60\n",
