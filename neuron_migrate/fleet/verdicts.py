@@ -6,9 +6,10 @@
   step raised on `neuron` outside any op (library code that rejects the device) while it runs on plain CPU; or,
   on a real torch-neuronx device, any failure of the step that plain CPU does not share.
 - `stand_in_limitation`: the step stopped because of the CPU stand-in itself, not of TorchNeuron: it raised
-  inside an op the opdb calls native or CPU-fallback (a CPU kernel lacking a dtype the device computes, e.g.
+  inside an op the opdb calls native or unknown (a CPU kernel lacking a dtype the device computes, e.g.
   `aten::histc` on int32), in the stand-in's own code, or the stand-in timed out, ran out of memory or crashed
-  where plain CPU steps fine.
+  where plain CPU steps fine. An op the opdb calls `cpu_fallback` runs the same CPU kernel on TorchNeuron, so
+  its CPU dtype gaps are real: those are `fails_on_neuron`.
 - `does_not_build`: there is no runnable tiny instance here, with the one-line reason: the config or the
   construction failed, a needed optional package is missing (named as such), the step fails on plain CPU too,
   or it was killed (time or memory bound) before a CPU check could say.
@@ -64,7 +65,9 @@ def failure_kind(record: dict[str, Any]) -> str:
     if record.get("error_op"):
         if status == "unsupported":
             return "neuron"
-        return "stand_in"  # an op TorchNeuron runs (natively or through its fallback) stopped only here
+        if status == "cpu_fallback" and _DTYPE_GAP.search(record.get("error_line") or ""):
+            return "neuron"  # TorchNeuron's fallback runs this very CPU kernel: the dtype gap is real there
+        return "stand_in"  # an op TorchNeuron runs natively stopped only here
     where = record.get("error_where") or ""
     line = record.get("error_line") or ""
     if any(frame in where for frame in _STAND_IN_FRAMES) or _DTYPE_GAP.search(line) or _SUBCLASS.search(line):

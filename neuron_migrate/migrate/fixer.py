@@ -90,9 +90,27 @@ def _referenced_names(module: cst.Module) -> Counter:
 
 
 class _DropImports(cst.CSTTransformer):
+    """Drops the imports of `names`, except inside `if`/`try` blocks: a conditional import (a fallback for
+    another torch version, an optional dependency) is there on purpose, whatever the rest of the file uses."""
+
     def __init__(self, names: set[str]) -> None:
         super().__init__()
         self.names = names
+        self.conditional = 0
+
+    def visit_If(self, node: cst.If) -> None:
+        self.conditional += 1
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+        self.conditional -= 1
+        return updated
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self.conditional += 1
+
+    def leave_Try(self, original: cst.Try, updated: cst.Try) -> cst.Try:
+        self.conditional -= 1
+        return updated
 
     def _keep(self, node: cst.Import | cst.ImportFrom) -> list[cst.ImportAlias]:
         kept = []
@@ -111,6 +129,8 @@ class _DropImports(cst.CSTTransformer):
         return self._rebuild(updated)
 
     def _rebuild(self, node):
+        if self.conditional:
+            return node
         kept = self._keep(node)
         if len(kept) == len(node.names):
             return node

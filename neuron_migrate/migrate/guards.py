@@ -128,7 +128,7 @@ def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:
     return found.pop() if len(found) == 1 else _NONE
 
 
-def _exits(block: cst.BaseSuite) -> bool:
+def exits(block: cst.BaseSuite) -> bool:
     """Whether a block always leaves (its last statement returns, raises, continues, breaks or exits)."""
     body = block.body if isinstance(block, cst.IndentedBlock) else [block]
     last = body[-1] if body else None
@@ -156,7 +156,7 @@ def _from_earlier_statements(ctx, block: cst.CSTNode, child: cst.CSTNode) -> str
     for stmt in body:
         if stmt is child:
             break
-        if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
+        if isinstance(stmt, cst.If) and stmt.orelse is None and exits(stmt.body):
             after = implies(ctx, stmt.test)[1]
             state = after or state
         elif isinstance(stmt, cst.SimpleStatementLine):
@@ -308,7 +308,7 @@ def without_accelerator_api(ctx, stack=None) -> bool:
             for stmt in parent.body:
                 if stmt is child:
                     break
-                if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body) and _api_test(
+                if isinstance(stmt, cst.If) and stmt.orelse is None and exits(stmt.body) and _api_test(
                         ctx, stmt.test) is True:
                     return True
     return False

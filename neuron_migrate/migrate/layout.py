@@ -148,8 +148,8 @@ def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> s
     ranges = _ranges(lines)
     ruff, black = _executable("ruff"), _executable("black")
     if layout.formatter == "ruff" and ruff:
-        for start, end in ranges:  # ruff takes one range per run
-            done = _pipe([ruff, "format", f"--range={start}-{end}", "--stdin-filename", str(path), "-"], text,
+        for start, end in reversed(ranges):  # one range per run; bottom up, so line numbers above stay right
+            done = _pipe([ruff, "format", f"--range={start}:1-{end + 1}:1", "--stdin-filename", str(path), "-"], text,
                          path.parent)
             if done is None:
                 return None

@@ -138,6 +138,16 @@ def parent_of(ctx, node: cst.CSTNode) -> cst.CSTNode | None:
     return None
 
 
+def in_fstring_quotes(ctx, text: str) -> str:
+    """`text` with its double quotes made single inside a double-quoted f-string (and the other way round):
+    before Python 3.12 an f-string's expressions cannot use its own quote character."""
+    for node in reversed(ctx.stack):
+        if isinstance(node, cst.FormattedString):
+            quote = node.start.lstrip("rRfFbBuU")[:1]
+            return text.replace('"', "'") if quote == '"' else text.replace("'", '"')
+    return text
+
+
 def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None) -> FixSpec | None:
     """Replace `call` by `new_call`, run only when an accelerator is available.
 
@@ -158,6 +168,7 @@ def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value
                        imports=("torch",))
     if cpu_value is None:
         return None
+    cpu_value = in_fstring_quotes(ctx, cpu_value)
     guarded = fit(f"{new_call} if {AVAILABLE} else {cpu_value}", parent_of(ctx, call))
     return FixSpec(f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),), imports=("torch",))
 
@@ -182,7 +193,7 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
             if child is parent.test:
-                return parent.test, parent.body
+                return _guarded_after(ctx, parent) or (parent.test, parent.body)
             break
         if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Lambda)):
             break
@@ -225,6 +236,22 @@ def device_chain(ctx) -> str | None:
         if match:
             return match.group(0)
     return None
+
+
+def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
+    """For `if not <available>: raise/return ...` (a precondition), the code it protects: the statements after
+    it in its block. Its own body is only the message of the early exit."""
+    from neuron_migrate.migrate.guards import exits
+
+    if not (isinstance(check, cst.If) and check.orelse is None and isinstance(check.test, cst.UnaryOperation)
+            and isinstance(check.test.operator, cst.Not) and exits(check.body)):
+        return None
+    index = next((i for i in range(len(ctx.stack) - 1, 0, -1) if ctx.stack[i] is check), None)
+    block = ctx.stack[index - 1] if index else None
+    body = list(getattr(block, "body", ()))
+    if check not in body:
+        return None
+    return (check.test, *body[body.index(check) + 1:])
 
 
 def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:

@@ -92,15 +92,25 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
 
 
 def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | None:
-    """What CUDA-only code stays in the region `check` guards, if any."""
+    """What CUDA-only code stays in the region `check` guards, if any. After a precondition (`if not
+    available: raise ...`) the rest of the block is ordinary code: only CUDA-only calls that stay (findings
+    without a fix) keep it CUDA's, not names or messages that mention CUDA."""
     for inner in leftovers:
         if inner is not check and _inside(inner, check.region):
             return f"`{_first_line(ctx, inner.node)}`"
-    for node in check.region:
+    nodes = check.region[:1] if _is_precondition(check) else check.region
+    for node in nodes:
         cue = mentions.find(node)
         if cue is not None:
             return f"`{cue}`"
     return None
+
+
+def _is_precondition(check) -> bool:
+    """Whether the check's region is "the code after `if not <available>: <exit>`" rather than a body."""
+    test = check.region[0]
+    owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is test), None)
+    return owner is not None and owner.body not in check.region
 
 
 def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:

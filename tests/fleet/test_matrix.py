@@ -42,7 +42,8 @@ def _moe(**extra):
         (failed("j", "cpu-check", "Timeout", outcome="timeout"), "does_not_build"),
         (failed("l", "step", "Timeout", outcome="timeout"), "does_not_build"),  # killed before any CPU check
         (_moe(error_status="native"), "stand_in_limitation"),
-        (_moe(error_status="cpu_fallback"), "stand_in_limitation"),
+        # a fallback op runs this very CPU kernel on TorchNeuron: its dtype gap is real there
+        (_moe(error_status="cpu_fallback"), "fails_on_neuron"),
         (_moe(error_status="unsupported"), "fails_on_neuron"),
         (_moe(), "stand_in_limitation"),  # no opdb status recorded: the CPU kernel's dtype gap says enough
         # the stand-in's own word (issue 11) wins over the evidence

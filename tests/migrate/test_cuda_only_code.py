@@ -19,8 +19,8 @@ ALL = None  # every rule, as `fix` runs them
     ("import torch\nok = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)\n",
      "ok = torch.cuda.is_available()"),
     # CUDA-only libraries and kernels named in the guarded code, and messages that say it needs CUDA
-    ("import torch\nif not torch.cuda.is_available():\n    raise RuntimeError('DeepGEMM requires CUDA')\n",
-     "if not torch.cuda.is_available():"),
+    ("import torch\ndef load():\n    if not torch.cuda.is_available():\n        raise RuntimeError('needs CUDA')\n"
+     "    major, minor = torch.cuda.get_device_capability()\n", "if not torch.cuda.is_available():"),
     ("import torch\nif torch.cuda.is_available():\n    from executorch.backends.cuda import CudaBackend\n",
      "if torch.cuda.is_available():"),
     ("import torch\ndef f(q):\n    if q.is_cuda and flash_attn_available:\n        return flash(q)\n", "q.is_cuda"),
@@ -58,6 +58,15 @@ def test_a_check_around_cuda_only_code_stays_cuda(source, stays):
 ])
 def test_code_that_only_runs_on_cuda_is_left_alone(source):
     assert fixed(source, ALL) == source
+
+
+def test_a_precondition_is_judged_by_the_code_it_protects_not_by_its_message():
+    """`if not torch.cuda.is_available(): raise SystemExit("needs a CUDA GPU")` guards what follows; when that is
+    device-agnostic after the fix, the precondition becomes one for any accelerator."""
+    source = ("import torch\ndef main():\n    if not torch.cuda.is_available():\n"
+              "        raise SystemExit('bench.py needs a CUDA GPU')\n    x = torch.ones(2).cuda()\n")
+    after = fixed(source)
+    assert "if not torch.accelerator.is_available():" in after and "raise SystemExit('bench.py needs a CUDA GPU')" in after
 
 
 def test_cuda_device_context_takes_the_device_index():
