@@ -2,7 +2,8 @@
 
 A fix is withdrawn, with a note saying why, when its code:
 
-- is inside a function whose name says it is about CUDA (`def cuda(self)`, `is_torch_cuda_available`);
+- is in a file, or inside a function, whose name says it is about CUDA (`torch/cuda/memory.py`, `cuda_utils.py`,
+  `def cuda(self)`, `is_torch_cuda_available`);
 - only runs when a test that is about CUDA and stays CUDA's holds: the body of an `if`/`while`/conditional
   whose test mentions CUDA in code no fix of this run rewrites (`elif is_torch_cuda_available():`,
   `if len(torch.cuda.default_generators) > 0:`), or the `else` of such a test when it is negated;
@@ -10,7 +11,7 @@ A fix is withdrawn, with a note saying why, when its code:
 - is the function under a `"cuda"` key of a dict (a per-device dispatch table, `{"cuda": torch.cuda.synchronize,
   "xpu": ...}`: each device has its own entry).
 
-"Mentions CUDA" means a name or attribute containing `cuda`, a call of a function whose name contains `gpu`, a
+"Mentions CUDA" means a name or attribute containing `cuda`, `nvidia`, `cublas`, `cudnn` or `nccl`, a call of a function whose name contains `gpu`, a
 string containing `cuda`, `gpu` or `nvidia`, or a CUDA-only library or capability name
 (`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in this run replace.
 """
@@ -25,6 +26,7 @@ from neuron_migrate.migrate.guards import implies
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia", re.IGNORECASE)
+_NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl", re.IGNORECASE)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 
 
@@ -49,7 +51,7 @@ class CudaMentions:
                 if isinstance(child, (cst.Call, cst.Attribute, cst.Comparison)) and implies(ctx, child)[0] == "certain":
                     return False
                 text = None
-                if isinstance(child, cst.Name) and ("cuda" in child.value.lower() or CUDA_ONLY_CODE.search(
+                if isinstance(child, cst.Name) and (_NAME_CUE.search(child.value) or CUDA_ONLY_CODE.search(
                         child.value)):
                     text = child.value
                 elif isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
@@ -82,8 +84,18 @@ def covered_nodes(pendings: list, applies) -> set[int]:
     return covered
 
 
-def only_on_cuda(pending, mentions: CudaMentions, leftovers: list) -> str | None:
+def cuda_file(path: str) -> bool:
+    """Whether a file is CUDA's by its name or package (`torch/cuda/memory.py`, `cuda_utils.py`); a project
+    folder's name (`cuda_project/train.py`) says nothing about one file."""
+    parts = path.replace("\\", "/").split("/")
+    stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
+    return any(part.lower() == "cuda" for part in parts[:-1]) or "cuda" in stem
+
+
+def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "") -> str | None:
     """Why the code of `pending` only runs on CUDA (see the module docstring), or None."""
+    if cuda_file(path):
+        return "the file is about CUDA by its name: leave it, or port it by hand"
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None

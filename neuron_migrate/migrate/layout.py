@@ -4,11 +4,11 @@ The line length comes from the nearest configuration above the file: `line-lengt
 `[tool.black]` of a `pyproject.toml`, in `ruff.toml` / `.ruff.toml`, or `max-line-length` in the `[flake8]`
 section of `setup.cfg`, `tox.ini` or `.flake8`; 88 (black's and ruff's default) when there is none.
 
-Lines that a fix changed and that end up longer than that are re-wrapped, never the code around them: with the
-project's own formatter in range mode when the project configures one that is installed (`ruff format
---range`, `black --line-ranges`), else by splitting the way black does: at the last bracket pair (body on its
-own indented line), an assignment's right-hand side in parentheses, or one argument per line with a trailing
-comma.
+Lines that a fix changed and that end up longer than that are re-wrapped, never the code around them: with a
+formatter's range mode (`ruff format --range`, `black --line-ranges`) — the project's own when it configures
+one that is installed, else whichever of the two is installed, at the project's line length — and without
+one by splitting the way black does: at the last bracket pair (body on its own indented line), an
+assignment's right-hand side or a condition in parentheses, at commas, conditionals and boolean operators.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
     long = [n for n in changed_lines(before, after) if _too_long(after.splitlines()[n - 1], layout.line_length)]
     if not long:
         return after
-    if layout.formatter is not None and path is not None:
+    if path is not None:
         formatted = _run_formatter(after, long, layout, path)
         if formatted is not None:
             return formatted
@@ -144,19 +144,23 @@ def _executable(name: str) -> str | None:
 
 
 def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> str | None:
-    """The project's formatter on just `lines` (merged into ranges); None when it is missing or fails."""
+    """A formatter's range mode on just `lines` (merged into ranges): the project's own when it configures one
+    that is installed; for a project that configures none, ruff's or black's (both wrap as black does) at the
+    project's line length. None when no formatter is installed or it fails."""
     ranges = _ranges(lines)
     ruff, black = _executable("ruff"), _executable("black")
-    if layout.formatter == "ruff" and ruff:
+    tool = layout.formatter or ("ruff" if ruff else "black" if black else None)
+    if tool == "ruff" and ruff:
+        length = [] if layout.formatter else [f"--line-length={layout.line_length}"]
         for start, end in reversed(ranges):  # one range per run; bottom up, so line numbers above stay right
-            done = _pipe([ruff, "format", f"--range={start}:1-{end + 1}:1", "--stdin-filename", str(path), "-"], text,
-                         path.parent)
+            done = _pipe([ruff, "format", *length, f"--range={start}:1-{end + 1}:1", "--stdin-filename", str(path),
+                          "-"], text, path.parent)
             if done is None:
                 return None
             text = done
         return text
-    if layout.formatter == "black" and black:
-        args = [black, "-q", "--stdin-filename", str(path)]
+    if tool == "black" and black:
+        args = [black, "-q", "--stdin-filename", str(path)] + ([] if layout.formatter else ["-l", str(layout.line_length)])
         for start, end in ranges:
             args.append(f"--line-ranges={start}-{end}")
         return _pipe([*args, "-"], text, path.parent)
@@ -237,7 +241,11 @@ def wrap(line: str, limit: int, depth: int = 0) -> list[str] | None:
     if pairs is None:
         return None
     inner = indent + "    "
-    for split in (_last_bracket(content, tokens, pairs), _rhs_parentheses(content, tokens, pairs)):
+    candidates = [_last_bracket(content, tokens, pairs), _rhs_parentheses(content, tokens, pairs),
+                  _header_parentheses(content, tokens)]
+    if _ternary_at_top(tokens):  # black keeps `a if c else b` whole in parentheses rather than split an operand
+        candidates = candidates[1:] + candidates[:1]
+    for split in candidates:
         if split is None:
             continue
         head, body, tail = split
@@ -300,6 +308,38 @@ def _trivial(body: str) -> bool:
     """A body black would not split out on its own line (a bare string or number)."""
     tokens = _tokens(body)
     return tokens is not None and len(tokens) <= 1
+
+
+_HEADERS = ("if", "elif", "while", "return", "assert")
+
+
+def _ternary_at_top(tokens: list[_Token]) -> bool:
+    """Whether a conditional expression (`x if c else y`) stands outside every bracket, past a leading `if`."""
+    depth = 0
+    for index, tok in enumerate(tokens):
+        if tok.kind == tokenize.OP and tok.text in _OPEN:
+            depth += 1
+        elif tok.kind == tokenize.OP and tok.text in _CLOSE:
+            depth -= 1
+        elif depth == 0 and index > 0 and tok.kind == tokenize.NAME and tok.text == "else":
+            return True
+    return False
+
+
+def _header_parentheses(content: str, tokens: list[_Token]) -> tuple[str, str, str] | None:
+    """(`if (`, condition, `):`) for `if`/`elif`/`while` headers, (`return (`, value, `)`) for `return`: the
+    invisible parentheses black makes visible to split a long condition or value."""
+    if not tokens or tokens[0].kind != tokenize.NAME or tokens[0].text not in _HEADERS or len(tokens) < 2:
+        return None
+    keyword = tokens[0].text
+    colon = keyword in ("if", "elif", "while")
+    if colon and not (tokens[-1].text == ":"):
+        return None
+    end = tokens[-1].start if colon else len(content)
+    body = content[tokens[0].end:end].strip()
+    if not body:
+        return None
+    return f"{keyword} (", body, "):" if colon else ")"
 
 
 def _rhs_parentheses(content: str, tokens: list[_Token], pairs: dict[int, int]) -> tuple[str, str, str] | None:

@@ -17,7 +17,8 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
     if pending.fix is not None:
         edits = [_replacement_edit(r, positions, lines) for r in pending.fix.replacements]
         edits += [_insertion_edit(i, positions, lines) for i in pending.fix.insertions]
-        edits += [edit for name in pending.fix.imports if (edit := _import_edit(name, ctx, positions, style))]
+        edits += [edit for name in pending.fix.imports
+                  if not _imported_locally(name, pending.stack) and (edit := _import_edit(name, ctx, positions, style))]
         fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
     line = where.start.line
     message = pending.message
@@ -73,6 +74,19 @@ def _insertion_edit(insertion: Insertion, positions, lines: list[str]) -> Edit:
     if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):  # the blank lines formatters keep before a def
         text += "\n" * (1 if indent else 2)
     return Edit(line, 0, line, 0, text)
+
+
+def _imported_locally(name: str, stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether a function around the fix imports `name` itself (`def f(): import torch; ...`)."""
+    for node in stack:
+        if isinstance(node, cst.FunctionDef) and isinstance(node.body, cst.IndentedBlock):
+            for stmt in node.body.body:
+                if isinstance(stmt, cst.SimpleStatementLine) and any(
+                        isinstance(small, cst.Import) and any(
+                            getattr(alias.name, "value", None) == name and alias.asname is None
+                            for alias in small.names) for small in stmt.body):
+                    return True
+    return False
 
 
 def _import_edit(name: str, ctx, positions, style: FixStyle) -> Edit | None:

@@ -86,7 +86,7 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
                     withdraw(inner, "it only runs on CUDA (behind a CUDA check that stays): no change needed")
                     changed = True
         for pending in pendings:
-            if pending.fix is not None and (reason := only_on_cuda(pending, mentions, leftovers)) is not None:
+            if pending.fix is not None and (reason := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None:
                 withdraw(pending, reason)
                 changed = True
 
