@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from tests.differential.standins import standins, start_process_group
+from tests.differential.standins import ARGUMENTS, standins, start_process_group
 
 #: messages of errors that only the CPU-only build raises: the emulation does not cover the API that raised
 GAP_MARKERS = ("Torch not compiled with CUDA enabled", "Cannot initialize CUDA without ATen_cuda library",
@@ -147,24 +147,25 @@ def _fixed_clock():
 
 
 def _call_functions(namespace: dict[str, Any], filename: str, values: dict[str, Any], outcome: Outcome) -> None:
-    """Call each function the fragment defines, with stand-in arguments (defaults first)."""
+    """Call each function the fragment defines, with stand-in arguments (parameters with a default keep it)."""
     for fname, function in list(namespace.items()):
         code = getattr(getattr(function, "__wrapped__", function), "__code__", None)
         if not isinstance(function, types.FunctionType) or code is None or code.co_filename != filename:
             continue
-        kwargs, missing = {}, []
+        positional, missing = [], []
         for param in inspect.signature(function).parameters.values():
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.default is not param.empty:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.KEYWORD_ONLY) \
+                    or param.default is not param.empty:
                 continue
-            if param.name in values:
-                kwargs[param.name] = values[param.name]
+            if param.name in ARGUMENTS or param.name in values:
+                positional.append(ARGUMENTS[param.name] if param.name in ARGUMENTS else values[param.name])
             else:
                 missing.append(param.name)
         if missing:
             outcome.not_called.append(f"{fname}: no stand-in for {', '.join(missing)}")
             continue
         try:
-            outcome.values[f"{fname}()"] = describe(function(**kwargs))
+            outcome.values[f"{fname}()"] = describe(function(*positional))  # positionally, as decorators expect
         except Exception as err:  # noqa: BLE001 (a call's error is its result)
             outcome.values[f"{fname}()"] = "raised " + _describe_error(err, filename, "")[0]
 

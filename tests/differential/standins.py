@@ -18,12 +18,29 @@ import torch
 ENVIRONMENTS = {"cuda": ("cuda", 2), "cpu": ("cpu", 0), "neuron": ("neuron", 1)}
 
 
+class TinyModel(torch.nn.Linear):
+    """A Linear(2, 2) that fragments may also call without an input (`m()` in a timing helper)."""
+
+    def __init__(self) -> None:
+        super().__init__(2, 2)
+
+    def forward(self, input: torch.Tensor | None = None) -> torch.Tensor:
+        if input is None:
+            input = torch.ones(1, 2, device=self.weight.device)
+        return super().forward(input)
+
+
+#: arguments for the parameters of a fragment's functions, where the module-level stand-in of the same name would
+#: not fit (`s` is an RNG state at module level in one example and a seed parameter in another)
+ARGUMENTS: dict[str, Any] = {"s": 1234, "seed": 1234}
+
+
 def standins(env: str) -> dict[str, Any]:
     """Fresh stand-ins for one run in `env` (`cuda` emulation, plain `cpu`, or the `neuron` stand-in)."""
     kind, count = ENVIRONMENTS[env]
     index = max(count - 1, 0)
     torch.manual_seed(0)
-    model = torch.nn.Linear(2, 2)
+    model = TinyModel()
     x = torch.arange(8, dtype=torch.float32).reshape(4, 2) / 8
     options = {"device": kind, "amp": True, "fp16": True, "fp32": False, "tf32": True, "det": True, "gpu": index,
                "which": index, "local_rank": index, "dist_backend": "nccl" if env == "cuda" else "gloo", "seed": 0,
