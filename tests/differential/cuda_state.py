@@ -79,11 +79,10 @@ class EmulatedCuda:
     """One emulated machine with `device_count` CUDA devices of compute capability `capability`."""
 
     def __init__(self, recorder: Recorder, device_count: int = 2, capability: tuple[int, int] = (8, 0),
-                 bf16: bool = True, total_memory: int = 80 * 1024 * MIB) -> None:
+                 total_memory: int = 80 * 1024 * MIB) -> None:
         self.recorder = recorder
         self.device_count = device_count
         self.capability = capability
-        self.bf16 = bf16
         self.total_memory = total_memory
         self.current = 0
         self.memory = [Memory() for _ in range(device_count)]

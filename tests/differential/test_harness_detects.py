@@ -96,3 +96,14 @@ def test_same_behaviour_reports_the_first_difference():
     assert not verdict.same
     assert verdict.difference.startswith("device call #")
     assert [c[0] for c in verdict.original.calls].count("synchronize(cuda)") == 2
+
+
+def test_a_rewrite_that_still_needs_cuda_fails_on_cpu():
+    runs = run_jobs("cpu", {
+        "left": Job("import torch\nx = torch.ones(1).cuda()\n"),
+        "fixed": Job("import torch\nx = torch.ones(1).to(torch.accelerator.current_accelerator(check_available=True)"
+                     " or torch.device('cpu'))\n"),
+    })
+    assert runs["left"].error == "AssertionError: Torch not compiled with CUDA enabled", runs["left"]
+    assert runs["fixed"].error is None, runs["fixed"]
+    assert runs["fixed"].values["x"].startswith("tensor(shape=[1], dtype=torch.float32, device=cpu")
