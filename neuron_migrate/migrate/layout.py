@@ -116,7 +116,7 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
         return after
     if path is not None:
         formatted = _run_formatter(after, long, layout, path)
-        if formatted is not None:
+        if formatted is not None and _contained(after, formatted, len(long)):
             return formatted
     lines = after.splitlines(keepends=True)
     for number in sorted(long, reverse=True):
@@ -128,6 +128,16 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
             if not ending:
                 lines[number - 1] = lines[number - 1][:-1]
     return "".join(lines)
+
+
+#: lines a formatter may rewrite per long line before its result counts as reformatting untouched code (a range
+#: inside one huge statement, a table of thousands of lines, makes it reformat the whole statement)
+_REWRITTEN_PER_LINE = 12
+
+
+def _contained(before: str, after: str, long_lines: int) -> bool:
+    """Whether the formatter kept to the statements it was given (few lines rewritten per long line)."""
+    return len(changed_lines(after, before)) <= _REWRITTEN_PER_LINE * max(1, long_lines)
 
 
 def _too_long(line: str, limit: int) -> bool:

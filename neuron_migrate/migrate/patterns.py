@@ -189,12 +189,14 @@ CUDA_ONLY_CODE = re.compile(
 
 def check_region(ctx) -> tuple[cst.CSTNode, ...]:
     """The code a device check at the visited node guards: (test, body) of the `if` / `while` / conditional
-    whose test holds it; elsewhere the statement it is part of (`ok = is_available() and capability() > 8`)."""
+    whose test holds it, (iterable, body) of the `for` loop over what it counts; elsewhere the statement it is part of (`ok = is_available() and capability() > 8`)."""
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
             if child is parent.test:
                 return _guarded_after(ctx, parent) or (parent.test, parent.body)
             break
+        if isinstance(parent, cst.For) and child is parent.iter:  # `for i in range(device_count()):` per device
+            return (parent.iter, parent.body)
         if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Lambda)):
             break
     statement, _ = enclosing_statement(ctx)

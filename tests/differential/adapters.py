@@ -17,9 +17,10 @@ STANDIN_MODULES = ("neuron_migrate.opdb.tracer.device", "neuron_migrate.opdb.dev
 def rewrite(source: str, unsafe: bool) -> str:
     """`source` after `neuron-migrate fix` (with `--unsafe-fixes` when `unsafe`)."""
     from neuron_migrate.migrate.fix_files import fix_until_stable
+    from neuron_migrate.migrate.fixes import FixStyle
     from neuron_migrate.migrate.rule import load_rules
 
-    text, _applied, _left = fix_until_stable(source, "snippet.py", tuple(load_rules()), unsafe)
+    text, _applied, _left = fix_until_stable(source, "snippet.py", tuple(load_rules()), FixStyle(unsafe=unsafe))
     return text
 
 

@@ -5,7 +5,23 @@ from __future__ import annotations
 from tests.differential.execution import Outcome
 
 
-def difference(original: Outcome, rewritten: Outcome) -> str | None:
+def bound_names(source: str) -> set[str]:
+    """The names a program's module-level code assigns (`device = ...`, `for x in ...`, imports)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for stmt in tree.body:
+        for node in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) else ():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return names
+
+
+def difference(original: Outcome, rewritten: Outcome, rewrite_binds: frozenset[str] = frozenset()) -> str | None:
     """None when the two runs made the same device calls with the same results, else the first difference.
 
     Compared in the order things happen: the device calls (when one run stops early because it raised, the
@@ -31,6 +47,8 @@ def difference(original: Outcome, rewritten: Outcome) -> str | None:
         return (f"printed line {at + 1} differs:\n  original:  {_line(lines_a, at)}\n"
                 f"  rewritten: {_line(lines_b, at)}")
     for name, value in original.values.items():
+        if name in rewrite_binds:
+            continue  # a name the rewrite binds (the device, named once) over one the harness preset
         if rewritten.values.get(name) != value:
             return (f"`{name}` differs:\n  original:  {value}\n"
                     f"  rewritten: {rewritten.values.get(name, '(not defined)')}")

@@ -6,6 +6,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.device_flow import is_index_name
+from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, device_chain, guarded_call_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
@@ -81,7 +82,8 @@ class CudaDeviceApi(QualifiedNameRule):
         ),
         Invalid(
             "import torch\nwith torch.cuda.device(1):\n    pass\n",
-            "import torch\nwith torch.accelerator.device_index(1):\n    pass\n",
+            "import torch\n"
+            "with torch.accelerator.device_index(1 if torch.accelerator.is_available() else None):\n    pass\n",
         ),
         Invalid(
             "def f():\n    from torch import cuda\n    return cuda.current_device()\n",
@@ -91,6 +93,9 @@ class CudaDeviceApi(QualifiedNameRule):
             "import torch\nif torch.cuda.is_available() and torch.cuda.is_bf16_supported():\n    dtype = torch.bfloat16\n"
             "if torch.cuda.is_available():\n    total = torch.cuda.get_device_properties(0).total_memory\n",
             count=2,
+        ),
+        Invalid(  # a loop over the CUDA devices whose body keeps CUDA-only code
+            "import torch\nfor i in range(torch.cuda.device_count()):\n    print(torch.cuda.get_device_name(i))\n",
         ),
         Invalid(  # the flag a check is assigned to guards CUDA-only code
             "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n    name = torch.cuda.get_device_name()\n",
@@ -140,13 +145,18 @@ class CudaDeviceApi(QualifiedNameRule):
         value = arg.value
         title = "Replace `torch.cuda.device` with `torch.accelerator.device_index`"
         target = "torch.accelerator.device_index"
-        if isinstance(value, cst.Integer) or (isinstance(value, cst.Name) and value.value == "None") or (
-                is_index_name(self.ctx.code(value))):
-            return FixSpec(title, (Replacement(call, f"{target}({self.ctx.code(value)})"),), imports=("torch",))
-        if isinstance(value, cst.Attribute) and value.attr.value == "device":  # `q.device`: its index
-            return FixSpec(title + " of the device's index", (Replacement(
-                call, f"{target}({self.ctx.code(value)}.index)"),), imports=("torch",))
-        return None
+        if isinstance(value, cst.Name) and value.value == "None":
+            return FixSpec(title, (Replacement(call, f"{target}(None)"),), imports=("torch",))
+        if isinstance(value, cst.Attribute) and value.attr.value == "device":
+            # `q.device`: its index, None for a CPU tensor, which makes `device_index` a no-op
+            index, title = f"{self.ctx.code(value)}.index", title + " of the device's index"
+        elif isinstance(value, cst.Integer) or is_index_name(self.ctx.code(value)):
+            index = self.ctx.code(value)
+            if not accelerator_certain(self.ctx):  # `device_index(None)` is the no-op a CPU-only machine needs
+                index = f"{index} if torch.accelerator.is_available() else None"
+        else:
+            return None
+        return FixSpec(title, (Replacement(call, f"{target}({index})"),), imports=("torch",))
 
     def _flag_assigned(self) -> str | None:
         """`use_cuda` for `use_cuda = torch.cuda.is_available()` (or `args.cuda = ... and is_available()`)."""

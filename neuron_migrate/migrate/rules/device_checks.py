@@ -218,6 +218,9 @@ class CudaDeviceCheck(Rule):
     def visit_IfExp(self, node: cst.IfExp) -> None:
         if not device_conditional(self.ctx, node):
             return
+        parent = self.ctx.parent
+        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "accelerator":
+            return  # Lightning's vocabulary, not a torch device (NM111)
         ctx = self.ctx
         cuda, other = (node.body, node.orelse) if is_cuda_string(node.body) else (node.orelse, node.body)
         available = availability(ctx, node.test)

@@ -146,17 +146,34 @@ class NcclBackend(Rule):
                 self.ctx.defer(lambda key=key_of(candidate): self._through_name(key, prefix))
 
     def _through_name(self, key: str | None, prefix: str) -> None:
-        """`backend = "nccl"` (or `--dist-backend` defaulting to it) later passed as the backend."""
-        for binding in self.ctx.bindings.of(key):
-            stack = self.literals.get(id(binding.value))
-            new = self._replacement(binding.value, prefix) if stack is not None else None
+        """`backend = "nccl"` (or `--dist-backend` defaulting to it, or a conditional over such names) later
+        passed as the backend: each NCCL string it can hold is rewritten where it is written."""
+        for literal in self._literals_of(key, set()):
+            new = self._replacement(literal, prefix)
             if new is None:
                 continue
-            saved, self.ctx.stack = self.ctx.stack, stack  # report where the string is, not at the call
-            self.report(binding.value, f"{self.message} (`{key}` is passed as the process group's backend)",
-                        FixSpec("Use the current device's default backend", (Replacement(binding.value, new),),
+            saved, self.ctx.stack = self.ctx.stack, self.literals[id(literal)]  # report where the string is
+            self.report(literal, f"{self.message} (`{key}` is passed as the process group's backend)",
+                        FixSpec("Use the current device's default backend", (Replacement(literal, new),),
                                 imports=("torch",), needs_name="{" in new))
             self.ctx.stack = saved
+
+    def _literals_of(self, key: str | None, seen: set[str]) -> list[cst.BaseExpression]:
+        """The NCCL strings a name can hold, through further names and both branches of conditionals."""
+        if key is None or key in seen or len(seen) > 4:
+            return []
+        seen.add(key)
+        found: list[cst.BaseExpression] = []
+        pending = [b.value for b in self.ctx.bindings.of(key)]
+        while pending:
+            value = pending.pop()
+            if isinstance(value, cst.IfExp):
+                pending += [value.body, value.orelse]
+            elif id(value) in self.literals:
+                found.append(value)
+            elif isinstance(value, (cst.Name, cst.Attribute)):
+                found += self._literals_of(key_of(value), seen)
+        return found
 
     def _collapsible(self, value: cst.IfExp) -> bool:
         """`'nccl' if torch.cuda.is_available() else 'gloo'`: the default backend already gives gloo on CPU."""

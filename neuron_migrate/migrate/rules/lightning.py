@@ -62,15 +62,21 @@ class LightningCudaAccelerator(QualifiedNameRule):
         Invalid("import lightning as L\ntrainer = L.Trainer(accelerator='gpu', devices=8)\n"),
         Invalid("from lightning.fabric import Fabric\nfabric = Fabric(accelerator='cuda', devices=2)\n"),
         Invalid("from pytorch_lightning.accelerators import CUDAAccelerator\nacc = CUDAAccelerator()\n"),
+        Invalid("import lightning as L\nimport torch\nfabric = L.Fabric(accelerator='cuda' if torch.cuda.is_available() "
+                "else 'cpu')\n"),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.call_name(node) not in _ENTRY_POINTS:
             return
         arg = keyword(node, "accelerator")
-        value = string_value(arg.value) if arg is not None else None
-        if value is not None and value.lower() in _CUDA_NAMES:
-            self.report(arg, self.message.format(value=value))
+        if arg is None:
+            return
+        values = (arg.value.body, arg.value.orelse) if isinstance(arg.value, cst.IfExp) else (arg.value,)
+        for value in (string_value(v) for v in values):
+            if value is not None and value.lower() in _CUDA_NAMES:
+                self.report(arg, self.message.format(value=value))
+                return
 
     def message_for(self, name: str) -> str:
         return ("Lightning's `CUDAAccelerator` drives CUDA only, and Lightning has no `neuron` accelerator yet: "

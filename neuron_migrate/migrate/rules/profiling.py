@@ -41,9 +41,9 @@ class CudaNvtx(QualifiedNameRule):
         out = model(x)
 
     Fix safety
-    Safe for `torch.cuda.nvtx.range(name)` (a context manager or decorator, like `record_function`): the
-    program computes the same. What changes is the tooling: Nsight Systems shows the range only under
-    `emit_nvtx()`, and the range now shows in `torch.profiler` traces. `range_push`/`range_pop` pairs span
+    Unsafe for `torch.cuda.nvtx.range(name)` (a context manager or decorator, like `record_function`): the
+    program computes the same, but on CUDA the range leaves Nsight Systems timelines unless the run is under
+    `torch.autograd.profiler.emit_nvtx()` (it shows in `torch.profiler` traces instead). `range_push`/`range_pop` pairs span
     statements, so turning them into a `with` block is left to a person (no fix), as are `mark`,
     `range_start`/`range_end`, and `range` with format arguments.
     """
@@ -52,7 +52,7 @@ class CudaNvtx(QualifiedNameRule):
     name = "cuda-nvtx"
     message = "NVTX annotations are CUDA-only: use `torch.profiler.record_function`"
     severity = "warning"
-    fix_safety = "safe"
+    fix_safety = "unsafe"
     triggers = (b"nvtx",)
     NAMES = {"torch.cuda.nvtx.*": None}
     VALID = (

@@ -14,7 +14,7 @@ _TARGETS = {
     "Stream": "torch.Stream",
     "Event": "torch.Event",
     "stream": None,  # rewritten to its argument: `with s:`
-    "current_stream": "torch.accelerator.current_stream",
+    "current_stream": "torch.get_device_module().current_stream",  # torch.cpu has one too: runs without CUDA
     "set_stream": "torch.accelerator.set_stream",
     "default_stream": None,
 }
@@ -22,13 +22,14 @@ _MESSAGES = {
     "Stream": "`torch.cuda.Stream` is CUDA-only: use `torch.Stream`, which takes the current accelerator",
     "Event": "`torch.cuda.Event` is CUDA-only: use `torch.Event`, which takes the current accelerator",
     "stream": "`torch.cuda.stream(s)` selects a CUDA stream only: use the stream as the context manager (`with s:`)",
-    "current_stream": "`torch.cuda.current_stream` is CUDA-only: use `torch.accelerator.current_stream()`",
+    "current_stream": "`torch.cuda.current_stream` is CUDA-only: use the current device module's "
+                      "(`torch.get_device_module().current_stream()`, also on CPU)",
     "set_stream": "`torch.cuda.set_stream` is CUDA-only: use `torch.accelerator.set_stream`",
     "default_stream": "`torch.cuda.default_stream` has no accelerator equivalent: keep the stream "
                       "`torch.accelerator.current_stream()` returns outside any stream context",
 }
 #: calls that certainly return a stream (so `with torch.cuda.stream(x):` never gets None)
-_STREAM_MAKERS = {"torch.Stream", "torch.accelerator.current_stream"} | {
+_STREAM_MAKERS = {"torch.Stream", "torch.accelerator.current_stream", "torch.get_device_module"} | {
     f"torch.cuda{sub}.{name}" for sub in ("", ".streams") for name in ("Stream", "ExternalStream")
 } | {"torch.cuda.current_stream", "torch.cuda.default_stream"}
 #: event methods that raise without an accelerator -> the value they stand for there (None: statements only)
@@ -47,7 +48,8 @@ class CudaStreamEvent(QualifiedNameRule):
     Why it matters on Trainium
     They exist for CUDA only: on a `neuron` device they fail. `torch.Stream` and `torch.Event` take the
     current accelerator (CUDA, `neuron`, or the CPU's dummy stream), a `torch.Stream` is its own context
-    manager, and `torch.accelerator.current_stream()` / `set_stream()` cover the rest.
+    manager, the current device module's `current_stream()` (`torch.get_device_module()`: `torch.cuda`,
+    `torch.neuron`, or `torch.cpu`, which has one too) and `torch.accelerator.set_stream()` cover the rest.
 
     Example
     side = torch.cuda.Stream()
@@ -59,7 +61,7 @@ class CudaStreamEvent(QualifiedNameRule):
     side = torch.Stream()
     with side:
         y = x.to(device, non_blocking=True)
-    torch.accelerator.current_stream().wait_stream(side)
+    torch.get_device_module().current_stream().wait_stream(side)
 
     Fix safety
     Safe for calls: on CUDA each replacement does the same (positional `priority` and event flags become
@@ -94,7 +96,7 @@ class CudaStreamEvent(QualifiedNameRule):
             "import torch\nside = torch.cuda.Stream(priority=-1)\nwith torch.cuda.stream(side):\n    pass\n"
             "torch.cuda.current_stream().wait_stream(side)\n",
             "import torch\nside = torch.Stream(priority=-1)\nwith side:\n    pass\n"
-            "torch.accelerator.current_stream().wait_stream(side)\n",
+            "torch.get_device_module().current_stream().wait_stream(side)\n",
             count=3,
         ),
         Invalid(
@@ -126,7 +128,8 @@ class CudaStreamEvent(QualifiedNameRule):
         ),
         Invalid(
             "import torch\nok = isinstance(s, torch.cuda.Stream)\ncur = torch.cuda.current_stream(device=0)\n",
-            "import torch\nok = isinstance(s, torch.Stream)\ncur = torch.accelerator.current_stream(0)\n",
+            "import torch\nok = isinstance(s, torch.Stream)\n"
+            "cur = torch.get_device_module().current_stream(device=0)\n",
             count=2,
         ),
     )
@@ -174,7 +177,7 @@ class CudaStreamEvent(QualifiedNameRule):
         if short in _KEYWORDS:
             args = self._keyword_args(call, _KEYWORDS[short], keep_first=short == "Stream")
         else:
-            args = call_args(self, call, positional=("device",) if short == "current_stream" else ("stream",))
+            args = call_args(self, call) if short == "current_stream" else call_args(self, call, positional=("stream",))
         if target is None or args is None:
             return None
         return FixSpec(f"Replace `{name}` with `{target}`", (Replacement(call, f"{target}{args}"),),

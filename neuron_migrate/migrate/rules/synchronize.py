@@ -73,19 +73,19 @@ class CudaSynchronize(QualifiedNameRule):
         ),
         Invalid(
             "import torch\nif not torch.accelerator.is_available():\n    print('cpu')\nelse:\n"
-            "    torch.cuda.synchronize()\ndef timed(f):\n    assert torch.cuda.is_available()\n    f()\n"
+            "    torch.cuda.synchronize()\ndef timed(x):\n    assert torch.cuda.is_available()\n    y = x * 2\n"
             "    torch.cuda.synchronize()\nuse_accel = torch.cuda.is_available()\nif use_accel:\n"
             "    torch.cuda.synchronize()\n",
             "import torch\nif not torch.accelerator.is_available():\n    print('cpu')\nelse:\n"
-            "    torch.accelerator.synchronize()\ndef timed(f):\n    assert torch.cuda.is_available()\n"
-            "    f()\n    torch.accelerator.synchronize()\nuse_accel = torch.cuda.is_available()\n"
+            "    torch.accelerator.synchronize()\ndef timed(x):\n    assert torch.cuda.is_available()\n"
+            "    y = x * 2\n    torch.accelerator.synchronize()\nuse_accel = torch.cuda.is_available()\n"
             "if use_accel:\n    torch.accelerator.synchronize()\n",
             count=3,
         ),
         Invalid(
-            "import torch\nif device.type != 'cpu':\n    torch.cuda.synchronize()\nfor step in range(3):\n"
+            "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\nfor step in range(3):\n"
             "    if not torch.cuda.is_available():\n        continue\n    torch.cuda.synchronize()\n",
-            "import torch\nif device.type != 'cpu':\n    torch.accelerator.synchronize()\n"
+            "import torch\nif x.device.type != 'cpu':\n    torch.accelerator.synchronize()\n"
             "for step in range(3):\n    if not torch.cuda.is_available():\n        continue\n"
             "    torch.accelerator.synchronize()\n",
             count=2,
