@@ -4,11 +4,12 @@ The traversal dispatches each node to the rules that have a `visit_<NodeType>` m
 cost one walk; the same walk fills the file's bindings index (`bindings.py`) that rules and the guard analysis
 query. After it: deferred rule checks, each rule's `finish`, then `settle` (fixes withdrawn where CUDA-only code
 must stay, or in old-torch fallbacks) and the device naming, then positions, computed only when a rule
-reported something, and only for the top-level statements that hold its nodes (`positions.py`).
+reported something, and only for the innermost statements that hold its nodes (`positions.py`).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from collections import defaultdict
@@ -46,8 +47,10 @@ class _Dispatcher(cst.CSTVisitor):
     def __init__(self, ctx: FileContext, rules: list[Rule]) -> None:
         super().__init__()
         self.ctx = ctx
-        self.top_of: dict[int, int] = {}  # id(node) -> index of its top-level statement
-        self.top = -1
+        # for positions (`positions.py`): each node's innermost statement, each statement's enclosing one
+        self.statement_of: dict[int, cst.CSTNode] = {}
+        self.enclosing: dict[int, cst.CSTNode | None] = {}
+        self.statements: list[cst.CSTNode | None] = [None]
         self.scope_nodes: list[cst.CSTNode] = [ctx.module]
         self.visits: dict[str, list[Callable]] = defaultdict(list)
         self.leaves: dict[str, list[Callable]] = defaultdict(list)
@@ -71,11 +74,12 @@ class _Dispatcher(cst.CSTVisitor):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         ctx = self.ctx
-        ctx.stack.append(node)
-        if len(ctx.stack) == 2:
-            self.top += 1
-        self.top_of[id(node)] = self.top
         kind = type(node)
+        if kind in _STATEMENTS and type(ctx.stack[-1]) in _BLOCKS:
+            self.enclosing[id(node)] = self.statements[-1]
+            self.statements.append(node)
+        self.statement_of[id(node)] = self.statements[-1]
+        ctx.stack.append(node)
         if kind in _IMPORTS:
             if ctx.scopes.depth > 1:
                 ctx.scopes.bind_import(node)
@@ -143,6 +147,8 @@ class _Dispatcher(cst.CSTVisitor):
         if type(original_node) in _SCOPES:
             self.ctx.scopes.pop()
             self.scope_nodes.pop()
+        if original_node is self.statements[-1]:
+            self.statements.pop()
         self.ctx.stack.pop()
 
 
@@ -176,6 +182,8 @@ _NODE_TYPES = _concrete(cst.CSTNode) - _FORMATTING
 _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
 _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})
+_STATEMENTS = _concrete(cst.BaseCompoundStatement) | {cst.SimpleStatementLine}
+_BLOCKS = frozenset({cst.Module, cst.IndentedBlock})
 _BINDERS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.WithItem, cst.Call})
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
@@ -230,9 +238,10 @@ def _suppressed(code: str, codes: set[str] | None | bool) -> bool:
 
 def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
                    bound_modules: frozenset[str] = frozenset(), source: str | None = None,
-                   style: FixStyle = FixStyle()) -> list[Finding]:
+                   style: FixStyle = FixStyle(), tree: ast.Module | None = None) -> list[Finding]:
     """Findings of `rules` in a parsed module (positions relative to the module's text, `source` when the
-    caller has it: regenerating it from the tree costs a pass over the whole file)."""
+    caller has it: regenerating it from the tree costs a pass over the whole file; `tree`, its `ast`
+    parse, when the caller has that)."""
     ctx = FileContext(module, path, bound_modules)
     instances = [rule(ctx) for rule in rules]
     dispatcher = _Dispatcher(ctx, instances)
@@ -243,7 +252,9 @@ def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
     if not ctx.pending:
         return []
     source = module.code if source is None else source
-    positions = StatementPositions(module, source, dispatcher.top_of)
+    positions = StatementPositions(module, source, dispatcher.statement_of, dispatcher.enclosing, tree)
+    for pending in ctx.pending:  # first the findings' own nodes: their statements hold the whitespace and
+        positions[pending.node]  # punctuation some fixes edit, which the walk does not index
     lines = source.splitlines()
     settle(ctx, positions, lines, style)
     per_line, whole_file = suppressions(lines)

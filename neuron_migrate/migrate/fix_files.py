@@ -20,7 +20,7 @@ from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixer import fix_text
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.rule import select_rules
-from neuron_migrate.migrate.scanner import ScanOptions, plan, run_tasks, scan_text
+from neuron_migrate.migrate.scanner import ScanOptions, plan, run_tasks, scan_file
 from neuron_migrate.migrate.sources import SourceFile, SourceText, decode, notebook_cells, read_bytes
 from neuron_migrate.model import FileError, Finding
 
@@ -104,7 +104,7 @@ def fix_until_stable(text: str, rel: str, codes: tuple[str, ...], style: FixStyl
     applied: list[Finding] = []
     left: list[tuple[Finding, str]] = []
     for _ in range(MAX_PASSES):
-        found = scan_text(rel, SourceText(text, bound_modules=bound), codes, style)
+        found = scan_file(rel, SourceText(text, bound_modules=bound), codes, style)
         outcome = fix_text(text, found, unsafe=style.unsafe, layout=style.layout, path=path)
         applied.extend(outcome.applied)
         left = outcome.left

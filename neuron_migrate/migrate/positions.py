@@ -1,12 +1,13 @@
 """Source positions of the few nodes a file's findings need, without a position pass over the whole file.
 
 libcst's `PositionProvider` regenerates the code of the entire module to place every node; on large files
-that costs more than parsing and all the rules together. Findings need positions for a handful of nodes, so
-positions are resolved one top-level statement at a time: the statement is placed in a module of its own
-(its columns are the file's, since top-level statements start at column 0) and shifted by the number of
-lines before it, which Python's own `ast` parser (C, fast) gives. The shift is checked by comparing the
-statement's text with the file's lines at that place; if `ast` cannot parse the file, or anything does not
-line up, the whole module is resolved the old way, so a position is never a guess.
+that costs more than parsing and all the rules together, and a finding needs the positions of a handful of
+nodes. So a node is placed by regenerating only the innermost statement that holds it (a line inside a
+3,000-line class costs one line), with libcst's own position-recording code generator started where that
+statement starts: its first line comes from Python's `ast` parser (C, fast), paired with libcst's
+statement by its place in the blocks above it, and its indentation from the enclosing blocks. The
+regenerated text is compared with the file's own text at that place; if `ast` cannot parse the file, or
+anything does not line up, the whole module is resolved the old way, so a position is never a guess.
 """
 
 from __future__ import annotations
@@ -14,74 +15,181 @@ from __future__ import annotations
 import ast
 
 import libcst as cst
-from libcst.metadata import CodeRange, CodePosition, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
+
+#: libcst nodes that hold a list of statements
+BLOCKS = (cst.Module, cst.IndentedBlock)
+
+
+class _Sink:
+    """Where the code generator records positions (it expects a metadata provider's `_computed`)."""
+
+    def __init__(self) -> None:
+        self._computed: dict[cst.CSTNode, CodeRange] = {}
 
 
 class StatementPositions:
-    """`positions[node]` -> CodeRange, for any node inside a top-level statement of `module`."""
+    """`positions[node]` -> CodeRange for any node of `module`.
 
-    def __init__(self, module: cst.Module, source: str, top_of: dict[int, int]) -> None:
+    `statement_of[id(node)]` is the innermost statement (a statement of a module or indented block) holding
+    the node, the node itself for a statement; `enclosing[id(statement)]` the statement around that one
+    (None at module level). The analyzer's walk fills both; `index_statements` builds them for tests.
+    `tree`: the source's `ast` parse, when the caller has it (else it is parsed on first need)."""
+
+    def __init__(self, module: cst.Module, source: str, statement_of: dict[int, cst.CSTNode],
+                 enclosing: dict[int, cst.CSTNode | None], tree: ast.Module | None = None) -> None:
         self.module = module
         self.source = source
         self.lines = source.splitlines(keepends=True)
-        self.top_of = top_of  # id(node) -> index of its top-level statement in module.body
+        self.statement_of = statement_of
+        self.enclosing = enclosing
         self.resolved: dict[cst.CSTNode, CodeRange] = {}
         self.done: set[int] = set()
-        self.first_lines: list[int] | None = None  # per top-level statement: its first line, from ast
         self.whole_file = False
+        self._tree: ast.Module | None | bool = False if tree is None else tree  # False: not parsed yet
+        self._paired: dict[int, tuple[ast.AST, tuple[str, ...]] | None] = {}
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         found = self.resolved.get(node)
         if found is not None:
             return found
-        index = self.top_of.get(id(node))
-        if self.whole_file or index is None or index < 0 or index in self.done or not self._resolve_statement(index):
+        statement = self.statement_of.get(id(node))
+        if self.whole_file or statement is None or id(statement) in self.done or not self._resolve(statement):
             self._resolve_whole_file()
-        return self.resolved[node]
+        found = self.resolved.get(node)
+        if found is None:  # a node the statement's code generation did not reach
+            self._resolve_whole_file()
+            found = self.resolved[node]
+        return found
 
     def _resolve_whole_file(self) -> None:
         if not self.whole_file:
             self.resolved = dict(MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider))
             self.whole_file = True
 
-    def _resolve_statement(self, index: int) -> bool:
-        """Resolve the positions of statement `index`'s nodes; False when the shortcut does not apply."""
-        self.done.add(index)
-        first_line = self._first_line(index)
-        if first_line is None:
+    def _resolve(self, statement: cst.CSTNode) -> bool:
+        """Place every node of `statement`; False when the shortcut does not apply."""
+        self.done.add(id(statement))
+        paired = self._pair(statement)
+        if paired is None:
             return False
-        statement = self.module.body[index]
-        alone = self.module.with_changes(body=[statement], header=[], footer=[])
-        text = alone.code
-        shift = first_line - 1 - len(getattr(statement, "leading_lines", ()))
-        if shift < 0 or not "".join(self.lines[shift:shift + text.count("\n") + 1]).startswith(text):
+        node, indents = paired
+        decorators = getattr(statement, "decorators", ())
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        start = first - len(statement.leading_lines) - (len(decorators[0].leading_lines) if decorators else 0)
+        if start < 1:
             return False
-        for node, where in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
-            self.resolved[node] = CodeRange(CodePosition(where.start.line + shift, where.start.column),
-                                            CodePosition(where.end.line + shift, where.end.column))
+        sink = _Sink()
+        state = PositionProvidingCodegenState(default_indent=self.module.default_indent,
+                                              default_newline=self.module.default_newline, provider=sink,
+                                              indent_tokens=list(indents), line=start)
+        statement._codegen(state)
+        text = "".join(state.tokens)
+        here = "".join(self.lines[start - 1:start + text.count("\n")])
+        if not here.startswith(text) and not (text.endswith(state.default_newline) and here == text[
+                :-len(state.default_newline)]):
+            return False
+        self.resolved.update(sink._computed)
         return True
 
-    def _first_line(self, index: int) -> int | None:
-        """The first line of top-level statement `index` (its first decorator, for a decorated definition)."""
-        if self.first_lines is None:
-            self.first_lines = _first_lines(self.module, self.source) or []
-        return self.first_lines[index] if index < len(self.first_lines) else None
+    def _pair(self, statement: cst.CSTNode) -> tuple[ast.AST, tuple[str, ...]] | None:
+        """The `ast` statement that starts where `statement` does, and the indentation of its block."""
+        key = id(statement)
+        if key in self._paired:
+            return self._paired[key]
+        found = None
+        outer = self.enclosing.get(key, False)
+        if outer is None:
+            tree = self._ast()
+            if tree is not None:
+                found = _find(statement, [(self.module.body, tree.body, ())])
+        elif outer is not False:
+            above = self._pair(outer)
+            if above is not None:
+                found = _find(statement, _blocks(outer, above[0], above[1], self.module.default_indent))
+        self._paired[key] = found
+        return found
+
+    def _ast(self) -> ast.Module | None:
+        if self._tree is False:
+            try:
+                self._tree = ast.parse(self.source)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = None
+        return self._tree  # type: ignore[return-value]
 
 
-def _first_lines(module: cst.Module, source: str) -> list[int] | None:
-    """Per libcst top-level statement, the line `ast` says it starts on; None when the two do not pair up."""
-    try:
-        body = ast.parse(source).body
-    except (SyntaxError, ValueError):
-        return None
-    starts: list[int] = []
-    cursor = 0
-    for statement in module.body:
-        if cursor >= len(body):
-            return None
-        node = body[cursor]
-        decorators = getattr(node, "decorator_list", [])
-        starts.append(min([node.lineno, *(d.lineno for d in decorators)]))
-        # `a = 1; b = 2` is one libcst line and two ast statements
-        cursor += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
-    return starts if cursor == len(body) else None
+def _find(statement: cst.CSTNode, blocks) -> tuple[ast.AST, tuple[str, ...]] | None:
+    """Pair `statement` with its `ast` node in whichever of `blocks` (cst body, ast body, indents) holds it."""
+    for body, ast_body, indents in blocks:
+        cursor = 0
+        for item in body:
+            if cursor >= len(ast_body):
+                return None
+            if item is statement:
+                return ast_body[cursor], indents
+            # `a = 1; b = 2` is one libcst line and two ast statements
+            cursor += len(item.body) if isinstance(item, cst.SimpleStatementLine) else 1
+    return None
+
+
+def _blocks(owner: cst.CSTNode, node: ast.AST, indents: tuple[str, ...], default_indent: str):
+    """(libcst statements, ast statements, indentation) of each indented block of compound statement `owner`,
+    whose `ast` node is `node`."""
+
+    def block(suite, ast_body):
+        if isinstance(suite, cst.IndentedBlock):
+            return [(suite.body, ast_body, (*indents, default_indent if suite.indent is None else suite.indent))]
+        return []
+
+    found = block(getattr(owner, "body", None), getattr(node, "body", []))
+    if isinstance(owner, (cst.Try, cst.TryStar)):
+        for handler, ast_handler in zip(owner.handlers, getattr(node, "handlers", [])):
+            found += block(handler.body, ast_handler.body)
+        if owner.finalbody is not None:
+            found += block(owner.finalbody.body, getattr(node, "finalbody", []))
+    elif isinstance(owner, cst.Match):
+        for case, ast_case in zip(owner.cases, getattr(node, "cases", [])):
+            found += block(case.body, ast_case.body)
+    orelse = getattr(owner, "orelse", None)
+    if isinstance(orelse, cst.Else):
+        found += block(orelse.body, getattr(node, "orelse", []))
+    elif isinstance(orelse, cst.If):  # `elif`: ast nests it as the only statement of `orelse`
+        inner = getattr(node, "orelse", [])
+        if len(inner) == 1 and isinstance(inner[0], ast.If):
+            found += _blocks(orelse, inner[0], indents, default_indent)
+    return found
+
+
+def index_statements(module: cst.Module) -> tuple[dict[int, cst.CSTNode], dict[int, cst.CSTNode | None]]:
+    """`statement_of` and `enclosing` for `module` (what the analyzer's walk records, for tests and tools)."""
+    statement_of: dict[int, cst.CSTNode] = {}
+    enclosing: dict[int, cst.CSTNode | None] = {}
+
+    class Index(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stack: list[cst.CSTNode] = []
+            self.statements: list[cst.CSTNode | None] = [None]
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if is_statement(node) and self.stack and isinstance(self.stack[-1], BLOCKS):
+                enclosing[id(node)] = self.statements[-1]
+                self.statements.append(node)
+            if self.statements[-1] is not None:
+                statement_of[id(node)] = self.statements[-1]
+            self.stack.append(node)
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            self.stack.pop()
+            if original_node is self.statements[-1]:
+                self.statements.pop()
+
+    module.visit(Index())
+    return statement_of, enclosing
+
+
+def is_statement(node: cst.CSTNode) -> bool:
+    return isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement))

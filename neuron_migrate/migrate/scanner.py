@@ -1,11 +1,13 @@
 """`scan`: find files, skip those that cannot match, reuse cached results, analyse the rest in a process pool.
 
-`scan_text` is the per-file runner: it never raises. Whatever goes wrong with one file becomes an NM9xx
-finding for that file and the run goes on.
+`scan_file` is the per-file runner: the pre-pass (`prepass.py`) drops the rules that cannot report in the
+file, and `scan_text` (the full libcst analysis) runs only when one is left. Neither raises: whatever goes
+wrong with one file becomes an NM9xx finding for that file and the run goes on.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from neuron_migrate.migrate.analyzer import analyze_module
 from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import layout_for
+from neuron_migrate.migrate.prepass import candidates
 from neuron_migrate.migrate.rule import Rule, load_rules, select_rules
 from neuron_migrate.migrate.sources import (
     Selection,
@@ -174,11 +177,33 @@ def _call(job: tuple[Callable, tuple]):
 
 
 def _scan_task(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle) -> list[Finding]:
-    return scan_text(rel, text, codes, style)
+    return scan_file(rel, text, codes, style)
 
 
-def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle()) -> list[Finding]:
-    """Findings of the rules `codes` in one decoded file, their fixes shaped by `style`; never raises."""
+def scan_file(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle()) -> list[Finding]:
+    """What `scan_text` returns, paying for libcst only for the rules the pre-pass keeps; never raises.
+
+    The pre-pass reasons about valid Python, so its verdict counts only when `ast` parses the file; a file
+    `ast` rejects (a syntax error, or syntax newer than this interpreter that libcst may still read) gets
+    the full analysis, which reports the error as before. The `ast` tree is reused for positions."""
+    try:
+        active = candidates(text.text, codes)
+    except Exception:  # a pre-pass bug must not lose findings: analyse as if it did not exist
+        return scan_text(rel, text, codes, style)
+    if active == tuple(codes):
+        return scan_text(rel, text, codes, style)
+    try:
+        tree = ast.parse(text.text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return scan_text(rel, text, codes, style)
+    return scan_text(rel, text, active, style, tree=tree) if active else []
+
+
+def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle(),
+              tree: ast.Module | None = None) -> list[Finding]:
+    """Findings of the rules `codes` in one decoded file, their fixes shaped by `style`; never raises.
+
+    `tree`: the file's `ast` parse, when the caller has it (positions need it)."""
     rules = load_rules()
     try:
         module = cst.parse_module(text.text)
@@ -192,7 +217,7 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyl
         return _internal(rules, "NM901", rel, f"cannot parse: {type(err).__name__}")
     try:
         findings = analyze_module(module, rel, [rules[code] for code in codes if code in rules],
-                                  text.bound_modules, source=text.text, style=style)
+                                  text.bound_modules, source=text.text, style=style, tree=tree)
     except Exception as err:  # a rule bug must not lose the rest of the run
         return _internal(rules, "NM903", rel, f"analysis failed: {type(err).__name__}: {err}")
     if text.cells is not None:

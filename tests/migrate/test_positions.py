@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from neuron_migrate.migrate.positions import StatementPositions
+from neuron_migrate.migrate.positions import StatementPositions, index_statements
 
 SOURCES = {
     "plain": "import torch\n\nx = torch.cuda.is_available()\n",
@@ -20,29 +20,12 @@ SOURCES = {
 }
 
 
-def _top_of(module: cst.Module) -> dict[int, int]:
-    top_of: dict[int, int] = {}
-
-    class Collect(cst.CSTVisitor):
-        def __init__(self, index: int) -> None:
-            super().__init__()
-            self.index = index
-
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            top_of[id(node)] = self.index
-            return True
-
-    for index, statement in enumerate(module.body):
-        statement.visit(Collect(index))
-    return top_of
-
-
 @pytest.mark.parametrize("name", SOURCES)
 def test_every_node_matches_the_whole_module_pass(name):
     source = SOURCES[name]
     module = cst.parse_module(source)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    positions = StatementPositions(module, source, _top_of(module))
+    positions = StatementPositions(module, source, *index_statements(module))
     for statement in module.body:
         positions[statement]  # resolve statement by statement
     assert not positions.whole_file, "the shortcut should apply to ordinary code"
@@ -52,7 +35,7 @@ def test_every_node_matches_the_whole_module_pass(name):
 def test_code_ast_cannot_parse_falls_back_to_the_whole_module():
     source = "type Alias = list[int]\nx = torch.cuda.synchronize()\n"  # 3.12 syntax: libcst parses it
     module = cst.parse_module(source)
-    positions = StatementPositions(module, source, _top_of(module))
+    positions = StatementPositions(module, source, *index_statements(module))
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     assert positions[module.body[1]] == expected[module.body[1]]
     assert positions.whole_file

@@ -1,0 +1,124 @@
+"""The pre-pass: of the rules a file's bytes trigger, which can report anything in it, decided before libcst.
+
+The byte triggers (`Rule.triggers`) are deliberately loose: `accelerator`, `cuda`, `autocast` occur in
+comments, docstrings, log messages and in code no rule flags, and most files that pass them have no
+finding at all, yet each costs a libcst parse (about ten times `ast.parse`) and a walk. Here every rule has
+a *necessary condition* on what the file's code spells (`lexicon.py`): the identifiers a qualified name
+needs (every component of `torch.cuda.synchronize` is an identifier somewhere in a file that uses it, in
+the chain or in the import that bound its head), the string values a device-string rule needs (`"cuda"`,
+`"cuda:0"`, `f"cuda:{i}"`), the modules an import must name. A rule whose condition fails cannot report,
+so it is left out of the file's analysis, and a file left with no rule is not parsed by libcst at all.
+
+The conditions read the rules' own tables (NAMES, the rules' module constants), so a new name in a table is
+covered at once. A rule whose logic changes must have its condition here reviewed: a rule with no entry is
+always analysed, and `benchmarks/scan.py --differential` compares this path with the full one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+
+from neuron_migrate.migrate.lexicon import Lexicon, lexicon
+
+#: rules whose findings all come from references to their NAMES (QualifiedNameRule.use): the extra visitors
+#: some of them have only gather facts for those findings
+_NAMES_ONLY = ("NM106", "NM107", "NM108", "NM110", "NM201", "NM202", "NM203", "NM302", "NM303", "NM401",
+               "NM402", "NM403", "NM404", "NM405", "NM406", "NM407", "NM408", "NM409", "NM410", "NM411",
+               "NM702")
+#: what `is_cuda_string` accepts, as a value: 'cuda', 'cuda:1', the text 'cuda:' of f"cuda:{i}" and of
+#: "cuda:" + str(i), "cuda:{}".format(i), "cuda:%d" % i
+_CUDA_STRING = re.compile(r"^cuda(?::\d*|:\{\w*\}|:%[di])?$")
+
+Condition = Callable[[Lexicon], bool]
+
+
+def candidates(text: str, codes: Iterable[str]) -> tuple[str, ...]:
+    """The rules among `codes` that can report something in Python source `text`."""
+    lex = lexicon(text)
+    table = conditions()
+    return tuple(code for code in codes if code not in table or table[code](lex))
+
+
+def spelled(qualified: Iterable[str]) -> tuple[frozenset[str], ...]:
+    """Per qualified name (`torch.cuda.*` for a namespace), the identifiers a reference to it spells."""
+    return tuple(frozenset(part for part in name.split(".") if part != "*") for name in qualified)
+
+
+def _uses(*tables: Iterable[str]) -> Callable[[Lexicon], bool]:
+    needed = spelled(name for table in tables for name in table)
+    return lambda lex: any(parts <= lex.names for parts in needed)
+
+
+def _cuda_string(lex: Lexicon) -> bool:
+    return any(value.startswith("cuda") and _CUDA_STRING.match(value) for value in lex.strings)
+
+
+def _any_string(lex: Lexicon, test: Callable[[str], bool]) -> bool:
+    return any(test(value) for value in lex.strings)
+
+
+@lru_cache(maxsize=1)
+def conditions() -> dict[str, Condition]:
+    """Rule code -> necessary condition for a finding of that rule (codes not listed: always analysed)."""
+    from neuron_migrate.migrate.rule import load_rules
+    from neuron_migrate.migrate.rules import (amp_device, compile_options, distributed, environment, extensions,
+                                              lightning, libraries, numerics, tensor_types)
+
+    rules = load_rules()
+    table: dict[str, Condition] = {code: _uses(rules[code].NAMES) for code in _NAMES_ONLY if code in rules}
+    table["NM704"] = _uses(extensions._TRITON_DECORATORS)
+    table["NM101"] = _cuda_string
+    table["NM102"] = lambda lex: {"torch", "device"} <= lex.names and _cuda_string(lex)
+    table["NM103"] = lambda lex: "cuda" in lex.names
+    table["NM104"] = lambda lex: "is_cuda" in lex.names
+    table["NM105"] = _cuda_string
+    table["NM109"] = _or(_uses(rules["NM109"].NAMES),
+                         lambda lex: _any_string(lex, lambda s: tensor_types._kind(s) is not None))
+    entry_points = _uses(lightning._ENTRY_POINTS)
+    table["NM111"] = _or(_uses(rules["NM111"].NAMES), lambda lex: "accelerator" in lex.names and entry_points(lex)
+                         and _any_string(lex, lambda s: s.lower() in lightning._CUDA_NAMES))
+    autocast = _uses(amp_device._AUTOCAST, amp_device._CUSTOM)
+    table["NM204"] = lambda lex: "cuda" in lex.strings and autocast(lex)
+    table["NM205"] = _uses(amp_device._SCALER)
+    backend_call = _uses(distributed._BACKEND_POSITION)
+    nccl_constant = _uses((distributed._NCCL_CONSTANT,))
+    table["NM301"] = lambda lex: backend_call(lex) and (
+        nccl_constant(lex) or _any_string(lex, lambda s: "nccl" in s.lower()))
+    backends = rules["NM304"].BACKENDS
+    table["NM304"] = lambda lex: "cuda" in lex.strings and _any_string(lex, lambda s: s.lower() in backends)
+    table["NM412"] = lambda lex: "pin_memory" in lex.names
+    modes = frozenset(compile_options._MODES)
+    table["NM501"] = lambda lex: {"mode", "compile"} <= lex.names and (
+        not modes.isdisjoint(lex.strings) or ("torch" in lex.names and bool(lex.strings - {"default"})))
+    table["NM502"] = lambda lex: {"dynamic", "True", "compile"} <= lex.names
+    table["NM503"] = _or(_uses(rules["NM503"].NAMES), lambda lex: {"options", "compile"} <= lex.names
+                         and _any_string(lex, compile_options._is_cuda_key))
+    advice = frozenset(rules["NM601"].ADVICE)
+    table["NM601"] = lambda lex: not advice.isdisjoint(lex.strings) or not advice.isdisjoint(lex.names)
+    table["NM602"] = lambda lex: any(v.startswith(("NCCL_", "TORCH_NCCL_")) for v in (*lex.strings, *lex.names))
+    launchers = _uses(environment._LAUNCHERS)
+    table["NM603"] = lambda lex: launchers(lex) and _any_string(lex, lambda s: bool(environment._NVIDIA_SMI.search(s)))
+    heads = frozenset(key.split(".")[0] for key in libraries.LIBRARIES)
+    table["NM701"] = lambda lex: not heads.isdisjoint(lex.imported) or (
+        bool({"import_module", "__import__"} & lex.names)
+        and _any_string(lex, lambda s: libraries.library_of(s) is not None))
+    table["NM801"] = _dtype_condition(rules["NM801"], lambda lex: "numpy" in lex.names and bool(
+        {"from_numpy", "device"} & lex.names))
+    table["NM802"] = _dtype_condition(rules["NM802"], lambda lex: {"stft", "return_complex", "True"} <= lex.names)
+    return table
+
+
+def _or(*tests: Condition) -> Condition:
+    return lambda lex: any(test(lex) for test in tests)
+
+
+def _dtype_condition(rule, extra: Condition) -> Condition:
+    """A `_DtypeRule`: a use of its NAMES, a call of one of its METHODS, a dtype string passed as `dtype=` /
+    `torch_dtype=`, or what the rule's own extra check needs."""
+    methods = frozenset(rule.METHODS)
+    dtype_strings = frozenset(rule.DTYPE_STRINGS)
+    return _or(_uses(rule.NAMES), lambda lex: not methods.isdisjoint(lex.names),
+               lambda lex: bool({"dtype", "torch_dtype"} & lex.names) and not dtype_strings.isdisjoint(lex.strings),
+               extra)
