@@ -1,12 +1,19 @@
 """Scan throughput against TorchFix 0.7.0 and ruff, on real third-party code, in one run.
 
-    .venv/bin/python benchmarks/scan.py [--packages torch transformers] [--jobs N] [--skip-peers]
+    .venv/bin/python benchmarks/scan.py [--trees accelerate peft trl torch transformers] [--jobs N]
+                                        [--skip-peers] [--differential] [--phases] [--json FILE]
 
-Scans the Python sources of the installed `torch` and `transformers` packages with neuron-migrate cold (empty
-cache) and warm (second run, same cache), `torchfix --select ALL` and `ruff check --select ALL --no-cache`,
-and prints files/s for each and the ratios. The peers live in their own venv (benchmarks/.peers, created on
-first use: TorchFix pins an older libcst) so they never change neuron-migrate's environment.
-Wall times include process start-up, as a user sees them.
+Trees: `accelerate`, `peft` and `trl` (small pure-Python PyTorch packages, pinned below, installed with
+`pip install --no-deps --target benchmarks/.trees/small` on first use) and the installed `torch` and
+`transformers` sources. Per tree: neuron-migrate cold (empty cache) and warm (second run, same cache),
+`torchfix --select ALL` and `ruff check --select ALL --no-cache`, as wall time with process start-up, as a user
+sees it, and the ratios (goal: TorchFix/cold >= 20, cold/ruff <= 5, cold/warm >= 10). Peak RSS of the cold run
+(largest process: the parent or one worker) shows whether memory stays flat as trees grow. The peers live in
+their own venv (benchmarks/.peers, made on first use: TorchFix pins an older libcst).
+
+`--check-pr`: on a copy of `transformers`, a warm `check` after a pull request touched 10 files (goal < 2 s).
+`--differential`: the fast path against the full libcst path, file by file (`scan_differential.py`); exit 1
+on any difference. `--phases`: where a cold single-process scan's seconds go, per stage.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,9 +31,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / ".peers"
+SMALL = HERE / ".trees" / "small"
+SMALL_PINS = {"accelerate": "1.15.0", "peft": "0.21.2", "trl": "1.16.0"}
+NM = Path(sys.executable).parent / "neuron-migrate"
 
 
-def package_dir(name: str) -> Path:
+def tree(name: str) -> Path:
+    if name in SMALL_PINS:
+        if not (SMALL / name).is_dir():
+            pins = [f"{package}=={version}" for package, version in SMALL_PINS.items()]
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", SMALL, *pins],
+                           check=True)
+        return SMALL / name
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
         raise SystemExit(f"{name} is not installed in {sys.executable}; install it to benchmark on it")
@@ -34,7 +52,7 @@ def package_dir(name: str) -> Path:
 def ensure_peers() -> Path:
     if not (PEERS / "bin" / "torchfix").exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEERS)], check=True)
-        subprocess.run([PEERS / "bin" / "pip", "install", "-q", "torchfix==0.7.0", "ruff"], check=True)
+        subprocess.run([PEERS / "bin" / "pip", "install", "-q", "torchfix==0.7.0", "ruff==0.17.6"], check=True)
     return PEERS / "bin"
 
 
@@ -44,26 +62,36 @@ def timed(cmd: list, cwd: Path | None = None) -> tuple[float, subprocess.Complet
     return time.perf_counter() - start, proc
 
 
-def count_files(folder: Path) -> int:
-    return sum(1 for _ in folder.rglob("*.py"))
+def peak_rss_mib() -> float:
+    """The largest resident set of any child process waited for so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
-def bench_package(name: str, jobs: int, peers: Path | None) -> dict:
-    folder = package_dir(name)
-    files = count_files(folder)
-    nm = [Path(sys.executable).parent / "neuron-migrate", "scan", folder, "--format", "json", "--exit-zero",
-          "--no-gitignore", "--jobs", jobs]
-    row: dict = {"package": name, "files": files}
-    with tempfile.TemporaryDirectory() as cache:
-        out = Path(cache) / "scan.json"
-        row["cold"], proc = timed([*nm, "--cache-dir", Path(cache) / "c", "--output", out])
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def nm_scan(folder: Path, cache: Path, out: Path, jobs: int) -> list:
+    return [NM, "scan", folder, "--format", "json", "--exit-zero", "--no-gitignore", "--jobs", jobs,
+            "--cache-dir", cache, "--output", out]
+
+
+def bench_tree(name: str, jobs: int, peers: Path | None) -> dict:
+    folder = tree(name)
+    files = python_files(folder)
+    row: dict = {"tree": name, "files": len(files),
+                 "lines": sum(p.read_bytes().count(b"\n") for p in files)}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache, out = Path(tmp) / "cache", Path(tmp) / "scan.json"
+        row["cold"], proc = timed(nm_scan(folder, cache, out, jobs))
+        row["cold_peak_rss_mib"] = round(peak_rss_mib())
         if proc.returncode != 0:
             raise SystemExit(f"neuron-migrate failed on {name}: {proc.stderr[-2000:]}")
         data = json.loads(out.read_text())  # the cold run's record: the warm one serves every file from cache
         row["findings"] = len(data["findings"])
         row["nm9xx"] = sum(1 for f in data["findings"] if f["code"].startswith("NM9"))
         row["prefiltered"] = data["files_skipped_by_prefilter"]
-        row["warm"], _ = timed([*nm, "--cache-dir", Path(cache) / "c", "--output", out])
+        row["warm"], _ = timed(nm_scan(folder, cache, out, jobs))
         row["warm_from_cache"] = json.loads(out.read_text())["files_from_cache"]
     if peers is not None:
         row["torchfix"], proc = timed([peers / "torchfix", "--select", "ALL", folder])
@@ -73,29 +101,68 @@ def bench_package(name: str, jobs: int, peers: Path | None) -> dict:
     return row
 
 
+def print_row(row: dict) -> None:
+    def ratio(a: str, b: str) -> str:
+        return f"{row[a] / row[b]:>10.1f}" if a in row and b in row else f"{'-':>10}"
+
+    peers = (f"{row['torchfix']:>9.1f}{row['ruff']:>7.2f}" if "torchfix" in row else f"{'-':>9}{'-':>7}")
+    print(f"{row['tree']:<13}{row['files']:>6}{row['lines'] / 1000:>8.0f}k{row['cold']:>8.1f}{row['warm']:>7.2f}"
+          f"{peers}{ratio('torchfix', 'cold')}{ratio('cold', 'ruff')}{ratio('cold', 'warm')}"
+          f"{row['cold_peak_rss_mib']:>8}", flush=True)
+    print(f"{'':<13}{row['findings']} findings, {row['nm9xx']} NM9xx, {row['prefiltered']} files skipped by the "
+          f"byte filter, {row['warm_from_cache']} from cache (warm)"
+          + (f", torchfix rc {row['torchfix_rc']}" if "torchfix" in row else ""), flush=True)
+
+
+def check_pr(jobs: int) -> dict:
+    """Warm `check` of a copy of transformers after 10 files changed (a line appended to each)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "transformers"
+        shutil.copytree(tree("transformers"), repo, ignore=shutil.ignore_patterns("__pycache__"))
+        # the main branch's scan fills the cache (`check` uses the default one, in the working folder)
+        timed([NM, "scan", repo, "--format", "json", "--exit-zero", "--jobs", jobs, "--output", "scan.json"], cwd=tmp)
+        for path in python_files(repo)[::200][:10]:
+            path.write_text(path.read_text() + "\nx_added_by_the_pull_request = 1\n")
+        seconds, proc = timed([NM, "check", repo, "--fail-on-findings", "none"], cwd=tmp)
+        return {"check_pr_s": seconds, "check_rc": proc.returncode, "stderr": proc.stderr[-500:]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", nargs="+", default=["torch", "transformers"])
+    parser.add_argument("--trees", nargs="+", default=[*SMALL_PINS, "torch", "transformers"])
     parser.add_argument("--jobs", type=int, default=0, help="neuron-migrate worker processes (0: one per CPU)")
     parser.add_argument("--skip-peers", action="store_true", help="only time neuron-migrate")
+    parser.add_argument("--check-pr", action="store_true", help="time a warm check after a 10-file change")
+    parser.add_argument("--differential", action="store_true", help="fast path vs full path, file by file")
+    parser.add_argument("--phases", action="store_true", help="where a cold one-process scan's time goes")
+    parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
+    if args.differential:
+        from scan_differential import compare
+
+        files, differ, fast_s, full_s = compare([tree(name) for name in args.trees])
+        print(f"differential: {files} files compared, {differ} differ (analysis CPU s: fast {fast_s:.1f}, "
+              f"full {full_s:.1f})")
+        sys.exit(1 if differ else 0)
+    if args.phases:
+        from scan_phases import report
+
+        for name in args.trees:
+            report(name, tree(name))
+        return
     peers = None if args.skip_peers else ensure_peers()
-    print(f"{'package':<13}{'files':>6}{'nm cold':>10}{'nm warm':>10}{'torchfix':>10}{'ruff':>9}"
-          f"{'cold/tfix':>11}{'warm/cold':>11}{'cold/ruff':>11}  (files/s; ratios = speed-ups)")
-    for name in args.packages:
-        row = bench_package(name, args.jobs, peers)
-        rate = {k: row["files"] / row[k] for k in ("cold", "warm", "torchfix", "ruff") if k in row}
-        line = (f"{name:<13}{row['files']:>6}{rate['cold']:>10.0f}{rate['warm']:>10.0f}"
-                f"{rate.get('torchfix', float('nan')):>10.1f}{rate.get('ruff', float('nan')):>9.0f}"
-                f"{row.get('torchfix', 0) / row['cold'] if 'torchfix' in row else float('nan'):>11.1f}"
-                f"{row['cold'] / row['warm']:>11.1f}"
-                f"{row.get('ruff', 0) / row['cold'] if 'ruff' in row else float('nan'):>11.2f}")
-        print(line, flush=True)
-        print(f"{'':<13}wall s: nm cold {row['cold']:.1f}, warm {row['warm']:.1f}"
-              + (f", torchfix {row['torchfix']:.1f} (rc {row['torchfix_rc']}), ruff {row['ruff']:.1f}"
-                 if "torchfix" in row else "")
-              + f"; {row['findings']} findings, {row['nm9xx']} NM9xx, {row['prefiltered']} files pre-filtered (cold), "
-              + f"{row['warm_from_cache']} from cache (warm)")
+    print(f"{'tree':<13}{'files':>6}{'lines':>9}{'cold s':>8}{'warm s':>7}{'tfix s':>9}{'ruff s':>7}"
+          f"{'tfix/cold':>10}{'cold/ruff':>10}{'cold/warm':>10}{'RSS MiB':>8}")
+    rows = []
+    for name in args.trees:
+        rows.append(bench_tree(name, args.jobs, peers))
+        print_row(rows[-1])
+    if args.check_pr:
+        rows.append(check_pr(args.jobs))
+        print(f"check after a 10-file change of transformers, warm cache: {rows[-1]['check_pr_s']:.2f} s "
+              f"(rc {rows[-1]['check_rc']})")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -30,14 +30,21 @@ _TRIPLE_DOUBLE = rf'"""(?:[^"\\]|{_ESCAPE}|"(?!""))*"""'
 _SINGLE = rf"'(?:[^'\\\r\n]|{_ESCAPE})*'"
 _DOUBLE = rf'"(?:[^"\\\r\n]|{_ESCAPE})*"'
 _PIECE = rf"[rRbBuUfF]{{0,2}}(?:{_TRIPLE_SINGLE}|{_TRIPLE_DOUBLE}|{_SINGLE}|{_DOUBLE})"
+#: a comment to its line's end: it cannot stop earlier, or a `####...` line inside a repetition would be split
+#: in exponentially many ways before a match fails
+_COMMENT = r"#[^\r\n]*(?![^\r\n])"
 #: what may stand between adjacent literals of one concatenation: blanks, comments, continuations
-_GAP = r"(?:\s|\\\r?\n|#[^\r\n]*)*"
+_GAP = rf"(?:\s|\\\r?\n|{_COMMENT})*"
 #: a comment (consumed, not captured) | a run of adjacent string literals | an identifier (or keyword)
 _TOKENS = re.compile(rf"#[^\r\n]*|({_PIECE}(?:{_GAP}{_PIECE})*)|([^\W\d]\w*)", re.S)
 _PIECES = re.compile(_PIECE, re.S)
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
-#: `import a.b as c, d` (every identifier on the rest of the logical line) and `from a.b import c` (`a`)
-_IMPORT_LINE = re.compile(r"\bimport\b((?:[^\r\n#;\\]|\\\r?\n)*)|\bfrom(?:\s|\\\r?\n)+([\w.]+)")
+#: an import statement: `import` or `from` where a statement can start (a line's start, after `;` or a compound
+#: statement's `:`, across backslash continuations), to the end of its line or its closing parenthesis
+#: (comments inside the parentheses are skipped, a `)` in them included)
+_IMPORT_STATEMENT = re.compile(
+    r"(?:^|[:;])[ \t\f]*(?:\\\r?\n[ \t\f]*)*(?:import|from)\b((?:[^\r\n#;\\(]|\\\r?\n)*)"
+    rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?", re.M)
 _BRACES = re.compile(r"[{}]")
 _NESTING_FSTRINGS = sys.version_info >= (3, 12)
 
@@ -45,8 +52,8 @@ _NESTING_FSTRINGS = sys.version_info >= (3, 12)
 @dataclass(frozen=True)
 class Lexicon:
     """`names`: identifiers and keywords in the code; `strings`: string literal values (see the module
-    docstring); `imported`: the first component of each module an import line names, and the other
-    identifiers on those lines."""
+    docstring); `imported`: every identifier in the import statements (the components of the modules
+    they name, the names they import, their aliases)."""
 
     names: frozenset[str]
     strings: frozenset[str]
@@ -106,12 +113,11 @@ def _value(piece: str, strings: set[str], names: set[str]) -> str | None:
 def _imported(text: str) -> frozenset[str]:
     if "import" not in text:
         return frozenset()
-    heads: set[str] = set()
-    for rest, module in _IMPORT_LINE.findall(text):
-        if module:
-            heads.add(module.split(".")[0])
-        heads.update(_IDENTIFIER.findall(rest))
-    return frozenset(heads)
+    found: set[str] = set()
+    for line, parenthesized in _IMPORT_STATEMENT.findall(text):
+        found.update(_IDENTIFIER.findall(line))
+        found.update(_IDENTIFIER.findall(parenthesized))
+    return frozenset(found)
 
 
 def _tokenized(text: str) -> Lexicon:

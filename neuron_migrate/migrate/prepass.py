@@ -100,14 +100,23 @@ def conditions() -> dict[str, Condition]:
     table["NM602"] = lambda lex: any(v.startswith(("NCCL_", "TORCH_NCCL_")) for v in (*lex.strings, *lex.names))
     launchers = _uses(environment._LAUNCHERS)
     table["NM603"] = lambda lex: launchers(lex) and _any_string(lex, lambda s: bool(environment._NVIDIA_SMI.search(s)))
-    heads = frozenset(key.split(".")[0] for key in libraries.LIBRARIES)
-    table["NM701"] = lambda lex: not heads.isdisjoint(lex.imported) or (
+    # an import of a library is an import statement naming every component of its key (`deepspeed.ops`: `from
+    # deepspeed import ops`, `import deepspeed.ops.adam`); `import deepspeed` alone is not one
+    imports = spelled(libraries.LIBRARIES)
+    table["NM701"] = lambda lex: any(parts <= lex.imported for parts in imports) or (
         bool({"import_module", "__import__"} & lex.names)
         and _any_string(lex, lambda s: libraries.library_of(s) is not None))
-    table["NM801"] = _dtype_condition(rules["NM801"], lambda lex: "numpy" in lex.names and bool(
-        {"from_numpy", "device"} & lex.names))
+    table["NM801"] = _dtype_condition(rules["NM801"], _numpy_float64_to_device(numerics._NUMPY_FLOAT64))
     table["NM802"] = _dtype_condition(rules["NM802"], lambda lex: {"stft", "return_complex", "True"} <= lex.names)
     return table
+
+
+def _numpy_float64_to_device(float64_makers: Iterable[str]) -> Condition:
+    """NM801's array check: a NumPy function that makes float64 arrays (`numpy.zeros`, ..., `numpy.array`)
+    with `numpy` imported, and `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`."""
+    makers = {name.rsplit(".", 1)[1] for name in float64_makers} | {"array", "asarray"}
+    return lambda lex: "numpy" in lex.imported and not makers.isdisjoint(lex.names) and (
+        "from_numpy" in lex.names or ("device" in lex.names and bool({"tensor", "as_tensor"} & lex.names)))
 
 
 def _or(*tests: Condition) -> Condition:
