@@ -58,7 +58,8 @@ class Finding:
     """One construct that ties code to CUDA, at an exact location.
 
     `cell` is the 1-based code-cell number for notebooks (lines are then relative to the cell). `guard` names
-    the CUDA-only condition the code already sits under (e.g. `torch.cuda.is_available()`), if any.
+    the CUDA-only condition the code already sits under (e.g. `torch.cuda.is_available()`), if any;
+    `replacement` what to move to, for a finding whose remedy is another library or API (NM701).
     """
 
     code: str
@@ -74,6 +75,7 @@ class Finding:
     fix: Fix | None = None
     cell: int | None = None
     guard: str | None = None
+    replacement: str | None = None
 
     @property
     def fix_safety(self) -> FixSafety:

@@ -34,6 +34,7 @@ class PendingFinding:
     stack: tuple[cst.CSTNode, ...] = ()
     region: tuple[cst.CSTNode, ...] = ()  # the code this finding's check guards (its fix waits for it)
     notes: list[str] = field(default_factory=list)
+    replacement: str | None = None
 
 
 class FileContext:
@@ -109,7 +110,8 @@ class FileContext:
         self.deferred.clear()
 
     def add(self, rule: Any, node: cst.CSTNode, message: str, fix: FixSpec | None,
-            region: tuple[cst.CSTNode, ...] = ()) -> PendingFinding:
-        pending = PendingFinding(rule, node, message, fix, self.guard(), tuple(self.stack), region)
+            region: tuple[cst.CSTNode, ...] = (), replacement: str | None = None) -> PendingFinding:
+        pending = PendingFinding(rule, node, message, fix, self.guard(), tuple(self.stack), region,
+                                 replacement=replacement)
         self.pending.append(pending)
         return pending

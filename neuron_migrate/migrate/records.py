@@ -37,6 +37,7 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
         source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
         fix=fix,
         guard=pending.guard,
+        replacement=pending.replacement,
     )
 
 

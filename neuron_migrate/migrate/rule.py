@@ -51,6 +51,11 @@ class Invalid:
     count: int = 1
 
 
+#: what a file-level rule is reported for: a CUDA source file in the tree, a file that cannot be parsed, one
+#: that cannot be read or decoded, one whose analysis failed
+FILE_KINDS = ("kernel-source", "unparsable", "unreadable", "analysis-failure")
+
+
 class Rule:
     """Base class of every rule; subclasses register themselves by their `code`."""
 
@@ -63,8 +68,13 @@ class Rule:
     #: matches only when the file contains all of its byte strings. Every use of a `torch.cuda` name spells
     #: `cuda` somewhere (the attribute chain or the import), so `b"cuda"` serves the rules for those names.
     triggers: ClassVar[tuple[bytes | tuple[bytes, ...], ...]] = ()
-    #: reported by the scanner from the file itself (no visitor, no examples)
-    file_level: ClassVar[bool] = False
+    #: reported by the scanner from the file itself (no visitor, no examples), for one of `FILE_KINDS`
+    file_level: ClassVar[str | None] = None
+    #: the row of the effort table its findings cost (`reports/effort.py`); None: decided by its fix
+    effort: ClassVar[str | None] = None
+    #: its findings build kernels: when the tree holds their sources (a `kernel-source` rule), the kernels
+    #: are counted there and these findings cost only the build wiring
+    builds_kernels: ClassVar[bool] = False
     #: its findings are code that only works on CUDA: left unfixed inside a CUDA check, they keep that check
     #: CUDA-only (False for advice that holds on any device: numerics, settings that are harmless elsewhere)
     cuda_only: ClassVar[bool] = True
@@ -87,12 +97,13 @@ class Rule:
         return CATEGORY_OF_PREFIX[cls.code[:3]]
 
     def report(self, node: cst.CSTNode, message: str | None = None, fix: FixSpec | None = None,
-               region: tuple[cst.CSTNode, ...] = ()) -> "PendingFinding":
+               region: tuple[cst.CSTNode, ...] = (), replacement: str | None = None) -> "PendingFinding":
         """Record a finding at `node` (message defaults to the rule's).
 
         `region`: the code a CUDA check guards. Its fix (a device-agnostic test) is withdrawn after the walk
-        when CUDA-only code stays in that region, so the check keeps it on CUDA."""
-        return self.ctx.add(self, node, message or self.message, fix, region)
+        when CUDA-only code stays in that region, so the check keeps it on CUDA. `replacement`: what to move
+        to, when that is another library or API (reports read it; the message says it in words)."""
+        return self.ctx.add(self, node, message or self.message, fix, region, replacement)
 
     def finish(self) -> None:
         """Called once after the traversal (for rules that decide at the end of the file)."""
@@ -141,3 +152,8 @@ def select_rules(select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> 
         and not any(code.startswith(p.upper()) for p in ignore)
     }
     return chosen
+
+
+def file_rule(rules: dict[str, type[Rule]], kind: str) -> type[Rule] | None:
+    """The rule among `rules` reported for files of `kind` (one of `FILE_KINDS`), None when not selected."""
+    return next((rule for rule in rules.values() if rule.file_level == kind), None)

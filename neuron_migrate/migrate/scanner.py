@@ -24,7 +24,7 @@ from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import layout_for
 from neuron_migrate.migrate.prepass import candidates
-from neuron_migrate.migrate.rule import Rule, load_rules, select_rules
+from neuron_migrate.migrate.rule import Rule, file_rule, load_rules, select_rules
 from neuron_migrate.migrate.sources import (
     Selection,
     SourceFile,
@@ -124,7 +124,7 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
     tasks = [(item.source.rel, item.text, item.active, item.style) for item in work]
     for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress)):
         for finding in result:
-            if finding.code in ("NM901", "NM903"):
+            if _kind(rules, finding) in ("unparsable", "analysis-failure"):
                 errors.append(FileError(item.source.rel, finding.message))
         cache.put(item.source.rel, item.key, result)
         item.findings = result
@@ -212,14 +212,14 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyl
         # libcst's native parser reports the token after the error; its message has the real place
         at = re.search(r"error at (\d+):(\d+)", str(err.message))
         line, col = (int(at.group(1)), int(at.group(2))) if at else (err.editor_line, err.editor_column - 1)
-        return _internal(rules, "NM901", rel, f"cannot parse: syntax error at line {line}{hint}", line, col)
+        return _internal(rules, "unparsable", rel, f"cannot parse: syntax error at line {line}{hint}", line, col)
     except (RecursionError, MemoryError) as err:
-        return _internal(rules, "NM901", rel, f"cannot parse: {type(err).__name__}")
+        return _internal(rules, "unparsable", rel, f"cannot parse: {type(err).__name__}")
     try:
         findings = analyze_module(module, rel, [rules[code] for code in codes if code in rules],
                                   text.bound_modules, source=text.text, style=style, tree=tree)
     except Exception as err:  # a rule bug must not lose the rest of the run
-        return _internal(rules, "NM903", rel, f"analysis failed: {type(err).__name__}: {err}")
+        return _internal(rules, "analysis-failure", rel, f"analysis failed: {type(err).__name__}: {err}")
     if text.cells is not None:
         findings = [_to_cell(f, text.cells) for f in findings]
     return findings
@@ -229,24 +229,28 @@ def _looks_like_python2(text: str) -> bool:
     return bool(re.search(r"^\s*print\s+[^(=\s]|^\s*exec\s+\"|except\s+\w+\s*,\s*\w+\s*:", text, re.M))
 
 
-def _internal(rules: dict, code: str, rel: str, message: str, line: int = 1, col: int = 0) -> list[Finding]:
-    if code not in rules:
+def _internal(rules: dict, kind: str, rel: str, message: str, line: int = 1, col: int = 0) -> list[Finding]:
+    """The finding of the file-level rule of `kind` (`rule.FILE_KINDS`) for file `rel`, if that rule is selected."""
+    rule = file_rule(rules, kind)
+    if rule is None:
         return []
-    rule = rules[code]
     line = max(line, 1)
-    return [Finding(code, rule.severity, rule.category(), rel, line, col, line, col, message)]
+    return [Finding(rule.code, rule.severity, rule.category(), rel, line, col, line, col, message)]
+
+
+def _kind(rules: dict, finding: Finding) -> str | None:
+    rule = rules.get(finding.code)
+    return rule.file_level if rule is not None else None
 
 
 def _problem(source: SourceFile, problem: SourceProblem, rules: dict, errors: list[FileError]) -> list[Finding]:
     errors.append(FileError(source.rel, problem.reason))
-    return _internal(rules, problem.code, source.rel, problem.reason)
+    return _internal(rules, problem.kind, source.rel, problem.reason)
 
 
 def _kernel_findings(source: SourceFile, rules: dict) -> list[Finding]:
-    rule = rules.get("NM703")
-    if rule is None:
-        return []
-    return [Finding("NM703", rule.severity, rule.category(), source.rel, 1, 0, 1, 0, rule.message)]
+    rule = file_rule(rules, "kernel-source")
+    return _internal(rules, "kernel-source", source.rel, rule.message) if rule is not None else []
 
 
 def _to_cell(finding: Finding, cells: list[tuple[int, int]]) -> Finding:

@@ -51,9 +51,10 @@ class SourceText:
 
 @dataclass(frozen=True)
 class SourceProblem:
-    """Why a file could not be read or decoded (becomes an NM902 finding) or parsed (NM901)."""
+    """Why a file could not be read or decoded (`kind` "unreadable") or parsed ("unparsable"); the scanner
+    reports it as a finding of the file-level rule of that kind."""
 
-    code: str
+    kind: str
     reason: str
 
 
@@ -159,27 +160,27 @@ def read_bytes(source: SourceFile) -> bytes | SourceProblem:
         size = path.stat().st_size
     except OSError as err:
         if path.is_symlink():
-            return SourceProblem("NM902", f"broken or looping symlink ({err.strerror})")
-        return SourceProblem("NM902", f"cannot stat file ({err.strerror})")
+            return SourceProblem("unreadable", f"broken or looping symlink ({err.strerror})")
+        return SourceProblem("unreadable", f"cannot stat file ({err.strerror})")
     if size > MAX_BYTES:
-        return SourceProblem("NM902", f"file is {size // 1024 // 1024} MiB, over the {MAX_BYTES // 1024 // 1024} MiB limit")
+        return SourceProblem("unreadable", f"file is {size // 1024 // 1024} MiB, over the {MAX_BYTES // 1024 // 1024} MiB limit")
     try:
         return path.read_bytes()
     except OSError as err:
-        return SourceProblem("NM902", f"cannot read file ({err.strerror})")
+        return SourceProblem("unreadable", f"cannot read file ({err.strerror})")
 
 
 def decode(source: SourceFile, data: bytes) -> SourceText | SourceProblem:
     """Text of a Python file or notebook, or why it cannot be decoded."""
     if b"\0" in data:
-        return SourceProblem("NM902", "file contains NUL bytes (binary or corrupted)")
+        return SourceProblem("unreadable", "file contains NUL bytes (binary or corrupted)")
     if source.kind == "notebook":
         return _notebook_text(data)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
     except (SyntaxError, LookupError, UnicodeDecodeError) as err:
-        return SourceProblem("NM902", f"cannot decode as Python source ({err})")
+        return SourceProblem("unreadable", f"cannot decode as Python source ({err})")
     return SourceText(text.removeprefix("\ufeff"), encoding)
 
 
@@ -188,7 +189,7 @@ def _notebook_text(data: bytes) -> SourceText | SourceProblem:
         notebook = json.loads(data.decode("utf-8-sig"))
         cells = notebook["cells"]
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
-        return SourceProblem("NM901", f"not a valid Jupyter notebook ({type(err).__name__}: {err})")
+        return SourceProblem("unparsable", f"not a valid Jupyter notebook ({type(err).__name__}: {err})")
     lines: list[str] = []
     where: list[tuple[int, int]] = []
     number = 0

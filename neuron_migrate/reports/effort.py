@@ -14,13 +14,13 @@ docs/report.md explains the table and how to read the estimate.
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neuron_migrate.errors import ConfigError
+from neuron_migrate.migrate.rule import load_rules
 from neuron_migrate.model import (
     CallSite,
     Effort,
@@ -73,7 +73,6 @@ _OP_REASON = {
     "unsupported-op": "unsupported on Neuron: replace the op or write an NKI kernel",
     "unknown-op": "no source establishes its status: probe it on a Neuron device",
 }
-_KERNEL_RULES = {"NM702", "NM703", "NM704"}
 TOP_LEVERS = 5
 
 
@@ -149,30 +148,28 @@ def _hours_triple(key: str, value: Any, where: str) -> tuple[float, float, float
 
 
 def finding_bucket(finding: Finding, kernel_sources: bool = False) -> str:
-    """Which row of the table a finding costs: by how it can be fixed, and NM7xx/NM9xx by what they are.
+    """Which row of the table a finding costs: the row its rule names (`Rule.effort`), else by how it can be
+    fixed.
 
-    A CUDA extension (NM702) is the kernel port itself only when the scan saw no `.cu` source (NM703) to
-    count it at; otherwise it is the build wiring, hours of work, so one kernel is not counted twice.
+    A rule that builds kernels (a CUDA extension) is the kernel port itself only when the scan saw no kernel
+    source to count it at; otherwise it is the build wiring, hours of work, so one kernel is not counted twice.
     """
-    if finding.code.startswith("NM9"):
-        return "unanalysed-file"
-    if finding.code == "NM702" and kernel_sources:
+    rule = load_rules().get(finding.code)
+    if rule is not None and rule.builds_kernels and kernel_sources:
         return "no-equivalent"
-    if finding.code in _KERNEL_RULES:
-        return "custom-kernel"
-    if finding.code.startswith("NM7"):
-        return "cuda-library"
+    if rule is not None and rule.effort is not None:
+        return rule.effort
     if finding.severity == "info" and finding.fix is None:
         return "note"
     return {"safe": "safe-fix", "unsafe": "unsafe-fix"}.get(finding.fix_safety, "no-equivalent")
 
 
 def _finding_reason(finding: Finding, bucket: str) -> str:
-    if finding.code == "NM702" and bucket == "no-equivalent":
+    rule = load_rules().get(finding.code)
+    if rule is not None and rule.builds_kernels and bucket == "no-equivalent":
         return "extension build wiring: make it CUDA-only (its kernels are counted at their .cu files)"
     if bucket == "cuda-library":
-        replacement = re.search(r": use (.+)$", finding.message)
-        return f"CUDA-only library: move to {replacement.group(1)}" if replacement else "CUDA-only library"
+        return f"CUDA-only library: move to {finding.replacement}" if finding.replacement else "CUDA-only library"
     return {
         "safe-fix": "safe rewrite by `neuron-migrate fix`: review it",
         "unsafe-fix": "rewrite changes behaviour (`--unsafe-fixes`): review and test it",
@@ -190,7 +187,8 @@ def estimate_findings(
 ) -> list[EffortItem]:
     """One item per finding, in file and line order, with the learning-curve discount on repeats."""
     seen: dict[tuple[str, str], int] = defaultdict(int)
-    kernel_sources = any(f.code == "NM703" for f in findings)
+    rules = load_rules()
+    kernel_sources = any(rules[f.code].file_level == "kernel-source" for f in findings if f.code in rules)
     items = []
     for finding in sorted(findings, key=lambda f: (f.path, f.cell or 0, f.line, f.col, f.code)):
         seen[finding.path, finding.code] += 1

@@ -60,15 +60,11 @@ def test_repeats_of_a_rule_in_one_file_cost_the_repeat_factor():
     assert (elsewhere.path, elsewhere.occurrence, elsewhere.likely) == ("other.py", 1, weights("safe-fix")[1])
 
 
-def test_library_reason_names_the_replacement():
-    (item,) = estimate_findings(
-        [
-            finding(
-                "NM701", fixable="none", message="`flash_attn` is CUDA-only: use `torch.nn.functional.sdpa`"
-            )
-        ],
-        DEFAULT,
-    )
+def test_library_reason_names_the_replacement_the_rule_recorded():
+    """The finding's `replacement` field, not its wording: rewording NM701 cannot change the report."""
+    library = replace(finding("NM701", fixable="none", message="reworded: no `use` clause"),
+                      replacement="`torch.nn.functional.sdpa`")
+    (item,) = estimate_findings([library], DEFAULT)
     assert item.reason == "CUDA-only library: move to `torch.nn.functional.sdpa`"
 
 

@@ -46,6 +46,8 @@ class CudaExtension(QualifiedNameRule):
     name = "cuda-extension"
     message = f"CUDA extension: {_NKI}; build it only on CUDA machines"
     severity = "error"
+    effort = "custom-kernel"
+    builds_kernels = True
     triggers = (b"cpp_extension", b"CUDAExtension")
     NAMES: ClassVar[dict[str, str | None]] = {f"{_CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")}
     VALID = (
@@ -142,6 +144,7 @@ class TritonKernel(Rule):
     name = "triton-kernel"
     message = "Triton kernel: rewrite it as PyTorch ops or an NKI kernel (`@nki.jit` with `torch_neuronx`'s `nki_op`)"
     severity = "error"
+    effort = "custom-kernel"
     triggers = (b"triton",)
     VALID = (
         "import torch\n@torch.jit.script\ndef f(x):\n    return x\n",

@@ -32,7 +32,8 @@ class CudaSourceFile(Rule):
     name = "cuda-source-file"
     message = "CUDA source file: port the kernel to PyTorch ops or an NKI kernel"
     severity = "error"
-    file_level = True
+    file_level = "kernel-source"
+    effort = "custom-kernel"
 
 
 class ParseError(Rule):
@@ -58,7 +59,8 @@ class ParseError(Rule):
     name = "parse-error"
     message = "cannot parse file"
     severity = "error"
-    file_level = True
+    file_level = "unparsable"
+    effort = "unanalysed-file"
 
 
 class UnreadableFile(Rule):
@@ -85,7 +87,8 @@ class UnreadableFile(Rule):
     name = "unreadable-file"
     message = "cannot read file"
     severity = "error"
-    file_level = True
+    file_level = "unreadable"
+    effort = "unanalysed-file"
 
 
 class AnalysisError(Rule):
@@ -111,4 +114,5 @@ class AnalysisError(Rule):
     name = "analysis-error"
     message = "analysis failed"
     severity = "error"
-    file_level = True
+    file_level = "analysis-failure"
+    effort = "unanalysed-file"

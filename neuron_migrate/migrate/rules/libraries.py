@@ -84,6 +84,7 @@ class CudaOnlyLibrary(Rule):
     name = "cuda-only-library"
     message = "`{module}` is CUDA-only{optional}: use {replacement}"
     severity = "error"
+    effort = "cuda-library"
     triggers = tuple(sorted({key.split(".")[0].encode() for key in LIBRARIES}))
     OPTIONAL: ClassVar[str] = " (optional import: on Trainium its fallback runs, check it)"
     VALID = (
@@ -148,7 +149,8 @@ class CudaOnlyLibrary(Rule):
     def _report(self, node: cst.CSTNode, module: str, libraries: set[str]) -> None:
         replacement = "; ".join(dict.fromkeys(LIBRARIES[lib] for lib in sorted(libraries)))
         optional = self.OPTIONAL if self._optional() else ""
-        self.report(node, self.message.format(module=module, optional=optional, replacement=replacement))
+        self.report(node, self.message.format(module=module, optional=optional, replacement=replacement),
+                    replacement=replacement)
 
     def _optional(self) -> bool:
         """Whether the import sits in the body of a `try` that handles ImportError (or any exception)."""
