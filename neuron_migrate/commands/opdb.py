@@ -5,19 +5,22 @@ Thin: parse flags, call `neuron_migrate.opdb`, render. Tables go to stdout (rich
 
 from __future__ import annotations
 
-import json
 import sys
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from neuron_migrate.commands.common import HelpGroup
 from neuron_migrate.errors import UsageError
 from neuron_migrate.model import STATUSES
 
-opdb_app = typer.Typer(help="The operator database: what torch-neuronx does with each ATen op and dtype.",
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+opdb_app = typer.Typer(cls=HelpGroup, help="The operator database: what torch-neuronx does with each ATen op and dtype.",
                        no_args_is_help=True)
-import_app = typer.Typer(help="Build a snapshot from a source (compatibility table, installed registrations).",
+import_app = typer.Typer(cls=HelpGroup, help="Build a snapshot from a source (compatibility table, installed registrations).",
                          no_args_is_help=True)
 opdb_app.add_typer(import_app, name="import")
 
@@ -30,7 +33,16 @@ def register(app: typer.Typer) -> None:
 
 
 def _out() -> Console:
+    from rich.console import Console
+
     return Console(file=sys.stdout, width=max(Console(file=sys.stdout).width, 120), soft_wrap=False)
+
+
+def Table(*columns: str) -> Table:
+    """rich's Table, imported only when a command draws one."""
+    from rich.table import Table as RichTable
+
+    return RichTable(*columns)
 
 
 def _err(text: str) -> None:
@@ -114,9 +126,9 @@ def list_ops(status: str | None = typer.Option(None, "--status", help="native | 
             rows.append({"op": op, "status": s.status, "klass": s.klass, "route": s.route, "note": s.note,
                          "source": s.source, "date": s.date})
     if fmt == "json":
-        doc = {"schema": "neuron-migrate/opdb-list/1", "version": snap.version, "pre_release": snap.pre_release,
-               "dtype": dtype, "status": status, "ops": rows}
-        typer.echo(json.dumps(doc, indent=2))
+        from neuron_migrate.opdb.db import list_json
+
+        typer.echo(list_json(snap, rows, dtype, status))
         return
     table = Table("op", "status", "class", "route", "note")
     for r in rows:
@@ -132,15 +144,14 @@ def diff(a: str = typer.Argument(..., help="Version or path of the older snapsho
          b: str = typer.Argument(..., help="Version or path of the newer snapshot."),
          fmt: str = typer.Option("text", "--format", help="text | json")) -> None:
     """Ops whose status changed from A to B, and ops added or removed."""
-    from neuron_migrate.opdb.db import diff_snapshots
+    from neuron_migrate.opdb.db import diff_json, diff_snapshots
 
     if fmt not in ("text", "json"):
         raise UsageError(f"--format {fmt!r} is not text or json")
     sa, sb = _load(a), _load(b)
     changes = diff_snapshots(sa, sb)
     if fmt == "json":
-        typer.echo(json.dumps({"schema": "neuron-migrate/opdb-diff/1", "a": sa.version, "b": sb.version,
-                               "changes": [c.__dict__ for c in changes]}, indent=2))
+        typer.echo(diff_json(sa, sb, changes))
         return
     table = Table("op", "change", "A", "B", "per dtype")
     for c in changes:
