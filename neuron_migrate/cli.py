@@ -45,7 +45,11 @@ def _root(
 
 
 def _register_commands() -> None:
+    """Add every command to the app, once (importing a command module imports typer only)."""
     from neuron_migrate.commands import check, fix, fleet, opdb, report, rules, scan, trace
+
+    if app.registered_commands:
+        return
 
     scan.register(app)
     fix.register(app)
@@ -55,6 +59,12 @@ def _register_commands() -> None:
     check.register(app)
     fleet.register(app)
     report.register(app)
+
+
+def app_command():  # -> click's Group (typer vendors click; its class is typer's)
+    """The app as the click command tree, every command registered."""
+    _register_commands()
+    return typer.main.get_command(app)
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:
@@ -86,8 +96,7 @@ def _program_name() -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; a user error is one line on stderr and exit 2, a bug is exit 3. `--debug`
     (read from the run's options) shows the traceback instead."""
-    _register_commands()
-    command = typer.main.get_command(app)
+    command = app_command()
     args = debug_first(list(sys.argv[1:] if argv is None else argv))
     root: typer.Context | None = None
     try:
