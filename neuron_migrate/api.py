@@ -76,7 +76,8 @@ def scan_root(paths: Sequence[Path], root: Path | None = None) -> Path:
 
 def scan_options(options: Options, config: Config | None = None) -> ScanOptions:
     """The options merged with the config: the one place `scan`, `fix`, `report` and `check` get their file
-    selection and rule set. Flags replace the config's select and include, and add to its ignore and exclude."""
+    selection and rule set. Flags replace the config's select and include, and add to its ignore and
+    exclude."""
     from neuron_migrate.migrate.scanner import ScanOptions
     from neuron_migrate.migrate.sources import Selection
 

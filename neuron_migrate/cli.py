@@ -1,5 +1,6 @@
-"""The `neuron-migrate` command line: parse, call, render. Logic lives in the packages and `neuron_migrate.api`;
-commands live in `neuron_migrate/commands/`, one module per command or command group, registered here.
+"""The `neuron-migrate` command line: parse, call, render. Logic lives in the packages and
+`neuron_migrate.api`; commands live in `neuron_migrate/commands/`, one module per command or command group,
+registered here.
 
 The root callback builds the run's one frozen `Options` record (the context's `obj`); each command adds its
 flags to it. Only typer is imported at start: each command imports what it uses when it runs.
@@ -38,8 +39,8 @@ def _version(value: bool) -> None:
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (anywhere on the command "
-                                                      "line)."),
+    debug: bool = typer.Option(False, "--debug",
+                               help="Show the traceback of an error (anywhere on the command line)."),
 ) -> None:
     ctx.obj = Options(debug=debug)
 
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("neuron-migrate: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:  # `neuron-migrate ... | head`: the reader left; say nothing more, as click does
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit, so the final flush is silent
+        # left open until exit, so the interpreter's final flush of stdout is silent too
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         sys.exit(1)
     except Exception as err:  # a bug: say so plainly, keep the traceback for --debug
         if _options(root).debug:

@@ -1,8 +1,9 @@
-"""`[tool.neuron-migrate]` in pyproject.toml: read once, validated, merged with the flags in `neuron_migrate.api`.
+"""`[tool.neuron-migrate]` in pyproject.toml: read once, validated, merged with the flags by
+`neuron_migrate.api`.
 
-Keys (all optional): include, exclude, select, ignore (lists of strings), respect-gitignore (bool),
-jobs (int), target-torch (str: the oldest torch `fix` may write for), and the sub-tables `effort` and `check` that `report` and
-`check` validate themselves.
+Keys (all optional): include, exclude, select, ignore (lists of strings), respect-gitignore (bool), jobs
+(int), target-torch (str: the oldest torch `fix` may write for), and the sub-tables `effort` and `check`
+that `report` and `check` validate themselves.
 """
 
 from __future__ import annotations

@@ -49,8 +49,9 @@ def check_command(
     traces = tuple(trace_files or ())
     if write_baseline_to is not None:
         _, inputs = record_baseline(options, write_baseline_to, update_baseline, gate, scan_file, traces)
-        stderr_console().print(f"Baseline written to {write_baseline_to}: {len(inputs.scan.findings)} findings, "
-                               f"{sum(1 for u in inputs.ops if u.status != 'native')} non-native op uses.")
+        non_native = sum(1 for use in inputs.ops if use.status != "native")
+        stderr_console().print(f"Baseline written to {write_baseline_to}: {len(inputs.scan.findings)} "
+                               f"findings, {non_native} non-native op uses.")
         raise typer.Exit(EXIT_OK)
     result = run_check(options, gate, scan_file, traces, baseline)
     render_check_text(result.verdict, result.inputs.traces, result.baseline, stderr_console())

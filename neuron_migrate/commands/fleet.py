@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 DEFAULT_CACHE = DEFAULT_CACHE_DIR
-fleet_app = typer.Typer(cls=HelpGroup, help="Trace whole fleets of models on `neuron` and rank what blocks them.",
-                        no_args_is_help=True)
+fleet_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                        help="Trace whole fleets of models on `neuron` and rank what blocks them.")
 
 
 def register(app: typer.Typer) -> None:

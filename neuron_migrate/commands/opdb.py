@@ -18,10 +18,12 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-opdb_app = typer.Typer(cls=HelpGroup, help="The operator database: what torch-neuronx does with each ATen op and dtype.",
-                       no_args_is_help=True)
-import_app = typer.Typer(cls=HelpGroup, help="Build a snapshot from a source (compatibility table, installed registrations).",
-                         no_args_is_help=True)
+opdb_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                       help="The operator database: what torch-neuronx does with each ATen op and dtype.")
+import_app = typer.Typer(
+    cls=HelpGroup, no_args_is_help=True,
+    help="Build a snapshot from a source (compatibility table, installed registrations).",
+)
 opdb_app.add_typer(import_app, name="import")
 
 OPDB_HELP = "Snapshot version (see `opdb versions`) or path to a snapshot .json; default: the newest shipped."
@@ -38,11 +40,11 @@ def _out() -> Console:
     return Console(file=sys.stdout, width=max(Console(file=sys.stdout).width, 120), soft_wrap=False)
 
 
-def Table(*columns: str) -> Table:
-    """rich's Table, imported only when a command draws one."""
-    from rich.table import Table as RichTable
+def _table(*columns: str) -> Table:
+    """A rich table with these columns (rich is imported only when a command draws one)."""
+    from rich.table import Table
 
-    return RichTable(*columns)
+    return Table(*columns)
 
 
 def _err(text: str) -> None:
@@ -65,7 +67,7 @@ def versions() -> None:
     """List the shipped snapshots (newest last)."""
     from neuron_migrate.opdb.db import available_versions
 
-    table = Table("version", "torch-neuronx", "pre-release", "ops", "unlisted ops")
+    table = _table("version", "torch-neuronx", "pre-release", "ops", "unlisted ops")
     for v in available_versions():
         snap = _load(v)
         rule = snap.unlisted.status if snap.unlisted else "unknown"
@@ -86,7 +88,7 @@ def show(op: str = typer.Argument(..., help="aten::add.Tensor, aten.add.Tensor, 
     keys = [k for k in entries if k == name or (("." not in name.split("::", 1)[-1]) and base_name(k) == name)]
     console = _out()
     console.print(_banner(snap))
-    table = Table("op", "dtype", "status", "class", "route", "note")
+    table = _table("op", "dtype", "status", "class", "route", "note")
     cited: list[str] = []
     if not keys:
         s = snap.lookup(name)
@@ -130,7 +132,7 @@ def list_ops(status: str | None = typer.Option(None, "--status", help="native | 
 
         typer.echo(list_json(snap, rows, dtype, status))
         return
-    table = Table("op", "status", "class", "route", "note")
+    table = _table("op", "status", "class", "route", "note")
     for r in rows:
         table.add_row(r["op"], r["status"], r["klass"] or "", r["route"], r["note"][:100])
     console = _out()
@@ -153,7 +155,7 @@ def diff(a: str = typer.Argument(..., help="Version or path of the older snapsho
     if fmt == "json":
         typer.echo(diff_json(sa, sb, changes))
         return
-    table = Table("op", "change", "A", "B", "per dtype")
+    table = _table("op", "change", "A", "B", "per dtype")
     for c in changes:
         table.add_row(c.op, c.kind, c.before, c.after, c.detail)
     console = _out()

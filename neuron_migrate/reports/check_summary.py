@@ -45,7 +45,8 @@ def render_markdown(verdict: Verdict) -> str:
     lines = [f"### {icon} {verdict_line(verdict)}", ""]
     if verdict.problems:
         lines += ["| what | where | why |", "|---|---|---|"]
-        lines += [f"| {md_code(p.name)} | {md_code(p.location)} | {md_text(p.message)} |" for p in verdict.problems]
+        lines += [f"| {md_code(p.name)} | {md_code(p.location)} | {md_text(p.message)} |"
+                  for p in verdict.problems]
         lines.append("")
     if verdict.removable:
         lines += ["<details><summary>Fixed since the baseline (drop these entries)</summary>", ""]

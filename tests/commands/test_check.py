@@ -112,7 +112,8 @@ def test_internal_error_is_exit_3(monkeypatch, tmp_path, capsys):
     assert "internal error: ZeroDivisionError" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args", [["--debug", "check", "."], ["check", ".", "--debug"], ["check", "--debug", "."]])
+@pytest.mark.parametrize("args", [["--debug", "check", "."], ["check", ".", "--debug"],
+                                  ["check", "--debug", "."]])
 def test_debug_anywhere_shows_the_traceback(monkeypatch, tmp_path, args):
     from neuron_migrate import cli
 

@@ -1,5 +1,5 @@
-"""`--help` of every command and command group reads like any CLI's: it renders, flags take no placeholder, and
-every option says what it does."""
+"""`--help` of every command and command group reads like any CLI's: it renders, flags take no placeholder,
+and every option says what it does."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def test_the_tree_holds_every_command():
             "fleet merge"} <= names
 
 
-@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=[" ".join(p) or "neuron-migrate" for p, _ in COMMANDS])
+@pytest.mark.parametrize(("path", "command"), COMMANDS,
+                         ids=[" ".join(path) or "neuron-migrate" for path, _ in COMMANDS])
 def test_help_renders_without_placeholders_on_flags(path, command):
     result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""Test helpers and data that more than one test package uses (the package-local ones stay in their folder)."""
+"""Test helpers and data that more than one test package uses (package-local ones stay in their folder)."""
 
 from __future__ import annotations
 
