@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from neuron_migrate.config import Config, load_config
 from neuron_migrate.errors import InputFileError, UsageError
-from neuron_migrate.model import Report, ScanResult, TraceResult, from_json
+from neuron_migrate.model import OpUse, Report, ScanResult, TraceResult, from_json
 from neuron_migrate.options import DEFAULT_CACHE_DIR, Options, Progress
 
 if TYPE_CHECKING:
@@ -156,7 +156,8 @@ class CheckInputs:
     traces: tuple[TraceResult, ...]
 
     @property
-    def ops(self) -> list:
+    def ops(self) -> list[OpUse]:
+        """Every traced op use, trace after trace."""
         return [use for trace in self.traces for use in trace.ops]
 
 
