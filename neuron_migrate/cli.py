@@ -1,5 +1,10 @@
-"""The `neuron-migrate` command line: parse, call, render. Logic lives in the packages; commands live in
-`neuron_migrate/commands/`, one module per command or command group, registered here."""
+"""The `neuron-migrate` command line: parse, call, render. Logic lives in the packages and
+`neuron_migrate.api`; commands live in `neuron_migrate/commands/`, one module per command or command group,
+registered here.
+
+The root callback builds the run's one frozen `Options` record (the context's `obj`); each command adds its
+flags to it. Only typer is imported at start: each command imports what it uses when it runs.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,13 @@ import sys
 import typer
 
 from neuron_migrate import __version__
+from neuron_migrate.commands.common import HelpGroup
 from neuron_migrate.errors import EXIT_INTERNAL, NeuronMigrateError
+from neuron_migrate.options import Options
 
 app = typer.Typer(
     name="neuron-migrate",
+    cls=HelpGroup,
     help="Move PyTorch code from NVIDIA GPUs to AWS Trainium (TorchNeuron): scan, fix, trace, report, check.",
     no_args_is_help=True,
     add_completion=False,
@@ -29,15 +37,20 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors (also NEURON_MIGRATE_DEBUG=1)."),
+    debug: bool = typer.Option(False, "--debug",
+                               help="Show the traceback of an error (anywhere on the command line)."),
 ) -> None:
-    if debug:
-        os.environ["NEURON_MIGRATE_DEBUG"] = "1"
+    ctx.obj = Options(debug=debug)
 
 
 def _register_commands() -> None:
+    """Add every command to the app, once (importing a command module imports typer only)."""
     from neuron_migrate.commands import check, fix, fleet, opdb, report, rules, scan, trace
+
+    if app.registered_commands:
+        return
 
     scan.register(app)
     fix.register(app)
@@ -47,6 +60,12 @@ def _register_commands() -> None:
     check.register(app)
     fleet.register(app)
     report.register(app)
+
+
+def app_command():  # -> click's Group (typer vendors click; its class is typer's)
+    """The app as the click command tree, every command registered."""
+    _register_commands()
+    return typer.main.get_command(app)
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:
@@ -60,18 +79,36 @@ def _click_exceptions() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+def debug_first(args: list[str]) -> list[str]:
+    """`--debug` is a root option; move it to the front wherever it was given (never past `--`, where a traced
+    script's own arguments begin)."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:end]:
+        return args
+    return ["--debug", *(a for a in args[:end] if a != "--debug"), *args[end:]]
+
+
+def _program_name() -> str:
+    """How the user started us, for usage lines: `neuron-migrate` or `python -m neuron_migrate`."""
+    name = sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else ""
+    return "python -m neuron_migrate" if name in ("__main__.py", "-m", "-c", "") else name
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; a user error is one line on stderr and exit 2, a bug is exit 3."""
-    _register_commands()
-    debug = os.environ.get("NEURON_MIGRATE_DEBUG") == "1" or "--debug" in (argv or sys.argv[1:])
+    """Entry point: run the app; a user error is one line on stderr and exit 2, a bug is exit 3. `--debug`
+    (read from the run's options) shows the traceback instead."""
+    command = app_command()
+    args = debug_first(list(sys.argv[1:] if argv is None else argv))
+    root: typer.Context | None = None
     try:
-        code = app(args=argv, standalone_mode=False)
+        with command.make_context(_program_name(), args) as root:
+            code = command.invoke(root)
     except NeuronMigrateError as err:
-        if debug:
+        if _options(root).debug:
             raise
         typer.echo(f"neuron-migrate: error: {err}", err=True)
         sys.exit(err.exit_code)
-    except typer.Abort:
+    except (typer.Abort, EOFError):
         typer.echo("neuron-migrate: aborted", err=True)
         sys.exit(130)
     except _click_exceptions() as err:
@@ -82,8 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("neuron-migrate: interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:  # `neuron-migrate ... | head`: the reader left; say nothing more, as click does
+        # left open until exit, so the interpreter's final flush of stdout is silent too
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        sys.exit(1)
     except Exception as err:  # a bug: say so plainly, keep the traceback for --debug
-        if debug:
+        if _options(root).debug:
             raise
         typer.echo(
             f"neuron-migrate: internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback "
@@ -92,3 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _options(root: typer.Context | None) -> Options:
+    """The options the root callback built; defaults when the error came before it ran."""
+    return root.obj if root is not None and isinstance(root.obj, Options) else Options()

@@ -1,8 +1,9 @@
-"""`[tool.neuron-migrate]` in pyproject.toml: read once, validated, merged with the CLI flags by the CLI.
+"""`[tool.neuron-migrate]` in pyproject.toml: read once, validated, merged with the flags by
+`neuron_migrate.api`.
 
-Keys (all optional): include, exclude, select, ignore (lists of strings), respect-gitignore (bool),
-jobs (int), target-torch (str), opdb (str), and the sub-tables `effort` and `check` that `report` and
-`check` validate themselves.
+Keys (all optional): include, exclude, select, ignore (lists of strings), respect-gitignore (bool), jobs
+(int), target-torch (str: the oldest torch `fix` may write for), and the sub-tables `effort` and `check`
+that `report` and `check` validate themselves.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _LISTS = ("include", "exclude", "select", "ignore")
-_KNOWN = {*_LISTS, "respect-gitignore", "jobs", "target-torch", "opdb", "effort", "check"}
+_KNOWN = {*_LISTS, "respect-gitignore", "jobs", "target-torch", "effort", "check"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,6 @@ class Config:
     respect_gitignore: bool = True
     jobs: int = 0
     target_torch: tuple[int, int] = (2, 9)
-    opdb: str | None = None
     effort: dict[str, Any] = field(default_factory=dict)
     check: dict[str, Any] = field(default_factory=dict)
 
@@ -81,7 +81,7 @@ def _parse(table: dict[str, Any], path: Path) -> Config:
             if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
                 raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
             values[key] = tuple(value)
-    checks = {"respect-gitignore": bool, "jobs": int, "target-torch": str, "opdb": str, "effort": dict, "check": dict}
+    checks = {"respect-gitignore": bool, "jobs": int, "target-torch": str, "effort": dict, "check": dict}
     for key, kind in checks.items():
         if key in table:
             if not isinstance(table[key], kind) or (kind is int and isinstance(table[key], bool)):

@@ -267,7 +267,7 @@ def from_json(text: str, expected: type, where: str) -> Any:
     return _build(expected, data, where)
 
 
-# --- effort and report (reports.effort builds them, reports.render renders them) -------------------------
+# --- effort and report (reports.effort and reports.build build them, reports.render renders them) -----------
 
 REPORT_SCHEMA = "neuron-migrate/report/1"
 

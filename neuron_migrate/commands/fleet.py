@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from neuron_migrate.commands.common import stderr_console
+from neuron_migrate.commands.common import HelpGroup, stderr_console
 from neuron_migrate.errors import UsageError
+from neuron_migrate.options import DEFAULT_CACHE_DIR
 
-DEFAULT_CACHE = Path(".neuron-migrate-cache")
-fleet_app = typer.Typer(help="Trace whole fleets of models on `neuron` and rank what blocks them.",
-                        no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+DEFAULT_CACHE = DEFAULT_CACHE_DIR
+fleet_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                        help="Trace whole fleets of models on `neuron` and rank what blocks them.")
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +34,7 @@ def _mode(mode: str | None, inference: bool | None) -> str:
 
 def _outputs(output_format: str, output: Path | None, output_dir: Path | None) -> None:
     """Check the output flags; create --output-dir when it is missing."""
-    from neuron_migrate.fleet.render import FORMATS
+    from neuron_migrate.reports.fleet import FORMATS
 
     if output_format not in FORMATS:
         raise UsageError(f"--format {output_format}: use one of {', '.join(FORMATS)}")
@@ -50,7 +52,8 @@ def _outputs(output_format: str, output: Path | None, output_dir: Path | None) -
 def write_result(result, console: Console, output_format: str, output: Path | None, output_dir: Path | None,
                  top: int) -> None:
     """Write the pages and the --format output, then the text summary on stderr."""
-    from neuron_migrate.fleet.render import render
+    from neuron_migrate.reports.fleet import render
+    from neuron_migrate.reports.fleet_text import render_summary
     from neuron_migrate.reports.output import write_output
 
     if output_dir is not None:
@@ -169,6 +172,8 @@ def merge_command(
 
 
 def _run_with_progress(options, console: Console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from neuron_migrate.fleet.runner import run_fleet
 
     if not console.is_terminal:
@@ -185,43 +190,3 @@ def _run_with_progress(options, console: Console):
             progress.update(bar, advance=1, description=f"{record['model_type']}: {record.get('outcome')}")
 
         return run_fleet(options, on_record=done, on_plan=plan)
-
-
-def render_summary(result, console: Console, top: int = 10) -> None:
-    """The human summary on stderr: shares per mode, verdict counts, the top ranked ops, and what failed."""
-    from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS
-
-    shard = f", shard {result.shard}" if result.shard else ""
-    console.print(f"[bold]fleet[/] {result.task} ({' and '.join(result.modes)}{shard}) on {result.device} "
-                  f"({result.backend or 'nothing ran'}): {result.summary.total} architectures, "
-                  f"{result.traced} traced, {result.from_cache} from cache; opdb {result.opdb_version}",
-                  highlight=False)
-    if result.opdb_pre_release:
-        console.print("[bold yellow]PRE-RELEASE opdb snapshot[/]: statuses may differ on a real torch-neuronx")
-    for mode in result.modes:
-        s = result.summaries[mode]
-        console.print(f"[bold]{mode}: {s.runs}/{s.total} run on neuron ({s.runs_share:.1%}), {s.counts['native']} "
-                      f"natively ({s.native_share:.1%})[/]; of the {s.buildable} that build here "
-                      f"{s.runs_share_of_buildable:.1%} run, {s.native_share_of_buildable:.1%} natively",
-                      highlight=False)
-        console.print("  " + "  ".join(f"{VERDICT_LABELS[v]}: {s.counts[v]}" for v in VERDICTS), highlight=False)
-    console.print(f"definition: {result.summary.definition}", highlight=False)
-    if result.ranking and top:
-        table = Table(title=f"ops blocking or slowing the most architectures ({result.modes[0]}, top "
-                            f"{min(top, len(result.ranking))})", title_justify="left")
-        for column in ("op", "blocks", "fails in", "slows", "alone", "unlock step", "native after"):
-            if column == "op":
-                table.add_column(column, min_width=24, overflow="fold")
-            else:
-                table.add_column(column, justify="right")
-        for rank in result.ranking[:top]:
-            table.add_row(rank.op, str(rank.blocks), str(rank.fails), str(rank.slows), str(rank.sole),
-                          str(rank.unlock_step or ""),
-                          "" if rank.cumulative_native is None else str(rank.cumulative_native))
-        console.print(table)
-    failed = [a for a in result.architectures if a.verdict not in ("native", "fallbacks")]
-    for arch in failed[:top]:
-        console.print(f"  {arch.model_type} ({arch.mode}): {VERDICT_LABELS[arch.verdict]}: {arch.reason}",
-                      highlight=False, markup=False)
-    if len(failed) > top:
-        console.print(f"  … and {len(failed) - top} more (see --format md/html/json)")

@@ -5,20 +5,25 @@ Thin: parse flags, call `neuron_migrate.opdb`, render. Tables go to stdout (rich
 
 from __future__ import annotations
 
-import json
 import sys
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from neuron_migrate.commands.common import HelpGroup
 from neuron_migrate.errors import UsageError
 from neuron_migrate.model import STATUSES
 
-opdb_app = typer.Typer(help="The operator database: what torch-neuronx does with each ATen op and dtype.",
-                       no_args_is_help=True)
-import_app = typer.Typer(help="Build a snapshot from a source (compatibility table, installed registrations).",
-                         no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+opdb_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
+                       help="The operator database: what torch-neuronx does with each ATen op and dtype.")
+import_app = typer.Typer(
+    cls=HelpGroup, no_args_is_help=True,
+    help="Build a snapshot from a source (compatibility table, installed registrations).",
+)
 opdb_app.add_typer(import_app, name="import")
 
 OPDB_HELP = "Snapshot version (see `opdb versions`) or path to a snapshot .json; default: the newest shipped."
@@ -30,7 +35,16 @@ def register(app: typer.Typer) -> None:
 
 
 def _out() -> Console:
+    from rich.console import Console
+
     return Console(file=sys.stdout, width=max(Console(file=sys.stdout).width, 120), soft_wrap=False)
+
+
+def _table(*columns: str) -> Table:
+    """A rich table with these columns (rich is imported only when a command draws one)."""
+    from rich.table import Table
+
+    return Table(*columns)
 
 
 def _err(text: str) -> None:
@@ -53,7 +67,7 @@ def versions() -> None:
     """List the shipped snapshots (newest last)."""
     from neuron_migrate.opdb.db import available_versions
 
-    table = Table("version", "torch-neuronx", "pre-release", "ops", "unlisted ops")
+    table = _table("version", "torch-neuronx", "pre-release", "ops", "unlisted ops")
     for v in available_versions():
         snap = _load(v)
         rule = snap.unlisted.status if snap.unlisted else "unknown"
@@ -74,7 +88,7 @@ def show(op: str = typer.Argument(..., help="aten::add.Tensor, aten.add.Tensor, 
     keys = [k for k in entries if k == name or (("." not in name.split("::", 1)[-1]) and base_name(k) == name)]
     console = _out()
     console.print(_banner(snap))
-    table = Table("op", "dtype", "status", "class", "route", "note")
+    table = _table("op", "dtype", "status", "class", "route", "note")
     cited: list[str] = []
     if not keys:
         s = snap.lookup(name)
@@ -114,11 +128,11 @@ def list_ops(status: str | None = typer.Option(None, "--status", help="native | 
             rows.append({"op": op, "status": s.status, "klass": s.klass, "route": s.route, "note": s.note,
                          "source": s.source, "date": s.date})
     if fmt == "json":
-        doc = {"schema": "neuron-migrate/opdb-list/1", "version": snap.version, "pre_release": snap.pre_release,
-               "dtype": dtype, "status": status, "ops": rows}
-        typer.echo(json.dumps(doc, indent=2))
+        from neuron_migrate.opdb.db import list_json
+
+        typer.echo(list_json(snap, rows, dtype, status))
         return
-    table = Table("op", "status", "class", "route", "note")
+    table = _table("op", "status", "class", "route", "note")
     for r in rows:
         table.add_row(r["op"], r["status"], r["klass"] or "", r["route"], r["note"][:100])
     console = _out()
@@ -132,17 +146,16 @@ def diff(a: str = typer.Argument(..., help="Version or path of the older snapsho
          b: str = typer.Argument(..., help="Version or path of the newer snapshot."),
          fmt: str = typer.Option("text", "--format", help="text | json")) -> None:
     """Ops whose status changed from A to B, and ops added or removed."""
-    from neuron_migrate.opdb.db import diff_snapshots
+    from neuron_migrate.opdb.db import diff_json, diff_snapshots
 
     if fmt not in ("text", "json"):
         raise UsageError(f"--format {fmt!r} is not text or json")
     sa, sb = _load(a), _load(b)
     changes = diff_snapshots(sa, sb)
     if fmt == "json":
-        typer.echo(json.dumps({"schema": "neuron-migrate/opdb-diff/1", "a": sa.version, "b": sb.version,
-                               "changes": [c.__dict__ for c in changes]}, indent=2))
+        typer.echo(diff_json(sa, sb, changes))
         return
-    table = Table("op", "change", "A", "B", "per dtype")
+    table = _table("op", "change", "A", "B", "per dtype")
     for c in changes:
         table.add_row(c.op, c.kind, c.before, c.after, c.detail)
     console = _out()

@@ -5,13 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.markdown import Markdown
-from rich.table import Table
 
 from neuron_migrate.errors import UsageError
-from neuron_migrate.migrate.rule import load_rules
-from neuron_migrate.migrate.rule_docs import rule_markdown, rules_markdown
 
 
 def rules_command(
@@ -19,6 +14,13 @@ def rules_command(
     output_format: str = typer.Option("text", "--format", help="text | md (md of all rules is docs/rules.md)."),
 ) -> None:
     """Show what each rule finds, why it matters on Trainium, and how it is fixed."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+    from rich.table import Table
+
+    from neuron_migrate.migrate.rule import load_rules
+    from neuron_migrate.migrate.rule_docs import rule_markdown, rules_markdown
+
     rules = load_rules()
     if output_format not in ("text", "md"):
         raise UsageError(f"--format {output_format!r}: choose text or md")

@@ -7,5 +7,6 @@ missing ops would unblock the most architectures.
   architecture (the device is registered inside each child, after the fork);
 - `runner` — the parent side: cache, server, timeouts, progress; returns one `ArchResult` per architecture;
 - `matrix` — verdicts, the architecture x op matrix, the op ranking and the native share;
-- `render` — JSON, Markdown and self-contained HTML.
+
+and `neuron_migrate.reports.fleet` renders it as JSON, Markdown and self-contained HTML.
 """

@@ -331,3 +331,16 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> list[OpChange]:
             continue
         changes.append(OpChange(op, kind, before, after, "; ".join(moved)))
     return changes
+
+
+def list_json(snap: Snapshot, rows: list[dict[str, Any]], dtype: str | None, status: str | None) -> str:
+    """`opdb list --format json`: the listed ops with their status, and the filters that chose them."""
+    doc = {"schema": "neuron-migrate/opdb-list/1", "version": snap.version, "pre_release": snap.pre_release,
+           "dtype": dtype, "status": status, "ops": rows}
+    return json.dumps(doc, indent=2)
+
+
+def diff_json(a: Snapshot, b: Snapshot, changes: list[OpChange]) -> str:
+    """`opdb diff --format json`: the ops whose status changed from snapshot `a` to `b`."""
+    return json.dumps({"schema": "neuron-migrate/opdb-diff/1", "a": a.version, "b": b.version,
+                       "changes": [c.__dict__ for c in changes]}, indent=2)

@@ -31,6 +31,15 @@ def render_scan_text(result: ScanResult, console: Console, show_source: bool = T
     render_scan_summary(result, console)
 
 
+def scan_text(result: ScanResult) -> str:
+    """The same view as plain text for a file: no colour, 120 columns."""
+    import io
+
+    buffer = io.StringIO()
+    render_scan_text(result, Console(file=buffer, no_color=True, width=120, emoji=False))
+    return buffer.getvalue()
+
+
 def render_scan_summary(result: ScanResult, console: Console) -> None:
     """Totals by category, fixability and severity, and what the run skipped."""
     findings = result.findings

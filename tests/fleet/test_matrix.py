@@ -4,6 +4,7 @@ records (no torch)."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +13,7 @@ from neuron_migrate.errors import InputFileError
 from neuron_migrate.fleet.enumerate import Architecture
 from neuron_migrate.fleet.matrix import arch_result, build_result, greedy_unlock, rank_ops
 from neuron_migrate.fleet.merge import merge
-from neuron_migrate.fleet.render import render
+from neuron_migrate.reports.fleet import render
 from tests.fleet.records import failed, traced, use
 
 
@@ -161,6 +162,17 @@ def test_renderers_escape_html_and_markdown_and_carry_every_architecture():
     assert data["architectures"][0]["ops"]["aten::x<y>"]["status"] == "cpu_fallback"
     assert data["rankings"]["train"][0]["op"] == "aten::x<y>"
     assert data["summaries"]["train"]["counts"]["does_not_build"] == 1
+
+
+def test_markdown_escapes_every_name_a_record_brings():
+    """Device names come from the trace records (a merged shard's fleet.json can hold anything): outside code
+    spans no `<` or `>` may reach the Markdown."""
+    record = traced("a<i>", [use("aten::x<y>", "cpu_fallback")])
+    record["trace"]["device"] = "<img src=x>"
+    md = render(build_result(_run([record], ("train",)), "causal-lm", ("train",), "neuron"), "md")
+    outside_code = re.sub(r"(`+).*?\1", "", md)
+    assert "&lt;img src=x&gt;" in md
+    assert "<" not in outside_code and not re.search(r"[^\n]>", outside_code.replace("&gt;", ""))
 
 
 def test_reproduce_command_carries_fleet_overrides_and_mode():

@@ -10,7 +10,7 @@ import pytest
 
 from neuron_migrate.fleet.matrix import build_result
 from neuron_migrate.fleet.merge import merge
-from neuron_migrate.fleet.render import render
+from neuron_migrate.reports.fleet import render
 from neuron_migrate.fleet.runner import FleetOptions, run_fleet
 
 pytestmark = pytest.mark.xdist_group("fleet-scale-out")

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from neuron_migrate.errors import InputFileError
 from neuron_migrate.opdb import db
 from neuron_migrate.opdb.importers import compat_table, prerelease_tsv, registrations
+from tests.support import OPDB_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = OPDB_FIXTURES
 EXCERPT = FIXTURES / "prerelease-excerpt.tsv"
 COMPAT = FIXTURES / "torch_api_compatibility.md"
 

@@ -3,7 +3,6 @@ process) whose observed statuses must equal the statuses the stand-in was config
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,8 +18,9 @@ from neuron_migrate.opdb.probe import (
     run_probe,
     select_opinfos,
 )
+from tests.support import OPDB_FIXTURES
 
-CONFIG = Path(__file__).parent / "fixtures" / "standin-config.json"
+CONFIG = OPDB_FIXTURES / "standin-config.json"
 RUN = ProbeRun("stand-in", "2.13.0", "stand-in", False, "cfg", date="2026-12-02")
 
 

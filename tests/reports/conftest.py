@@ -9,7 +9,7 @@ import pytest
 from neuron_migrate.migrate.scanner import ScanOptions, scan
 from neuron_migrate.reports.render import build_report
 from tests.conftest import EXAMPLE, ROOT
-from tests.reports.fixtures import example_trace
+from tests.support.records import example_trace
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from neuron_migrate.reports.effort import (
     merge_ops,
     settings_from_config,
 )
-from tests.reports.fixtures import MODEL, example_trace, finding, line_of
+from tests.support.records import MODEL, example_trace, finding, line_of
 
 DEFAULT = EffortSettings()
 

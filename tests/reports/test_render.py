@@ -22,8 +22,8 @@ from neuron_migrate.reports.render import (
     render_markdown,
     render_report_sarif,
 )
-from tests.migrate.sarif_check import sarif_problems
-from tests.reports.fixtures import MODEL, example_trace, finding, line_of
+from tests.support.records import MODEL, example_trace, finding, line_of
+from tests.support.sarif import sarif_problems
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 #: Where the stand-in itself falls short (none since the C++ stand-in: synchronize, events, allocator statistics
-#: and pinned memory work; the pure-Python fallback's gaps are covered in tests/trace/test_device.py)
+#: and pinned memory work; the pure-Python fallback's gaps are covered in tests/opdb/tracer/test_device.py)
 STANDIN_GAPS: dict[str, Gap] = {}
 #: float16 autocast on the device vs on CPU: same casts for linear/matmul, different policy lists elsewhere
 REL_TOL = {"amp_trainer": 1e-4}

@@ -9,9 +9,9 @@ import pytest
 from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace
 from neuron_migrate.opdb.tracer.script import ScriptStopped, StepCounter
 from neuron_migrate.opdb.tracer.targets import TargetSpec
-from tests.trace.conftest import FIXTURES, ROOT, marker_line
+from tests.opdb.tracer.conftest import FIXTURES, ROOT, marker_line
 
-SCRIPT = "tests/trace/fixtures/realistic_train.py"
+SCRIPT = "tests/opdb/tracer/fixtures/realistic_train.py"
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ error handling that `cli.main()` adds."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import typer
@@ -12,8 +11,9 @@ from typer.testing import CliRunner
 
 from neuron_migrate.commands import opdb as opdb_cmd
 from neuron_migrate.opdb import db
+from tests.support import OPDB_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = OPDB_FIXTURES
 
 
 @pytest.fixture(scope="module")

@@ -102,13 +102,30 @@ def test_scan_file_instead_of_scanning(run_cli, tmp_path):
 
 def test_internal_error_is_exit_3(monkeypatch, tmp_path, capsys):
     from neuron_migrate import cli
-    from neuron_migrate.checks import gate
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_text("x = 1\n")
-    monkeypatch.setattr("neuron_migrate.commands.check.evaluate", lambda *a, **k: 1 / 0)
-    assert gate.evaluate  # the real one is untouched
+    monkeypatch.setattr("neuron_migrate.checks.gate.evaluate", lambda *a, **k: 1 / 0)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["check", "."])
     assert exit_info.value.code == 3
     assert "internal error: ZeroDivisionError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--debug", "check", "."], ["check", ".", "--debug"],
+                                  ["check", "--debug", "."]])
+def test_debug_anywhere_shows_the_traceback(monkeypatch, tmp_path, args):
+    from neuron_migrate import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr("neuron_migrate.checks.gate.evaluate", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(args)
+
+
+def test_debug_after_a_double_dash_is_left_to_the_script():
+    from neuron_migrate.cli import debug_first
+
+    assert debug_first(["trace", "s.py", "--", "--debug"]) == ["trace", "s.py", "--", "--debug"]
+    assert debug_first(["trace", "s.py", "--debug", "--", "-x"]) == ["--debug", "trace", "s.py", "--", "-x"]

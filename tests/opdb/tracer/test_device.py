@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trace.conftest import run_python
+from tests.opdb.tracer.conftest import run_python
 
 DEVICE_CHECKS = r'''
 import json, torch

@@ -6,8 +6,7 @@ import json
 
 from neuron_migrate.migrate.rule_docs import rules_markdown
 from tests.conftest import EXAMPLE, ROOT
-
-from .sarif_check import sarif_problems
+from tests.support.sarif import sarif_problems
 
 SYNC = "import torch\ntorch.cuda.synchronize()\n"
 

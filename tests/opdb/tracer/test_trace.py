@@ -13,11 +13,11 @@ from neuron_migrate.errors import TargetError, UsageError
 from neuron_migrate.model import Coverage, TraceResult, from_json
 from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace, run_traces
 from neuron_migrate.opdb.tracer.targets import TargetSpec
-from tests.trace.conftest import FIXTURES, ROOT, marker_line
+from tests.opdb.tracer.conftest import FIXTURES, ROOT, marker_line
 
 HF_MODELS = ("llama", "gpt2", "qwen2", "mistral", "gemma", "t5")
 EXAMPLE = "examples/cuda_project/trace_target.py:build"
-SITES = "tests/trace/fixtures/sites_model.py"
+SITES = "tests/opdb/tracer/fixtures/sites_model.py"
 
 pytest.importorskip("transformers")
 
@@ -152,24 +152,24 @@ def test_real_torch_neuronx_is_preferred_and_its_tracking_api_used():
 
 
 def test_agnostic_script_runs_on_neuron_with_phases_from_hooks():
-    spec = TargetSpec("script", "tests/trace/fixtures/agnostic_train.py", ("--steps", "2"))
+    spec = TargetSpec("script", "tests/opdb/tracer/fixtures/agnostic_train.py", ("--steps", "2"))
     result = run_trace(spec, TraceOptions(root=str(ROOT)))
     assert result.phases == ("forward", "backward", "optimizer")
     relu = [u for u in result.ops if u.op == "aten::relu"]
     assert relu and relu[0].count == 2  # two steps
-    assert all(s.path == "tests/trace/fixtures/agnostic_train.py" for u in result.ops for s in u.call_sites)
+    assert all(s.path == "tests/opdb/tracer/fixtures/agnostic_train.py" for u in result.ops for s in u.call_sites)
     assert not any(u.op == "aten::randn" for u in result.ops)  # host-side data prep is not a device op
 
 
 def test_cuda_script_points_at_fix():
-    spec = TargetSpec("script", "tests/trace/fixtures/cuda_train.py")
+    spec = TargetSpec("script", "tests/opdb/tracer/fixtures/cuda_train.py")
     with pytest.raises(TargetError, match=r"cuda_train.py:3: the code asks for CUDA .* `neuron-migrate fix "):
         run_trace(spec, TraceOptions(root=str(ROOT)))
 
 
 def test_crash_in_user_code_is_one_line():
     with pytest.raises(TargetError) as err:
-        run_trace(TargetSpec("script", "tests/trace/fixtures/crash.py"), TraceOptions(root=str(ROOT)))
+        run_trace(TargetSpec("script", "tests/opdb/tracer/fixtures/crash.py"), TraceOptions(root=str(ROOT)))
     assert "ValueError: boom in user code" in str(err.value) and "crash.py:2" in str(err.value)
     assert "\n" not in str(err.value)
     assert err.value.kind == "target"  # the user's code failed, not the device
@@ -178,7 +178,7 @@ def test_crash_in_user_code_is_one_line():
 def test_timeout_kills_the_child():
     start = time.monotonic()
     with pytest.raises(TargetError, match=r"sleepy.py: timed out after 5 s \(raise --timeout") as err:
-        run_trace(TargetSpec("script", "tests/trace/fixtures/sleepy.py"), TraceOptions(root=str(ROOT), timeout=5))
+        run_trace(TargetSpec("script", "tests/opdb/tracer/fixtures/sleepy.py"), TraceOptions(root=str(ROOT), timeout=5))
     assert err.value.kind == "timeout"
     assert time.monotonic() - start < 60  # the script sleeps 120 s: it was killed, not waited for
 
@@ -186,7 +186,7 @@ def test_timeout_kills_the_child():
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS semantics")
 def test_memory_limit_is_reported_as_out_of_memory():
     with pytest.raises(TargetError, match=r"ran out of memory \(limit --max-memory 1500 MB\) at .*hog.py:3") as err:
-        run_trace(TargetSpec("script", "tests/trace/fixtures/hog.py"), TraceOptions(root=str(ROOT), max_memory_mb=1500))
+        run_trace(TargetSpec("script", "tests/opdb/tracer/fixtures/hog.py"), TraceOptions(root=str(ROOT), max_memory_mb=1500))
     assert err.value.kind == "memory"
 
 
@@ -211,7 +211,7 @@ def test_cli_text_summary_and_json_output(run_cli, tmp_path):
 
 
 def test_cli_errors_exit_2(run_cli):
-    proc = run_cli("trace", "tests/trace/fixtures/cuda_train.py", cwd=ROOT)
+    proc = run_cli("trace", "tests/opdb/tracer/fixtures/cuda_train.py", cwd=ROOT)
     assert proc.returncode == 2 and "neuron-migrate fix" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("trace", "--hf", "llama", "--hf-config", "oops", cwd=ROOT)
     assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr

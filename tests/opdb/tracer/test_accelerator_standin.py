@@ -1,5 +1,5 @@
 """PyTorch's generic single-device accelerator tests (test/test_accelerator.py), ported to the stand-in
-`neuron` device (tests/trace/fixtures/accelerator_checks.py), run once in a fresh interpreter. The
+`neuron` device (tests/opdb/tracer/fixtures/accelerator_checks.py), run once in a fresh interpreter. The
 multi-device tests are not ported: the stand-in offers one device, as a trn2.3xlarge with one logical core would.
 """
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.trace.conftest import FIXTURES, ROOT
+from tests.opdb.tracer.conftest import FIXTURES, ROOT
 
 CHECKS = (
     "test_current_accelerator", "test_generic_stream_behavior", "test_current_stream_query",

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from neuron_migrate.commands.trace import render_summary
 from neuron_migrate.model import CallSite, Coverage, OpUse, TraceResult
 from neuron_migrate.opdb.db import snapshot_from_dict
 from neuron_migrate.opdb.tracer.recorder import SiteFinder, op_name, op_route, worst_support
+from neuron_migrate.reports.trace_text import render_summary
 
 SNAPSHOT = snapshot_from_dict({
     "schema": "neuron-migrate/opdb/1", "version": "unit-1", "torch_neuronx_version": "x", "pre_release": True,

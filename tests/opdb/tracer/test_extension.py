@@ -8,7 +8,7 @@ import os
 from neuron_migrate.opdb.tracer import extension
 from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace, run_traces
 from neuron_migrate.opdb.tracer.targets import TargetSpec
-from tests.trace.conftest import ROOT, run_python
+from tests.opdb.tracer.conftest import ROOT, run_python
 
 
 def test_every_source_is_package_data():
@@ -35,8 +35,8 @@ def test_no_compiler_falls_back_to_the_python_stand_in(tmp_path, monkeypatch):
     assert result["kind"] == "stand-in-python"
     assert "no-such-compiler" in result["reason"] and "C++ compiler" in result["reason"]
     # the whole trace path says which stand-in ran, and what only the pure-Python one cannot do is its limitation
-    traced, tolist = run_traces([TargetSpec("function", "tests/trace/fixtures/sites_model.py:build"),
-                                 TargetSpec("function", "tests/trace/fixtures/tolist_model.py:build")],
+    traced, tolist = run_traces([TargetSpec("function", "tests/opdb/tracer/fixtures/sites_model.py:build"),
+                                 TargetSpec("function", "tests/opdb/tracer/fixtures/tolist_model.py:build")],
                                 TraceOptions(root=str(ROOT)))
     assert traced.device == "stand-in-python" and traced.error is None and traced.ops
     assert tolist.error_kind == "stand_in" and "NeuronTensor" in tolist.error
@@ -44,6 +44,6 @@ def test_no_compiler_falls_back_to_the_python_stand_in(tmp_path, monkeypatch):
 
 
 def test_tolist_works_on_the_cpp_stand_in():
-    result = run_trace(TargetSpec("function", "tests/trace/fixtures/tolist_model.py:build"), TraceOptions(root=str(ROOT)))
+    result = run_trace(TargetSpec("function", "tests/opdb/tracer/fixtures/tolist_model.py:build"), TraceOptions(root=str(ROOT)))
     assert result.device == "stand-in" and result.error is None
     assert any(u.op == "aten::_to_copy" and u.phase == "forward" for u in result.ops)  # .tolist() copies to host

@@ -42,9 +42,9 @@ def test_check_and_report_label_a_stand_in_limitation(run_cli, tmp_path):
 
 
 def test_trace_cli_says_a_stand_in_limitation_is_not_a_neuron_failure(run_cli):
-    from tests.trace.conftest import ROOT
+    from tests.opdb.tracer.conftest import ROOT
 
-    proc = run_cli("trace", "tests/trace/fixtures/standin_gap.py", cwd=ROOT)
+    proc = run_cli("trace", "tests/opdb/tracer/fixtures/standin_gap.py", cwd=ROOT)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "stand-in limitation: the stand-in neuron device cannot hold UInt4" in proc.stderr
     assert "a limitation of the stand-in device, not of Trainium" in proc.stderr

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from neuron_migrate.model import ScanResult, to_json
-from tests.migrate.sarif_check import sarif_problems
-from tests.reports.fixtures import example_trace, finding
+from tests.support.records import example_trace, finding
+from tests.support.sarif import sarif_problems
 
 CUDA_CODE = "import torch\nx = torch.zeros(3).cuda()\ny = torch.ones(3).cuda()\n"
 

@@ -1,34 +1,24 @@
-"""Render a FleetResult: JSON (the full matrix), Markdown, and one self-contained, autoescaped HTML page.
+"""`fleet`'s pages: a FleetResult as JSON (the full matrix), Markdown, and one self-contained, autoescaped HTML
+page.
 
 Data first, rendering second: `fleet.matrix` computes everything; the templates
-(`reports/templates/fleet.{md,html}.j2`, package data) only format. Markdown text goes through the reports'
-own escaping filter (pipes, backslashes, `<` and `>`), so a model or op name cannot break a table or smuggle
-HTML into a PR comment.
+(`reports/templates/fleet.{md,html}.j2`, package data) only format, through the one environment of
+`reports.templating`. Every text that comes from a model or an op goes through its escaping filters (`md`:
+pipes, backslashes, `<` and `>`; `mdcode`: a code span), so no name can break a table or smuggle HTML into a
+PR comment.
 """
 
 from __future__ import annotations
 
-import jinja2
-
 from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS, ArchResult, FleetResult
 from neuron_migrate.model import to_json
-from neuron_migrate.reports.render import _md_code, _md_text
+from neuron_migrate.reports.templating import render_template
 
 VERDICT_COLORS = {"native": "#2f855a", "fallbacks": "#d97706", "fails_on_neuron": "#c53030",
                   "stand_in_limitation": "#6b46c1", "does_not_build": "#8a94a6"}
 STATUS_COLORS = {"native": "#c6f6d5", "cpu_fallback": "#fbd38d", "unsupported": "#feb2b2", "unknown": "#e2e8f0"}
 STATUS_SHORT = {"native": "N", "cpu_fallback": "F", "unsupported": "U", "unknown": "?"}
 FORMATS = ("text", "json", "md", "html")
-
-
-def _environment(html: bool) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("neuron_migrate.reports", "templates"),
-                             autoescape=html, trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["pct"] = lambda value: f"{value:.1%}"
-    env.filters["md"] = _md_text
-    env.filters["mdcode"] = _md_code
-    return env
 
 
 def matrix_ops(result: FleetResult, limit: int) -> list[str]:
@@ -79,12 +69,12 @@ def render_json(result: FleetResult) -> str:
 
 def render_markdown(result: FleetResult, columns: int = 12) -> str:
     """A Markdown page: shares and definition, verdict counts, the op ranking, architectures, a matrix excerpt."""
-    return _environment(False).get_template("fleet.md.j2").render(**_context(result, columns))
+    return render_template("fleet.md.j2", **_context(result, columns))
 
 
 def render_html(result: FleetResult, columns: int = 40) -> str:
     """One self-contained HTML page (inline CSS and SVG, no script, nothing fetched), autoescaped."""
-    return _environment(True).get_template("fleet.html.j2").render(**_context(result, columns))
+    return render_template("fleet.html.j2", **_context(result, columns))
 
 
 def render(result: FleetResult, fmt: str) -> str:

@@ -1,0 +1,40 @@
+"""What `fix` prints on stderr: files it could not fix, what is left for a person, and the totals."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from neuron_migrate.migrate.fix_files import FileFix
+
+
+def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console: Console) -> int:
+    """Print what was fixed, what is left for a person, and the notes that need no change; returns how many
+    findings are left to do (notes excluded)."""
+    changed = [f for f in fixes if f.new is not None]
+    applied = sum(len(f.applied) for f in fixes)
+    left = [(f.rel, finding, why) for f in fixes for finding, why in f.left]
+    todo = [entry for entry in left if entry[1].severity != "info"]
+    notes = len(left) - len(todo)
+    for f in fixes:
+        if f.error:
+            console.print(f"[red]{escape(f.rel)}: not fixed: {escape(f.error)}[/]")
+        for why in f.skipped:
+            console.print(f"[yellow]{escape(f.rel)}: skipped {escape(why)}[/]")
+    if todo:
+        console.print("[bold]Left for a person:[/]")
+        for rel, finding, why in todo:
+            where = f"{rel}[cell {finding.cell}]" if finding.cell else rel
+            console.print(f"  {escape(where)}:{finding.line}:{finding.col + 1} {finding.code} "
+                          f"{escape(finding.message)} [dim]({escape(why)})[/]")
+    verb = "fixed" if write else "would fix"
+    unsafe_left = sum(1 for _, _, why in todo if why.startswith("unsafe"))
+    console.print(
+        f"\n{len(changed)} files {'changed' if write else 'would change'}, {applied} findings {verb}, "
+        f"{len(todo)} left for a person" + (f" ({unsafe_left} have unsafe fixes: --unsafe-fixes)" if unsafe_left
+                                            and not unsafe else "")
+        + (f", {notes} notes that need no change (`neuron-migrate scan` lists them)" if notes else "") + "."
+    )
+    if changed and not write:
+        console.print("[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]")
+    return len(todo)
