@@ -107,7 +107,7 @@ def _fleet(task: str, models: str | None, mode: str | None, inference: bool | No
     """What `fleet hf` and `fleet diffusers` share: options, the run, the outputs."""
     from neuron_migrate.fleet.enumerate import parse_models
     from neuron_migrate.fleet.matrix import build_result
-    from neuron_migrate.fleet.runner import FleetOptions, parse_shard
+    from neuron_migrate.fleet.options import FleetOptions, parse_shard
 
     _outputs(output_format, output, output_dir)
     options = FleetOptions(task=task, models=parse_models(models), mode=_mode(mode, inference), jobs=jobs,

@@ -1,7 +1,7 @@
 """`fleet hf --backend ray`: fan the architectures out over a Ray cluster instead of this machine's cores.
 
 Ray schedules; nothing here does. Each Ray task takes a chunk of architectures and traces them on its node the
-way a local run does (`runner.trace_jobs`: one fork server that imports torch + transformers once, one isolated
+way a local run does (`local.trace_jobs`: one fork server that imports torch + transformers once, one isolated
 child per architecture with its own timeout and memory bound), and returns the raw records. The parent caches
 and reports them exactly as a local run does, so the results are the same (a test holds this).
 
@@ -31,7 +31,8 @@ def _trace_chunk(jobs: list[dict[str, Any]], options: dict[str, Any]) -> list[tu
     """Body of one Ray task: trace `jobs` on this node, return (job, record) pairs."""
     from pathlib import Path
 
-    from neuron_migrate.fleet.runner import FleetOptions, trace_jobs
+    from neuron_migrate.fleet.local import trace_jobs
+    from neuron_migrate.fleet.options import FleetOptions
 
     fields = {**options, "cache_dir": None if options.get("cache_dir") is None else Path(options["cache_dir"])}
     done: list[tuple[dict, dict]] = []

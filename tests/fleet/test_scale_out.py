@@ -11,7 +11,8 @@ import pytest
 from neuron_migrate.fleet.matrix import build_result
 from neuron_migrate.fleet.merge import merge
 from neuron_migrate.reports.fleet import render
-from neuron_migrate.fleet.runner import FleetOptions, run_fleet
+from neuron_migrate.fleet.options import FleetOptions
+from neuron_migrate.fleet.runner import run_fleet
 
 pytestmark = pytest.mark.xdist_group("fleet-scale-out")
 # three that run and one that does not build here (gemma3n's vision tower needs timm, which is not installed)
