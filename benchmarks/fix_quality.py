@@ -44,16 +44,26 @@ DEFAULT_PACKAGES = ("transformers", "torch", "accelerate")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", nargs="+", metavar="NAME_OR_PATH",
-                        help="installed packages or folders (default: those of transformers, torch "
-                             "and accelerate that are installed)")
+    parser.add_argument(
+        "--packages",
+        nargs="+",
+        metavar="NAME_OR_PATH",
+        help="installed packages or folders (default: those of transformers, torch "
+        "and accelerate that are installed)",
+    )
     parser.add_argument("--unsafe-fixes", action="store_true", help="also apply the fixes that need review")
-    parser.add_argument("--examples", type=int, default=3, metavar="N",
-                        help="examples per metric (default 3)")
+    parser.add_argument(
+        "--examples", type=int, default=3, metavar="N", help="examples per metric (default 3)"
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the record with examples here")
     parser.add_argument("--compare", type=Path, metavar="OLD", help="an earlier --json record: show old→new")
-    parser.add_argument("--line-length", type=int, default=DEFAULT_LINE_LENGTH, metavar="N",
-                        help=f"limit where no configuration sets one (default {DEFAULT_LINE_LENGTH})")
+    parser.add_argument(
+        "--line-length",
+        type=int,
+        default=DEFAULT_LINE_LENGTH,
+        metavar="N",
+        help=f"limit where no configuration sets one (default {DEFAULT_LINE_LENGTH})",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per fix invocation")
     return parser.parse_args(argv)
 
@@ -70,8 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     for target in targets:
         print(f"fixing a copy of {target.name} ({target.folder}) ...", file=sys.stderr, flush=True)
         result = bench_tree(target, args.unsafe_fixes, args.examples, args.line_length, args.timeout)
-        print(f"  {result.files} files, fix took {result.run.wall:.0f} s "
-              f"(load {result.load[0]:.2f} → {result.load[1]:.2f})", file=sys.stderr, flush=True)
+        print(
+            f"  {result.files} files, fix took {result.run.wall:.0f} s "
+            f"(load {result.load[0]:.2f} → {result.load[1]:.2f})",
+            file=sys.stderr,
+            flush=True,
+        )
         results.append(result)
     data = record(results, args.unsafe_fixes, args.examples, ["fix_quality.py", *(argv or sys.argv[1:])])
     if args.json:

@@ -40,8 +40,10 @@ def tree(name: str) -> Path:
     if name in SMALL_PINS:
         if not (SMALL / name).is_dir():
             pins = [f"{package}=={version}" for package, version in SMALL_PINS.items()]
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", SMALL, *pins],
-                           check=True)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", SMALL, *pins],
+                check=True,
+            )
         return SMALL / name
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
@@ -52,7 +54,9 @@ def tree(name: str) -> Path:
 def ensure_peers() -> Path:
     if not (PEERS / "bin" / "torchfix").exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEERS)], check=True)
-        subprocess.run([PEERS / "bin" / "pip", "install", "-q", "torchfix==0.7.0", "ruff==0.17.6"], check=True)
+        subprocess.run(
+            [PEERS / "bin" / "pip", "install", "-q", "torchfix==0.7.0", "ruff==0.17.6"], check=True
+        )
     return PEERS / "bin"
 
 
@@ -72,15 +76,27 @@ def python_files(folder: Path) -> list[Path]:
 
 
 def nm_scan(folder: Path, cache: Path, out: Path, jobs: int) -> list:
-    return [NM, "scan", folder, "--format", "json", "--exit-zero", "--no-gitignore", "--jobs", jobs,
-            "--cache-dir", cache, "--output", out]
+    return [
+        NM,
+        "scan",
+        folder,
+        "--format",
+        "json",
+        "--exit-zero",
+        "--no-gitignore",
+        "--jobs",
+        jobs,
+        "--cache-dir",
+        cache,
+        "--output",
+        out,
+    ]
 
 
 def bench_tree(name: str, jobs: int, peers: Path | None) -> dict:
     folder = tree(name)
     files = python_files(folder)
-    row: dict = {"tree": name, "files": len(files),
-                 "lines": sum(p.read_bytes().count(b"\n") for p in files)}
+    row: dict = {"tree": name, "files": len(files), "lines": sum(p.read_bytes().count(b"\n") for p in files)}
     with tempfile.TemporaryDirectory() as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "scan.json"
         row["cold"], proc = timed(nm_scan(folder, cache, out, jobs))
@@ -96,8 +112,9 @@ def bench_tree(name: str, jobs: int, peers: Path | None) -> dict:
     if peers is not None:
         row["torchfix"], proc = timed([peers / "torchfix", "--select", "ALL", folder])
         row["torchfix_rc"] = proc.returncode
-        row["ruff"], _ = timed([peers / "ruff", "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet",
-                                folder])
+        row["ruff"], _ = timed(
+            [peers / "ruff", "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet", folder]
+        )
     return row
 
 
@@ -105,13 +122,19 @@ def print_row(row: dict) -> None:
     def ratio(a: str, b: str) -> str:
         return f"{row[a] / row[b]:>10.1f}" if a in row and b in row else f"{'-':>10}"
 
-    peers = (f"{row['torchfix']:>9.1f}{row['ruff']:>7.2f}" if "torchfix" in row else f"{'-':>9}{'-':>7}")
-    print(f"{row['tree']:<13}{row['files']:>6}{row['lines'] / 1000:>8.0f}k{row['cold']:>8.1f}{row['warm']:>7.2f}"
-          f"{peers}{ratio('torchfix', 'cold')}{ratio('cold', 'ruff')}{ratio('cold', 'warm')}"
-          f"{row['cold_peak_rss_mib']:>8}", flush=True)
-    print(f"{'':<13}{row['findings']} findings, {row['nm9xx']} NM9xx, {row['prefiltered']} files skipped by the "
-          f"byte filter, {row['warm_from_cache']} from cache (warm)"
-          + (f", torchfix rc {row['torchfix_rc']}" if "torchfix" in row else ""), flush=True)
+    peers = f"{row['torchfix']:>9.1f}{row['ruff']:>7.2f}" if "torchfix" in row else f"{'-':>9}{'-':>7}"
+    print(
+        f"{row['tree']:<13}{row['files']:>6}{row['lines'] / 1000:>8.0f}k{row['cold']:>8.1f}{row['warm']:>7.2f}"
+        f"{peers}{ratio('torchfix', 'cold')}{ratio('cold', 'ruff')}{ratio('cold', 'warm')}"
+        f"{row['cold_peak_rss_mib']:>8}",
+        flush=True,
+    )
+    print(
+        f"{'':<13}{row['findings']} findings, {row['nm9xx']} NM9xx, {row['prefiltered']} files skipped by the "
+        f"byte filter, {row['warm_from_cache']} from cache (warm)"
+        + (f", torchfix rc {row['torchfix_rc']}" if "torchfix" in row else ""),
+        flush=True,
+    )
 
 
 def check_pr(jobs: int) -> dict:
@@ -120,7 +143,10 @@ def check_pr(jobs: int) -> dict:
         repo = Path(tmp) / "transformers"
         shutil.copytree(tree("transformers"), repo, ignore=shutil.ignore_patterns("__pycache__"))
         # the main branch's scan fills the cache (`check` uses the default one, in the working folder)
-        timed([NM, "scan", repo, "--format", "json", "--exit-zero", "--jobs", jobs, "--output", "scan.json"], cwd=tmp)
+        timed(
+            [NM, "scan", repo, "--format", "json", "--exit-zero", "--jobs", jobs, "--output", "scan.json"],
+            cwd=tmp,
+        )
         for path in python_files(repo)[::200][:10]:
             path.write_text(path.read_text() + "\nx_added_by_the_pull_request = 1\n")
         seconds, proc = timed([NM, "check", repo, "--fail-on-findings", "none"], cwd=tmp)
@@ -130,7 +156,9 @@ def check_pr(jobs: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", nargs="+", default=[*SMALL_PINS, "torch", "transformers"])
-    parser.add_argument("--jobs", type=int, default=0, help="neuron-migrate worker processes (0: one per CPU)")
+    parser.add_argument(
+        "--jobs", type=int, default=0, help="neuron-migrate worker processes (0: one per CPU)"
+    )
     parser.add_argument("--skip-peers", action="store_true", help="only time neuron-migrate")
     parser.add_argument("--check-pr", action="store_true", help="time a warm check after a 10-file change")
     parser.add_argument("--differential", action="store_true", help="fast path vs full path, file by file")
@@ -141,8 +169,10 @@ def main() -> None:
         from scan_differential import compare
 
         files, differ, fast_s, full_s = compare([tree(name) for name in args.trees])
-        print(f"differential: {files} files compared, {differ} differ (analysis CPU s: fast {fast_s:.1f}, "
-              f"full {full_s:.1f})")
+        print(
+            f"differential: {files} files compared, {differ} differ (analysis CPU s: fast {fast_s:.1f}, "
+            f"full {full_s:.1f})"
+        )
         sys.exit(1 if differ else 0)
     if args.phases:
         from scan_phases import report
@@ -151,16 +181,20 @@ def main() -> None:
             report(name, tree(name))
         return
     peers = None if args.skip_peers else ensure_peers()
-    print(f"{'tree':<13}{'files':>6}{'lines':>9}{'cold s':>8}{'warm s':>7}{'tfix s':>9}{'ruff s':>7}"
-          f"{'tfix/cold':>10}{'cold/ruff':>10}{'cold/warm':>10}{'RSS MiB':>8}")
+    print(
+        f"{'tree':<13}{'files':>6}{'lines':>9}{'cold s':>8}{'warm s':>7}{'tfix s':>9}{'ruff s':>7}"
+        f"{'tfix/cold':>10}{'cold/ruff':>10}{'cold/warm':>10}{'RSS MiB':>8}"
+    )
     rows = []
     for name in args.trees:
         rows.append(bench_tree(name, args.jobs, peers))
         print_row(rows[-1])
     if args.check_pr:
         rows.append(check_pr(args.jobs))
-        print(f"check after a 10-file change of transformers, warm cache: {rows[-1]['check_pr_s']:.2f} s "
-              f"(rc {rows[-1]['check_rc']})")
+        print(
+            f"check after a 10-file change of transformers, warm cache: {rows[-1]['check_pr_s']:.2f} s "
+            f"(rc {rows[-1]['check_rc']})"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -63,7 +63,9 @@ def compare(folders: list[Path], jobs: int = 2) -> tuple[int, int, float, float]
                 only_full = [f for f in full if f not in fast]
                 print(f"DIFFERS {rel}: only fast {len(only_fast)}, only full {len(only_full)}", flush=True)
                 for f in (only_fast + only_full)[:4]:
-                    print(f"    {f['code']} {f['line']}:{f['col']}-{f['end_line']}:{f['end_col']} {f['message'][:90]}")
+                    print(
+                        f"    {f['code']} {f['line']}:{f['col']}-{f['end_line']}:{f['end_col']} {f['message'][:90]}"
+                    )
     return len(tasks), differ, fast_s, full_s
 
 

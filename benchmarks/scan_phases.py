@@ -49,13 +49,16 @@ def _instrument() -> None:
     scanner.analyze_module = _timed("rules' walk (analyze_module)", scanner.analyze_module)
     analyzer.settle = _timed("settle", analyzer.settle)
     positions.StatementPositions._resolve = _timed("positions", positions.StatementPositions._resolve)
-    positions.StatementPositions._resolve_whole_file = _timed("positions",
-                                                              positions.StatementPositions._resolve_whole_file)
+    positions.StatementPositions._resolve_whole_file = _timed(
+        "positions", positions.StatementPositions._resolve_whole_file
+    )
 
 
 def report(name: str, folder: Path) -> None:
     start = time.perf_counter()
-    subprocess.run([Path(sys.executable).parent / "neuron-migrate", "--version"], capture_output=True, check=True)
+    subprocess.run(
+        [Path(sys.executable).parent / "neuron-migrate", "--version"], capture_output=True, check=True
+    )
     process_start = time.perf_counter() - start
     if not _STACK and "libcst parse" not in SPENT:
         _instrument()
@@ -64,8 +67,10 @@ def report(name: str, folder: Path) -> None:
     start = time.perf_counter()
     result = _timed("rest", scan)(options)
     total = time.perf_counter() - start
-    print(f"{name}: {result.files_scanned} files, {result.files_skipped_by_prefilter} skipped by the byte filter, "
-          f"one process, {total:.2f} s (+ {process_start:.2f} s process start)")
+    print(
+        f"{name}: {result.files_scanned} files, {result.files_skipped_by_prefilter} skipped by the byte filter, "
+        f"one process, {total:.2f} s (+ {process_start:.2f} s process start)"
+    )
     for stage, seconds in sorted(SPENT.items(), key=lambda item: -item[1]):
         print(f"    {stage:<52}{seconds:>8.2f} s {100 * seconds / total:>5.1f} %")
 

@@ -32,26 +32,31 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES_70B = ("hidden_size=8192,num_hidden_layers=80,intermediate_size=28672,num_attention_heads=64,"
-             "num_key_value_heads=8,vocab_size=128256")
+SIZES_70B = (
+    "hidden_size=8192,num_hidden_layers=80,intermediate_size=28672,num_attention_heads=64,"
+    "num_key_value_heads=8,vocab_size=128256"
+)
 
 
 def bench_70b() -> None:
     sys.path.insert(0, str(ROOT))
-    from neuron_migrate.opdb.tracer.targets import TargetSpec, parse_hf_config
     from neuron_migrate.opdb.tracer.runner import TraceOptions, run_trace
+    from neuron_migrate.opdb.tracer.targets import TargetSpec, parse_hf_config
 
     start = time.perf_counter()
-    result = run_trace(TargetSpec("hf", "llama", (), parse_hf_config(SIZES_70B)),
-                       TraceOptions(fake=True, root=str(ROOT)))
+    result = run_trace(
+        TargetSpec("hf", "llama", (), parse_hf_config(SIZES_70B)), TraceOptions(fake=True, root=str(ROOT))
+    )
     wall = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak = usage.ru_maxrss / 1024  # KiB on Linux
     cpu = usage.ru_utime + usage.ru_stime
     calls = sum(use.count for use in result.ops)
-    print(f"70B llama --fake: {wall:.1f} s wall (target <= 30 s: {wall / 30:.2f}x of budget; {cpu:.1f} s CPU), "
-          f"peak RSS {peak:.0f} MiB (target <= 1024: {peak / 1024:.2f}x of budget); "
-          f"{len({u.op for u in result.ops})} distinct ops, {calls} op calls")
+    print(
+        f"70B llama --fake: {wall:.1f} s wall (target <= 30 s: {wall / 30:.2f}x of budget; {cpu:.1f} s CPU), "
+        f"peak RSS {peak:.0f} MiB (target <= 1024: {peak / 1024:.2f}x of budget); "
+        f"{len({u.op for u in result.ops})} distinct ops, {calls} op calls"
+    )
 
 
 CHILD = r"""
@@ -104,20 +109,33 @@ print(json.dumps(out))
 
 
 def bench_overhead(repeat: int, batch_size: int) -> None:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(repeat), str(batch_size)], capture_output=True, text=True, check=False,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(ROOT), str(repeat), str(batch_size)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     base = r["eager_cpu"]
-    print(f"tiny GPT train step on the {r['kind']}, batch {batch_size} (best of {repeat}, CPU time, 1 thread), "
-          f"{r['calls_neuron']} aten calls on neuron "
-          f"({r['calls_cpu']} on cpu):")
-    for key, label in (("eager_cpu", "eager on CPU (peer)"), ("recorded_cpu", "recorder on CPU"),
-                       ("stand_in", "stand-in device, no recorder"), ("traced_stand_in", "stand-in + recorder")):
+    print(
+        f"tiny GPT train step on the {r['kind']}, batch {batch_size} (best of {repeat}, CPU time, 1 thread), "
+        f"{r['calls_neuron']} aten calls on neuron "
+        f"({r['calls_cpu']} on cpu):"
+    )
+    for key, label in (
+        ("eager_cpu", "eager on CPU (peer)"),
+        ("recorded_cpu", "recorder on CPU"),
+        ("stand_in", "stand-in device, no recorder"),
+        ("traced_stand_in", "stand-in + recorder"),
+    ):
         print(f"  {label:32s} {r[key] * 1000:8.1f} ms  {r[key] / base:5.2f}x eager")
-    print(f"  recorder overhead on the same device: {r['recorded_cpu'] / base:.2f}x on CPU (target <= 3x), "
-          f"{r['traced_stand_in'] / r['stand_in']:.2f}x on the stand-in")
+    print(
+        f"  recorder overhead on the same device: {r['recorded_cpu'] / base:.2f}x on CPU (target <= 3x), "
+        f"{r['traced_stand_in'] / r['stand_in']:.2f}x on the stand-in"
+    )
 
 
 def bench_script() -> None:
@@ -126,8 +144,9 @@ def bench_script() -> None:
 
     script = "benchmarks/scripts/gpt_benchmark.py"
     start = time.perf_counter()
-    peer = subprocess.run([sys.executable, script, "--steps", "20"], cwd=ROOT, capture_output=True, text=True,
-                          check=False)
+    peer = subprocess.run(
+        [sys.executable, script, "--steps", "20"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     peer_wall = time.perf_counter() - start
     if peer.returncode != 0:
         raise SystemExit(peer.stderr[-2000:])
@@ -135,10 +154,14 @@ def bench_script() -> None:
     result = run_trace(TargetSpec("script", script, ("--steps", "20")), TraceOptions(root=str(ROOT)))
     wall = time.perf_counter() - start
     steps = next((n for n in result.notes if n.startswith("script ")), "?")
-    print(f"script trace, 162M GPT benchmark, batch 2x32: {wall:.1f} s wall (target < 60 s: {wall / 60:.2f}x of "
-          f"budget); {steps}; {sum(u.count for u in result.ops)} op calls on {result.device}")
-    print(f"  peer: the script run to its end (20 steps) on plain CPU: {peer_wall:.1f} s wall "
-          f"({wall / peer_wall:.2f}x)")
+    print(
+        f"script trace, 162M GPT benchmark, batch 2x32: {wall:.1f} s wall (target < 60 s: {wall / 60:.2f}x of "
+        f"budget); {steps}; {sum(u.count for u in result.ops)} op calls on {result.device}"
+    )
+    print(
+        f"  peer: the script run to its end (20 steps) on plain CPU: {peer_wall:.1f} s wall "
+        f"({wall / peer_wall:.2f}x)"
+    )
 
 
 def _load() -> str:

@@ -34,8 +34,20 @@ if TYPE_CHECKING:
     from neuron_migrate.migrate.fix_files import FileFix
     from neuron_migrate.migrate.scanner import ScanOptions
 
-__all__ = ["CheckInputs", "CheckResult", "Options", "load_settings", "make_report", "read_record",
-           "record_baseline", "run_check", "run_fix", "run_scan", "scan_options", "scan_root"]
+__all__ = [
+    "CheckInputs",
+    "CheckResult",
+    "Options",
+    "load_settings",
+    "make_report",
+    "read_record",
+    "record_baseline",
+    "run_check",
+    "run_fix",
+    "run_scan",
+    "scan_options",
+    "scan_root",
+]
 
 Record = TypeVar("Record")
 
@@ -218,7 +230,8 @@ def _policy(config: Config, gate: dict[str, Any] | None):
     return policy_from(config.check, gate or {}, str(config.path or "pyproject.toml"))
 
 
-def _check_inputs(options: Options, config: Config, scan_file: Path | None,
-                  trace_files: Sequence[Path]) -> CheckInputs:
+def _check_inputs(
+    options: Options, config: Config, scan_file: Path | None, trace_files: Sequence[Path]
+) -> CheckInputs:
     scan = read_record(scan_file, ScanResult, "--scan") if scan_file else run_scan(options, config=config)
     return CheckInputs(scan, tuple(read_record(path, TraceResult, "--trace") for path in trace_files))

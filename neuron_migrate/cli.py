@@ -38,9 +38,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-    debug: bool = typer.Option(False, "--debug",
-                               help="Show the traceback of an error (anywhere on the command line)."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an error (anywhere on the command line)."
+    ),
 ) -> None:
     ctx.obj = Options(debug=debug)
 

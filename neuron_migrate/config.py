@@ -58,7 +58,9 @@ def load_config(start: Path, explicit: Path | None = None) -> Config:
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found; pass an existing pyproject.toml to --config") from None
+        raise ConfigError(
+            f"{path}: config file not found; pass an existing pyproject.toml to --config"
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read config ({err})") from None
     except tomllib.TOMLDecodeError as err:
@@ -92,7 +94,9 @@ def _parse(table: dict[str, Any], path: Path) -> Config:
 
         version = parse_version(values["target_torch"])
         if version is None or version < (2, 7):
-            raise ConfigError(f"{where}: target-torch {values['target_torch']!r} is not a torch version the fixes "
-                              "can target; use \"2.7\" or newer (e.g. \"2.9\")")
+            raise ConfigError(
+                f"{where}: target-torch {values['target_torch']!r} is not a torch version the fixes "
+                'can target; use "2.7" or newer (e.g. "2.9")'
+            )
         values["target_torch"] = version
     return Config(**values)

@@ -155,17 +155,17 @@ class Coverage:
     calls: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
-    def of(uses: tuple[OpUse, ...] | list[OpUse]) -> "Coverage":
+    def of(uses: tuple[OpUse, ...] | list[OpUse]) -> Coverage:
         """Count distinct ops by their worst status over dtypes and phases, and calls by status."""
         rank = {s: i for i, s in enumerate(("native", "unknown", "cpu_fallback", "unsupported"))}
         worst: dict[str, str] = {}
-        calls = {s: 0 for s in STATUSES}
+        calls = dict.fromkeys(STATUSES, 0)
         for use in uses:
             calls[use.status] += use.count
             prev = worst.get(use.op)
             if prev is None or rank[use.status] > rank[prev]:
                 worst[use.op] = use.status
-        ops = {s: 0 for s in STATUSES}
+        ops = dict.fromkeys(STATUSES, 0)
         for status in worst.values():
             ops[status] += 1
         return Coverage(ops=ops, calls=calls)
@@ -256,7 +256,9 @@ def from_json(text: str, expected: type, where: str) -> Any:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise InputFileError(f"{where}: not valid JSON ({err.msg} at line {err.lineno}); regenerate it") from None
+        raise InputFileError(
+            f"{where}: not valid JSON ({err.msg} at line {err.lineno}); regenerate it"
+        ) from None
     got = data.get("schema") if isinstance(data, dict) else None
     kind = schema.split("/")[1]
     if got is None or got.rsplit("/", 1)[0] != schema.rsplit("/", 1)[0]:
@@ -366,7 +368,9 @@ class OpSource:
     calls: int
     error: str | None = None
     notes: tuple[str, ...] = ()
-    error_kind: str | None = None  # as in TraceResult: "stand_in" is a stand-in limitation, not a neuron failure
+    error_kind: str | None = (
+        None  # as in TraceResult: "stand_in" is a stand-in limitation, not a neuron failure
+    )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,11 @@ def run_cli(tmp_path):
     def run(*args: str, cwd: Path | None = None, input: str | None = None):
         return subprocess.run(
             [sys.executable, "-m", "neuron_migrate", *map(str, args)],
-            cwd=cwd or tmp_path, capture_output=True, text=True, input=input, timeout=600,
+            cwd=cwd or tmp_path,
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=600,
         )
 
     return run
@@ -36,7 +40,13 @@ def standin_extension():
 
     if extension.is_built() or extension.missing_tools():
         return extension.is_built()
-    proc = subprocess.run([sys.executable, "-m", "neuron_migrate.opdb.tracer.extension"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_migrate.opdb.tracer.extension"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return True

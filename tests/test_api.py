@@ -21,8 +21,14 @@ def _readme_example() -> str:
 
 
 def test_the_readme_example_runs(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", _readme_example()], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", _readme_example()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert re.fullmatch(r"[1-9]\d* findings in [1-9]\d* files", lines[0]), lines
@@ -48,10 +54,18 @@ def test_run_fix_writes_nothing_and_names_a_missing_path(tmp_path):
 
 
 def test_the_api_imports_nothing_of_the_cli():
-    code = ("import sys, neuron_migrate.api\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click', 'jinja2', "
-            "'libcst') or m.startswith('neuron_migrate.commands')))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, neuron_migrate.api\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click', 'jinja2', "
+        "'libcst') or m.startswith('neuron_migrate.commands')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

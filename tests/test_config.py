@@ -27,11 +27,23 @@ def test_target_torch_reaches_the_fixes(tmp_path):
 
 
 def test_flags_replace_select_and_include_and_add_to_ignore_and_exclude(tmp_path):
-    table = ('select = ["NM1"]\nignore = ["NM8"]\ninclude = ["src/*"]\nexclude = ["third_party"]\n'
-             "jobs = 3\nrespect-gitignore = true")
+    table = (
+        'select = ["NM1"]\nignore = ["NM8"]\ninclude = ["src/*"]\nexclude = ["third_party"]\n'
+        "jobs = 3\nrespect-gitignore = true"
+    )
     root = _project(tmp_path, table)
-    merged = scan_options(Options(paths=(root,), root=root, select=("NM4",), ignore=("NM9",),
-                                  include=("a/*",), exclude=("b",), respect_gitignore=False, cache=False))
+    merged = scan_options(
+        Options(
+            paths=(root,),
+            root=root,
+            select=("NM4",),
+            ignore=("NM9",),
+            include=("a/*",),
+            exclude=("b",),
+            respect_gitignore=False,
+            cache=False,
+        )
+    )
     assert (merged.select, merged.ignore) == (("NM4",), ("NM8", "NM9"))
     assert (merged.selection.include, merged.selection.exclude) == (("a/*",), ("third_party", "b"))
     assert (merged.jobs, merged.selection.respect_gitignore, merged.cache_dir) == (3, False, None)

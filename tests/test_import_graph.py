@@ -24,8 +24,11 @@ def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skipped.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
-    return [node for node in ast.walk(tree)
-            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped]
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped
+    ]
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
@@ -34,7 +37,7 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, 
     base = node.module or ""
     if node.level:
         anchor = module.split(".") if is_package else module.split(".")[:-1]
-        anchor = anchor[:len(anchor) - (node.level - 1)]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
         base = ".".join([*anchor, base] if base else anchor)
     # `from package import module` imports the module; `from module import name` the module itself
     return {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}

@@ -50,7 +50,9 @@ def analyse(pair: FilePair) -> dict[str, Tally]:
     in_scope, in_statement = idiom_repeats(pair.rel, before, after, after_lines)
     record("idiom_repeats", in_scope)
     record("idiom_repeats_in_statement", in_statement)
-    record("nested_guards", nested_guards(pair.rel, after, after_lines,
-                                          added_guard(pair, found, guard_lines(after))))
+    record(
+        "nested_guards",
+        nested_guards(pair.rel, after, after_lines, added_guard(pair, found, guard_lines(after))),
+    )
     record("adjacent_duplicates", adjacent_duplicates(pair.rel, before, after, after_lines))
     return tallies

@@ -70,12 +70,21 @@ def _pairs(target: Target, after_root: Path, rels: list[str], default: int) -> l
 
 def _unparseable_inputs(target: Target, rels: list[str]) -> list[Example]:
     source_parent = target.folder.parent
-    return [Example(rel, 1, "Python cannot parse the original") for rel in rels
-            if parse(_text((source_parent / rel).read_bytes())) is None]
+    return [
+        Example(rel, 1, "Python cannot parse the original")
+        for rel in rels
+        if parse(_text((source_parent / rel).read_bytes())) is None
+    ]
 
 
-def bench_tree(target: Target, unsafe: bool, examples: int, default: int = DEFAULT_LINE_LENGTH,
-               timeout: float = 3600.0, command: list[str] | None = None) -> TreeResult:
+def bench_tree(
+    target: Target,
+    unsafe: bool,
+    examples: int,
+    default: int = DEFAULT_LINE_LENGTH,
+    timeout: float = 3600.0,
+    command: list[str] | None = None,
+) -> TreeResult:
     """Fix a temporary copy of `target` and measure the result; the target itself is only read."""
     with tempfile.TemporaryDirectory(prefix="fix-quality-") as tmp:
         after_root, before_root = Path(tmp) / "after", Path(tmp) / "before"

@@ -47,8 +47,9 @@ class FilePair:
 def hunks(before: list[str], after: list[str]) -> list[Hunk]:
     """The non-equal runs between two line lists (autojunk off: blank lines must align like any other)."""
     matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
-    return [Hunk(range(i1, i2), range(j1, j2))
-            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    return [
+        Hunk(range(i1, i2), range(j1, j2)) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+    ]
 
 
 def changed_lines(found: list[Hunk]) -> set[int]:
@@ -65,8 +66,10 @@ def long_lines(pair: FilePair, found: list[Hunk]) -> tuple[int, list[Example]]:
         new_long = [j for j in hunk.new if len(after[j]) > pair.limit and after[j] not in old_long]
         extra = max(0, len([j for j in hunk.new if len(after[j]) > pair.limit]) - len(old_long))
         count += extra
-        examples += [Example(pair.rel, j + 1, f"[{len(after[j])} > {pair.limit}] {clip(after[j])}")
-                     for j in new_long[:extra]]
+        examples += [
+            Example(pair.rel, j + 1, f"[{len(after[j])} > {pair.limit}] {clip(after[j])}")
+            for j in new_long[:extra]
+        ]
     return count, examples
 
 
@@ -81,5 +84,5 @@ def untouchable_edits(pair: FilePair, found: list[Hunk]) -> list[Example]:
         removed = [line for line in old if line not in {after[j] for j in new}]
         examples += [Example(pair.rel, j + 1, clip(after[j])) for j in added]
         at = hunk.new.start + 1
-        examples += [Example(pair.rel, at, "removed: " + clip(line)) for line in removed[len(added):]]
+        examples += [Example(pair.rel, at, "removed: " + clip(line)) for line in removed[len(added) :]]
     return examples

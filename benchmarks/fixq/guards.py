@@ -127,8 +127,9 @@ class _Walker:
         if isinstance(stmt, ast.Assert):
             return c.if_true(stmt.test)
         if isinstance(stmt, ast.If):
-            return ((c.if_false(stmt.test) and _exits(stmt.body))
-                    or (c.if_true(stmt.test) and _exits(stmt.orelse)))
+            return (c.if_false(stmt.test) and _exits(stmt.body)) or (
+                c.if_true(stmt.test) and _exits(stmt.orelse)
+            )
         return False
 
     def statement(self, stmt: ast.stmt, certain: bool) -> None:
@@ -177,12 +178,14 @@ class _Walker:
 
 def guard_lines(tree: ast.Module) -> list[int]:
     """Lines of every `if`/conditional expression testing `torch.accelerator.is_available()`."""
-    return sorted(n.lineno for n in ast.walk(tree)
-                  if isinstance(n, (ast.If, ast.IfExp)) and _is_call_to(n.test, GUARD))
+    return sorted(
+        n.lineno for n in ast.walk(tree) if isinstance(n, (ast.If, ast.IfExp)) and _is_call_to(n.test, GUARD)
+    )
 
 
-def nested_guards(rel: str, after: ast.Module, lines: list[str],
-                  added: Callable[[int], bool]) -> list[Example]:
+def nested_guards(
+    rel: str, after: ast.Module, lines: list[str], added: Callable[[int], bool]
+) -> list[Example]:
     """Added guards at places where an accelerator is already certain, as examples (one per guard)."""
     walker = _Walker(Certainty(after), added)
     walker.block(after.body, False)

@@ -21,13 +21,21 @@ def is_device_idiom(node: ast.AST) -> bool:
     if not (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2):
         return False
     query, fallback = node.values
-    return (isinstance(query, ast.Call) and dotted(query.func) == "torch.accelerator.current_accelerator"
-            and not query.args
-            and any(k.arg == "check_available" and isinstance(k.value, ast.Constant) and k.value.value is True
-                    for k in query.keywords)
-            and isinstance(fallback, ast.Call) and dotted(fallback.func) == "torch.device"
-            and len(fallback.args) == 1 and not fallback.keywords
-            and isinstance(fallback.args[0], ast.Constant) and fallback.args[0].value == "cpu")
+    return (
+        isinstance(query, ast.Call)
+        and dotted(query.func) == "torch.accelerator.current_accelerator"
+        and not query.args
+        and any(
+            k.arg == "check_available" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in query.keywords
+        )
+        and isinstance(fallback, ast.Call)
+        and dotted(fallback.func) == "torch.device"
+        and len(fallback.args) == 1
+        and not fallback.keywords
+        and isinstance(fallback.args[0], ast.Constant)
+        and fallback.args[0].value == "cpu"
+    )
 
 
 @dataclass(frozen=True)
@@ -71,15 +79,18 @@ def _repeats(uses: list[Use]) -> tuple[Counter[str], Counter[str]]:
     return in_scope, +in_statement
 
 
-def idiom_repeats(rel: str, before: ast.Module, after: ast.Module,
-                  lines: list[str]) -> tuple[list[Example], list[Example]]:
+def idiom_repeats(
+    rel: str, before: ast.Module, after: ast.Module, lines: list[str]
+) -> tuple[list[Example], list[Example]]:
     """Repeats the fix added (per function, and the subset inside one statement): the later copies."""
     new = idiom_uses(after)
     old_scope, old_statement = _repeats(idiom_uses(before))
     new_scope, new_statement = _repeats(new)
     results = []
-    for added, key in ((new_scope - old_scope, lambda u: u.scope),
-                       (new_statement - old_statement, lambda u: (u.scope, u.statement))):
+    for added, key in (
+        (new_scope - old_scope, lambda u: u.scope),
+        (new_statement - old_statement, lambda u: (u.scope, u.statement)),
+    ):
         seen: Counter = Counter()
         examples = []
         for use in new:

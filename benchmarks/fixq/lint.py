@@ -32,7 +32,7 @@ def ruff_command() -> str:
 
 
 def _chunks(items: list[str]) -> list[list[str]]:
-    return [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
+    return [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
 
 
 def check(root: Path, rels: list[str], limit: int) -> dict[str, list[dict]]:
@@ -40,9 +40,26 @@ def check(root: Path, rels: list[str], limit: int) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {}
     for part in _chunks(rels):
         proc = subprocess.run(
-            [ruff_command(), "check", "--isolated", "--no-cache", "--select", RULES,
-             "--line-length", str(limit), "--output-format", "json", "--exit-zero", "--quiet", *part],
-            cwd=root, capture_output=True, text=True, check=False)
+            [
+                ruff_command(),
+                "check",
+                "--isolated",
+                "--no-cache",
+                "--select",
+                RULES,
+                "--line-length",
+                str(limit),
+                "--output-format",
+                "json",
+                "--exit-zero",
+                "--quiet",
+                *part,
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         for record in json.loads(proc.stdout or "[]"):
             rel = Path(record["filename"]).resolve().relative_to(root.resolve()).as_posix()
             found.setdefault(rel, []).append(record)
@@ -54,9 +71,23 @@ def format_failures(root: Path, rels: list[str], limit: int) -> dict[str, list[t
     failed: dict[str, list[tuple[int, int]]] = {}
     for part in _chunks(rels):
         proc = subprocess.run(
-            [ruff_command(), "format", "--check", "--isolated", "--no-cache", "--line-length", str(limit),
-             "--output-format", "json", *part],
-            cwd=root, capture_output=True, text=True, check=False)
+            [
+                ruff_command(),
+                "format",
+                "--check",
+                "--isolated",
+                "--no-cache",
+                "--line-length",
+                str(limit),
+                "--output-format",
+                "json",
+                *part,
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         for record in json.loads(proc.stdout or "[]"):
             rel = Path(record["filename"]).resolve().relative_to(root.resolve()).as_posix()
             edits = (record.get("fix") or {}).get("edits") or [record]
@@ -98,8 +129,9 @@ def format_example(pair: FilePair, spans: list[tuple[int, int]]) -> Example:
     return Example(pair.rel, line, clip(text))
 
 
-def lint_deltas(before_root: Path, after_root: Path, pairs: list[FilePair],
-                examples: int) -> tuple[Tally, Tally]:
+def lint_deltas(
+    before_root: Path, after_root: Path, pairs: list[FilePair], examples: int
+) -> tuple[Tally, Tally]:
     """(new ruff check findings, format regressions) over the changed files, grouped by line limit.
 
     Both roots must hold the whole tree, not only the changed files: ruff's import rules classify a module

@@ -28,14 +28,17 @@ def _commit() -> str:
     import neuron_migrate
 
     folder = Path(neuron_migrate.__file__).resolve().parent
-    proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=folder, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=folder, capture_output=True, text=True, check=False
+    )
     return proc.stdout.strip() or "unknown"
 
 
 def _metrics(tallies: dict[str, Tally], examples: int) -> dict:
-    return {m: {"count": t.count, "examples": [e.as_dict() for e in t.spread(examples)]}
-            for m, t in tallies.items()}
+    return {
+        m: {"count": t.count, "examples": [e.as_dict() for e in t.spread(examples)]}
+        for m, t in tallies.items()
+    }
 
 
 def record(results: list[TreeResult], unsafe: bool, examples: int, argv: list[str]) -> dict:
@@ -47,21 +50,32 @@ def record(results: list[TreeResult], unsafe: bool, examples: int, argv: list[st
     trees = {}
     for r in results:
         trees[r.target.name] = {
-            "folder": str(r.target.folder), "files": r.files, "fix_wall_s": round(r.run.wall, 1),
-            "fix_invocations": r.run.invocations, "load_1min": [round(x, 2) for x in r.load],
+            "folder": str(r.target.folder),
+            "files": r.files,
+            "fix_wall_s": round(r.run.wall, 1),
+            "fix_invocations": r.run.invocations,
+            "load_1min": [round(x, 2) for x in r.load],
             "cli_summary": {"files_changed": r.run.cli_files_changed, "findings_fixed": r.run.sites},
             "not_fixed": [{"file": f, "why": w} for f, w in r.run.not_fixed],
             "metrics": _metrics(r.tallies, examples),
         }
     return {
         "schema": SCHEMA,
-        "run": {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": argv, "unsafe_fixes": unsafe,
-                "neuron_migrate": f"{_version('neuron-migrate')} ({_commit()})", "torch": _version("torch"),
-                "python": platform.python_version(), "cpus": os.cpu_count()},
+        "run": {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": argv,
+            "unsafe_fixes": unsafe,
+            "neuron_migrate": f"{_version('neuron-migrate')} ({_commit()})",
+            "torch": _version("torch"),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
         "packages": trees,
-        "total": {"files": sum(r.files for r in results),
-                  "fix_wall_s": round(sum(r.run.wall for r in results), 1),
-                  "metrics": _metrics(total, examples)},
+        "total": {
+            "files": sum(r.files for r in results),
+            "fix_wall_s": round(sum(r.run.wall for r in results), 1),
+            "metrics": _metrics(total, examples),
+        },
     }
 
 
@@ -82,15 +96,29 @@ def table(data: dict, baseline: dict | None = None) -> str:
     """Metrics as rows, trees and the total as columns."""
     trees = list(data["packages"])
     head = ["metric", *trees, "total"]
-    rows = [[METRICS[m] + ("" if m in INFORMATION else " *"),
-             *(_cell(data, m, baseline, t) for t in trees), _cell(data, m, baseline, None)] for m in METRICS]
-    rows.append(["python files", *(str(data["packages"][t]["files"]) for t in trees),
-                 str(data["total"]["files"])])
-    rows.append(["fix wall time (s)", *(str(data["packages"][t]["fix_wall_s"]) for t in trees),
-                 str(data["total"]["fix_wall_s"])])
+    rows = [
+        [
+            METRICS[m] + ("" if m in INFORMATION else " *"),
+            *(_cell(data, m, baseline, t) for t in trees),
+            _cell(data, m, baseline, None),
+        ]
+        for m in METRICS
+    ]
+    rows.append(
+        ["python files", *(str(data["packages"][t]["files"]) for t in trees), str(data["total"]["files"])]
+    )
+    rows.append(
+        [
+            "fix wall time (s)",
+            *(str(data["packages"][t]["fix_wall_s"]) for t in trees),
+            str(data["total"]["fix_wall_s"]),
+        ]
+    )
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in [head, *rows]]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in [head, *rows]
+    ]
     lines.insert(1, "-" * len(lines[0]))
     lines.append("* target: 0" + ("   (cells: baseline→this run)" if baseline else ""))
     return "\n".join(lines)

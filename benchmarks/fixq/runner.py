@@ -68,8 +68,9 @@ def _restore(source_parent: Path, root: Path, rels: list[str]) -> None:
         shutil.copyfile(source_parent / rel, root / rel)
 
 
-def _invoke(command: list[str], root: Path, targets: list[str], unsafe: bool,
-            timeout: float) -> subprocess.CompletedProcess | None:
+def _invoke(
+    command: list[str], root: Path, targets: list[str], unsafe: bool, timeout: float
+) -> subprocess.CompletedProcess | None:
     """One CLI run; None when it crashed or hung (exit 1 only means findings are left)."""
     args = [*command, *targets, "--write", "--root", "."] + (["--unsafe-fixes"] if unsafe else [])
     try:
@@ -79,8 +80,15 @@ def _invoke(command: list[str], root: Path, targets: list[str], unsafe: bool,
     return proc if proc.returncode in (0, 1) else None
 
 
-def _bisect(run: FixRun, command: list[str], root: Path, source_parent: Path, rels: list[str],
-            unsafe: bool, timeout: float) -> None:
+def _bisect(
+    run: FixRun,
+    command: list[str],
+    root: Path,
+    source_parent: Path,
+    rels: list[str],
+    unsafe: bool,
+    timeout: float,
+) -> None:
     run.invocations += 1
     proc = _invoke(command, root, rels, unsafe, timeout)
     if proc is not None:
@@ -95,8 +103,14 @@ def _bisect(run: FixRun, command: list[str], root: Path, source_parent: Path, re
         _bisect(run, command, root, source_parent, part, unsafe, timeout)
 
 
-def run_fix(root: Path, source: Path, rels: list[str], unsafe: bool = False,
-            command: list[str] | None = None, timeout: float = 3600.0) -> FixRun:
+def run_fix(
+    root: Path,
+    source: Path,
+    rels: list[str],
+    unsafe: bool = False,
+    command: list[str] | None = None,
+    timeout: float = 3600.0,
+) -> FixRun:
     """Fix the copy `root/<source name>` in place; the original tree `source` is only read (to restore)."""
     command = command or default_command()
     run = FixRun(invocations=1)

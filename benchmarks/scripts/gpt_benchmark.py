@@ -22,7 +22,9 @@ device = torch.accelerator.current_accelerator(check_available=True) or torch.de
 torch.manual_seed(0)
 config = GPTConfig(vocab_size=50257, block_size=64, n_layer=12, n_head=12, n_embd=768)
 model = GPT(config)
-model.lm_head.weight = torch.nn.Parameter(model.tok_emb.weight.detach().clone())  # untied head: ~162M parameters
+model.lm_head.weight = torch.nn.Parameter(
+    model.tok_emb.weight.detach().clone()
+)  # untied head: ~162M parameters
 model = model.to(device)
 params = sum(p.numel() for p in model.parameters())
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
@@ -42,5 +44,7 @@ for step in range(args.steps):
 if timed:
     end.record()
     torch.accelerator.synchronize()
-    print(f"{params / 1e6:.1f}M parameters, {start.elapsed_time(end) / args.steps:.1f} ms/step, "
-          f"peak {torch.accelerator.max_memory_allocated() / 2**20:.0f} MiB")
+    print(
+        f"{params / 1e6:.1f}M parameters, {start.elapsed_time(end) / args.steps:.1f} ms/step, "
+        f"peak {torch.accelerator.max_memory_allocated() / 2**20:.0f} MiB"
+    )

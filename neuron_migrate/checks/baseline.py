@@ -37,16 +37,20 @@ class Baseline:
     ops: frozenset[tuple[str, str]]
 
     @staticmethod
-    def of(findings: list[Finding], ops: list[OpUse]) -> "Baseline":
-        return Baseline(Counter(finding_key(f) for f in findings),
-                        frozenset(op_key(u) for u in ops if u.status != "native"))
+    def of(findings: list[Finding], ops: list[OpUse]) -> Baseline:
+        return Baseline(
+            Counter(finding_key(f) for f in findings),
+            frozenset(op_key(u) for u in ops if u.status != "native"),
+        )
 
     def to_json(self) -> str:
-        rows = [{"code": c, "path": p, "source": s, "count": n} for (c, p, s), n in sorted(self.findings.items())]
+        rows = [
+            {"code": c, "path": p, "source": s, "count": n} for (c, p, s), n in sorted(self.findings.items())
+        ]
         ops = [{"op": o, "status": s} for o, s in sorted(self.ops)]
         return json.dumps({"schema": BASELINE_SCHEMA, "findings": rows, "ops": ops}, indent=2) + "\n"
 
-    def grows_beyond(self, old: "Baseline") -> bool:
+    def grows_beyond(self, old: Baseline) -> bool:
         """Whether this baseline holds anything `old` did not (a ratchet may only shrink)."""
         return bool(self.findings - old.findings) or bool(self.ops - old.ops)
 
@@ -56,19 +60,26 @@ def load_baseline(path: Path) -> Baseline:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputFileError(f"{path}: baseline not found; create it with `neuron-migrate check --write-baseline "
-                             f"{path}`") from None
+        raise InputFileError(
+            f"{path}: baseline not found; create it with `neuron-migrate check --write-baseline {path}`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputFileError(f"{path}: not a readable baseline ({err}); regenerate it with --write-baseline") from None
+        raise InputFileError(
+            f"{path}: not a readable baseline ({err}); regenerate it with --write-baseline"
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
-        raise InputFileError(f"{path}: not a neuron-migrate baseline (expected schema {BASELINE_SCHEMA!r}); "
-                             "regenerate it with --write-baseline")
+        raise InputFileError(
+            f"{path}: not a neuron-migrate baseline (expected schema {BASELINE_SCHEMA!r}); "
+            "regenerate it with --write-baseline"
+        )
     try:
         findings = Counter({(r["code"], r["path"], r["source"]): int(r["count"]) for r in data["findings"]})
         ops = frozenset((r["op"], r["status"]) for r in data["ops"])
     except (KeyError, TypeError, ValueError) as err:
-        raise InputFileError(f"{path}: malformed baseline entry ({type(err).__name__}: {err}); "
-                             "regenerate it with --write-baseline") from None
+        raise InputFileError(
+            f"{path}: malformed baseline entry ({type(err).__name__}: {err}); "
+            "regenerate it with --write-baseline"
+        ) from None
     return Baseline(findings, ops)
 
 
@@ -78,6 +89,8 @@ def write_baseline(path: Path, new: Baseline, allow_growth: bool) -> None:
         old = load_baseline(path)
         if new.grows_beyond(old):
             added = len(new.findings - old.findings) + len(new.ops - old.ops)
-            raise UsageError(f"{path}: the new baseline would add {added} entries; a baseline only shrinks — "
-                             "pass --update-baseline to accept them")
+            raise UsageError(
+                f"{path}: the new baseline would add {added} entries; a baseline only shrinks — "
+                "pass --update-baseline to accept them"
+            )
     write_output(new.to_json(), path)

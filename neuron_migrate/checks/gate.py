@@ -35,7 +35,9 @@ def _op_location(use: OpUse) -> str:
     return use.call_sites[0].location if use.call_sites else "(no user call site)"
 
 
-def evaluate(findings: list[Finding], ops: list[OpUse], policy: Policy, baseline: Baseline | None = None) -> Verdict:
+def evaluate(
+    findings: list[Finding], ops: list[OpUse], policy: Policy, baseline: Baseline | None = None
+) -> Verdict:
     """Apply thresholds to everything and, with a baseline, fail on what is new; allow-listed items never fail."""
     problems: list[Problem] = []
     used: set[str] = set()
@@ -65,8 +67,11 @@ def evaluate(findings: list[Finding], ops: list[OpUse], policy: Policy, baseline
         for (op, status), uses in sorted(by_op.items()):
             if status in ("cpu_fallback", "unsupported") and (op, status) not in baseline.ops:
                 calls = sum(u.count for u in uses)
-                problems.append(Problem("op", op, _op_location(uses[0]),
-                                        f"new {status.replace('_', ' ')} op ({calls} calls)"))
+                problems.append(
+                    Problem(
+                        "op", op, _op_location(uses[0]), f"new {status.replace('_', ' ')} op ({calls} calls)"
+                    )
+                )
     problems += _thresholds(coverage, policy)
 
     removable: list[str] = []
@@ -77,8 +82,15 @@ def evaluate(findings: list[Finding], ops: list[OpUse], policy: Policy, baseline
                 removable.append(f"{code} {path}: {source}")
         present = {op_key(u) for u in ops}
         removable += [f"{op} ({status})" for op, status in sorted(baseline.ops - present)]
-    return Verdict(not problems, tuple(problems), tuple(removable), tuple(sorted(used)), coverage,
-                   len(findings), len(ops))
+    return Verdict(
+        not problems,
+        tuple(problems),
+        tuple(removable),
+        tuple(sorted(used)),
+        coverage,
+        len(findings),
+        len(ops),
+    )
 
 
 def _thresholds(coverage: Coverage, policy: Policy) -> list[Problem]:
@@ -86,15 +98,29 @@ def _thresholds(coverage: Coverage, policy: Policy) -> list[Problem]:
     if policy.min_op_coverage is not None and sum(coverage.calls.values()):
         share = coverage.share("native", policy.coverage_by)
         if share < policy.min_op_coverage:
-            out.append(Problem("threshold", "min-op-coverage", "traces",
-                               f"native op coverage by {policy.coverage_by} is {share:.1%}, below "
-                               f"{policy.min_op_coverage:.1%}"))
-    limits = (("max-fallback-ops", "cpu_fallback", policy.max_fallback_ops),
-              ("max-unsupported-ops", "unsupported", policy.max_unsupported_ops),
-              ("max-unknown-ops", "unknown", policy.max_unknown_ops))
+            out.append(
+                Problem(
+                    "threshold",
+                    "min-op-coverage",
+                    "traces",
+                    f"native op coverage by {policy.coverage_by} is {share:.1%}, below "
+                    f"{policy.min_op_coverage:.1%}",
+                )
+            )
+    limits = (
+        ("max-fallback-ops", "cpu_fallback", policy.max_fallback_ops),
+        ("max-unsupported-ops", "unsupported", policy.max_unsupported_ops),
+        ("max-unknown-ops", "unknown", policy.max_unknown_ops),
+    )
     for name, status, limit in limits:
         count = coverage.ops.get(status, 0)
         if limit is not None and count > limit:
-            out.append(Problem("threshold", name, "traces", f"{count} distinct {status.replace('_', ' ')} ops, "
-                                                            f"more than {limit}"))
+            out.append(
+                Problem(
+                    "threshold",
+                    name,
+                    "traces",
+                    f"{count} distinct {status.replace('_', ' ')} ops, more than {limit}",
+                )
+            )
     return out

@@ -9,7 +9,12 @@ from typing import Any
 from neuron_migrate.errors import ConfigError, UsageError
 from neuron_migrate.model import SEVERITIES, Finding, OpUse
 
-_THRESHOLDS = {"min-op-coverage": float, "max-fallback-ops": int, "max-unsupported-ops": int, "max-unknown-ops": int}
+_THRESHOLDS = {
+    "min-op-coverage": float,
+    "max-fallback-ops": int,
+    "max-unsupported-ops": int,
+    "max-unknown-ops": int,
+}
 _KNOWN = {*_THRESHOLDS, "coverage-by", "fail-on-findings", "baseline", "allow"}
 
 
@@ -23,13 +28,19 @@ class Allowance:
     dtype: str | None = None
 
     def covers_op(self, use: OpUse) -> bool:
-        return self.kind == "op" and _same_op(self.value, use.op) and (self.dtype is None or self.dtype in use.dtypes)
+        return (
+            self.kind == "op"
+            and _same_op(self.value, use.op)
+            and (self.dtype is None or self.dtype in use.dtypes)
+        )
 
     def covers_finding(self, finding: Finding) -> bool:
         if self.kind == "rule":
             return finding.code.startswith(self.value.upper())
         if self.kind == "path":
-            return fnmatch.fnmatch(finding.path, self.value) or finding.path.startswith(self.value.rstrip("/") + "/")
+            return fnmatch.fnmatch(finding.path, self.value) or finding.path.startswith(
+                self.value.rstrip("/") + "/"
+            )
         return False
 
     def describe(self) -> str:
@@ -68,8 +79,10 @@ def parse_allowance(kind: str, text: str) -> Allowance:
     """`aten::linalg_qr:float32=why` / `NM410=why` / `vendor/**=why` (the reason is required)."""
     value, sep, reason = text.partition("=")
     if not sep or not reason.strip() or not value.strip():
-        raise UsageError(f"--allow-{kind} {text!r}: write VALUE=REASON (a reason is required, e.g. "
-                         f"'aten::linalg_qr:float32=QR runs once per epoch')")
+        raise UsageError(
+            f"--allow-{kind} {text!r}: write VALUE=REASON (a reason is required, e.g. "
+            f"'aten::linalg_qr:float32=QR runs once per epoch')"
+        )
     dtype = None
     if kind == "op" and value.count(":") in (1, 3):  # aten::op:dtype, or op:dtype
         value, dtype = value.rsplit(":", 1)
@@ -85,8 +98,10 @@ def parse_fail_on(value: str) -> tuple[str | None, tuple[str, ...]]:
         return None, ()
     codes = tuple(part.strip().upper() for part in value.split(",") if part.strip())
     if not codes or not all(code.startswith("NM") for code in codes):
-        raise UsageError(f"--fail-on-findings {value!r}: give a severity (error, warning, info), none, "
-                         "or rule codes like NM1,NM401")
+        raise UsageError(
+            f"--fail-on-findings {value!r}: give a severity (error, warning, info), none, "
+            "or rule codes like NM1,NM401"
+        )
     return None, codes
 
 
@@ -94,17 +109,25 @@ def policy_from(config: dict[str, Any], flags: dict[str, Any], where: str) -> Po
     """Merge `[tool.neuron-migrate.check]` (validated) with flags (non-None flags win)."""
     unknown = sorted(set(config) - _KNOWN)
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} in [tool.neuron-migrate.check]; known: "
-                          f"{', '.join(sorted(_KNOWN))}")
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} in [tool.neuron-migrate.check]; known: "
+            f"{', '.join(sorted(_KNOWN))}"
+        )
     values: dict[str, Any] = {}
     for key, kind in _THRESHOLDS.items():
         raw = flags.get(key) if flags.get(key) is not None else config.get(key)
         if raw is None:
             continue
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (kind is int and not float(raw).is_integer()):
+        if (
+            isinstance(raw, bool)
+            or not isinstance(raw, (int, float))
+            or (kind is int and not float(raw).is_integer())
+        ):
             raise ConfigError(f"{where}: check.{key} must be a {kind.__name__}, got {raw!r}")
         if raw < 0 or (key == "min-op-coverage" and raw > 1):
-            raise UsageError(f"{key} {raw}: out of range" + (" (0 to 1)" if key == "min-op-coverage" else " (>= 0)"))
+            raise UsageError(
+                f"{key} {raw}: out of range" + (" (0 to 1)" if key == "min-op-coverage" else " (>= 0)")
+            )
         values[key.replace("-", "_")] = kind(raw)
     coverage_by = flags.get("coverage-by") or config.get("coverage-by", "calls")
     if coverage_by not in ("ops", "calls"):
@@ -124,5 +147,7 @@ def _config_allowance(entry: Any, where: str) -> Allowance:
     kinds = [k for k in ("op", "rule", "path") if k in entry]
     reason = entry.get("reason")
     if len(kinds) != 1 or not isinstance(reason, str) or not reason.strip():
-        raise ConfigError(f"{where}: check.allow entry {entry!r} needs exactly one of op/rule/path and a reason")
+        raise ConfigError(
+            f"{where}: check.allow entry {entry!r} needs exactly one of op/rule/path and a reason"
+        )
     return Allowance(kinds[0], str(entry[kinds[0]]), reason.strip(), entry.get("dtype"))

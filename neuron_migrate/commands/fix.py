@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,17 +15,17 @@ def fix_command(
     ctx: typer.Context,
     paths: list[Path] = typer.Argument(None, help="Files or folders to fix (default: the current folder)."),
     write: bool = typer.Option(False, "--write", help="Apply the fixes to the files (default: show a diff)."),
-    patch: Optional[Path] = typer.Option(None, "--patch", help="Write the changes as a patch for `git apply`."),
+    patch: Path | None = typer.Option(None, "--patch", help="Write the changes as a patch for `git apply`."),
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply fixes that need review."),
     check: bool = typer.Option(False, "--check", help="Exit 1 only if a fix is available (CI/pre-commit)."),
-    select: Optional[list[str]] = typer.Option(None, "--select", help="Only these rule codes or prefixes."),
-    ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Skip these rule codes or prefixes."),
-    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Skip paths matching these globs."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: one per CPU)."),
-    root: Optional[Path] = typer.Option(None, "--root", help="Paths in the diff are relative to this folder."),
+    select: list[str] | None = typer.Option(None, "--select", help="Only these rule codes or prefixes."),
+    ignore: list[str] | None = typer.Option(None, "--ignore", help="Skip these rule codes or prefixes."),
+    exclude: list[str] | None = typer.Option(None, "--exclude", help="Skip paths matching these globs."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Worker processes (default: one per CPU)."),
+    root: Path | None = typer.Option(None, "--root", help="Paths in the diff are relative to this folder."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings are left."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the scan cache."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml to read settings from."),
+    config_file: Path | None = typer.Option(None, "--config", help="pyproject.toml to read settings from."),
 ) -> None:
     """Rewrite CUDA-specific code to torch.accelerator / torch.amp code that runs on CUDA, neuron and CPU."""
     from neuron_migrate.api import run_fix
@@ -36,9 +35,17 @@ def fix_command(
 
     if write and check:
         raise UsageError("--check and --write exclude each other: --check never writes")
-    options = replace(root_options(ctx), paths=tuple(paths or ()), root=root, config_file=config_file,
-                      select=split_codes(select), ignore=split_codes(ignore), exclude=tuple(exclude or ()),
-                      jobs=jobs, cache=not no_cache)
+    options = replace(
+        root_options(ctx),
+        paths=tuple(paths or ()),
+        root=root,
+        config_file=config_file,
+        select=split_codes(select),
+        ignore=split_codes(ignore),
+        exclude=tuple(exclude or ()),
+        jobs=jobs,
+        cache=not no_cache,
+    )
     with progress_bar("fixing") as progress:
         fixes = run_fix(options, unsafe_fixes, progress)
     changed = [f for f in fixes if f.new is not None]

@@ -18,10 +18,14 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-opdb_app = typer.Typer(cls=HelpGroup, no_args_is_help=True,
-                       help="The operator database: what torch-neuronx does with each ATen op and dtype.")
+opdb_app = typer.Typer(
+    cls=HelpGroup,
+    no_args_is_help=True,
+    help="The operator database: what torch-neuronx does with each ATen op and dtype.",
+)
 import_app = typer.Typer(
-    cls=HelpGroup, no_args_is_help=True,
+    cls=HelpGroup,
+    no_args_is_help=True,
     help="Build a snapshot from a source (compatibility table, installed registrations).",
 )
 opdb_app.add_typer(import_app, name="import")
@@ -71,21 +75,26 @@ def versions() -> None:
     for v in available_versions():
         snap = _load(v)
         rule = snap.unlisted.status if snap.unlisted else "unknown"
-        table.add_row(v, snap.torch_neuronx_version, "yes" if snap.pre_release else "no", str(len(snap.entries())),
-                      rule)
+        table.add_row(
+            v, snap.torch_neuronx_version, "yes" if snap.pre_release else "no", str(len(snap.entries())), rule
+        )
     _out().print(table)
 
 
 @opdb_app.command("show")
-def show(op: str = typer.Argument(..., help="aten::add.Tensor, aten.add.Tensor, or a base name (aten::add)."),
-         opdb: str | None = typer.Option(None, "--opdb", help=OPDB_HELP)) -> None:
+def show(
+    op: str = typer.Argument(..., help="aten::add.Tensor, aten.add.Tensor, or a base name (aten::add)."),
+    opdb: str | None = typer.Option(None, "--opdb", help=OPDB_HELP),
+) -> None:
     """Show what the snapshot says about an op: every overload for a base name, per-dtype rows, provenance."""
     from neuron_migrate.opdb.db import base_name, normalize_op
 
     snap = _load(opdb)
     name = normalize_op(op if "::" in op or "." in op else f"aten::{op}")
     entries = snap.entries()
-    keys = [k for k in entries if k == name or (("." not in name.split("::", 1)[-1]) and base_name(k) == name)]
+    keys = [
+        k for k in entries if k == name or (("." not in name.split("::", 1)[-1]) and base_name(k) == name)
+    ]
     console = _out()
     console.print(_banner(snap))
     table = _table("op", "dtype", "status", "class", "route", "note")
@@ -111,10 +120,12 @@ def show(op: str = typer.Argument(..., help="aten::add.Tensor, aten.add.Tensor, 
 
 
 @opdb_app.command("list")
-def list_ops(status: str | None = typer.Option(None, "--status", help="native | cpu_fallback | unsupported | unknown"),
-             dtype: str | None = typer.Option(None, "--dtype", help="Answer for this dtype (float32, bfloat16...)."),
-             fmt: str = typer.Option("text", "--format", help="text | json"),
-             opdb: str | None = typer.Option(None, "--opdb", help=OPDB_HELP)) -> None:
+def list_ops(
+    status: str | None = typer.Option(None, "--status", help="native | cpu_fallback | unsupported | unknown"),
+    dtype: str | None = typer.Option(None, "--dtype", help="Answer for this dtype (float32, bfloat16...)."),
+    fmt: str = typer.Option("text", "--format", help="text | json"),
+    opdb: str | None = typer.Option(None, "--opdb", help=OPDB_HELP),
+) -> None:
     """List the ops a snapshot lists, with their status (for --dtype if given), filtered by --status."""
     if status is not None and status not in STATUSES:
         raise UsageError(f"--status {status!r} is not one of {', '.join(STATUSES)}")
@@ -125,8 +136,17 @@ def list_ops(status: str | None = typer.Option(None, "--status", help="native | 
     for op in snap.entries():
         s = snap.lookup(op, dtype)
         if status is None or s.status == status:
-            rows.append({"op": op, "status": s.status, "klass": s.klass, "route": s.route, "note": s.note,
-                         "source": s.source, "date": s.date})
+            rows.append(
+                {
+                    "op": op,
+                    "status": s.status,
+                    "klass": s.klass,
+                    "route": s.route,
+                    "note": s.note,
+                    "source": s.source,
+                    "date": s.date,
+                }
+            )
     if fmt == "json":
         from neuron_migrate.opdb.db import list_json
 
@@ -138,13 +158,17 @@ def list_ops(status: str | None = typer.Option(None, "--status", help="native | 
     console = _out()
     console.print(_banner(snap))
     console.print(table)
-    _err(f"{len(rows)} ops" + (f" with status {status}" if status else "") + (f" for {dtype}" if dtype else ""))
+    _err(
+        f"{len(rows)} ops" + (f" with status {status}" if status else "") + (f" for {dtype}" if dtype else "")
+    )
 
 
 @opdb_app.command("diff")
-def diff(a: str = typer.Argument(..., help="Version or path of the older snapshot."),
-         b: str = typer.Argument(..., help="Version or path of the newer snapshot."),
-         fmt: str = typer.Option("text", "--format", help="text | json")) -> None:
+def diff(
+    a: str = typer.Argument(..., help="Version or path of the older snapshot."),
+    b: str = typer.Argument(..., help="Version or path of the newer snapshot."),
+    fmt: str = typer.Option("text", "--format", help="text | json"),
+) -> None:
     """Ops whose status changed from A to B, and ops added or removed."""
     from neuron_migrate.opdb.db import diff_json, diff_snapshots
 
@@ -171,7 +195,7 @@ def _write(snap, out: str | None, what: str) -> None:
     text = dump_snapshot(snap, out)
     if out is None:
         sys.stdout.write(text)
-    counts = {s: 0 for s in STATUSES}
+    counts = dict.fromkeys(STATUSES, 0)
     for e in snap.entries().values():
         counts[e.status] += 1
     summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
@@ -179,26 +203,30 @@ def _write(snap, out: str | None, what: str) -> None:
 
 
 @import_app.command("compat-table")
-def import_compat_table(file: str = typer.Argument(..., help="torch_api_compatibility.md"),
-                        version: str | None = typer.Option(None, "--version", help="torch-neuronx version."),
-                        out: str | None = typer.Option(None, "--out", help="Write here (default: stdout)."),
-                        source: str | None = typer.Option(None, "--source", help="URL to cite (default: file)."),
-                        date: str | None = typer.Option(None, "--date", help="Date of the table (YYYY-MM-DD).")
-                        ) -> None:
+def import_compat_table(
+    file: str = typer.Argument(..., help="torch_api_compatibility.md"),
+    version: str | None = typer.Option(None, "--version", help="torch-neuronx version."),
+    out: str | None = typer.Option(None, "--out", help="Write here (default: stdout)."),
+    source: str | None = typer.Option(None, "--source", help="URL to cite (default: file)."),
+    date: str | None = typer.Option(None, "--date", help="Date of the table (YYYY-MM-DD)."),
+) -> None:
     """Import TorchNeuron's API compatibility table (Y / CPU_FALLBACK / N per public API)."""
     from neuron_migrate.opdb.importers.compat_table import import_compat_table as run
 
     snap, stats = run(file, version=version, source=source, date=date)
     _write(snap, out, f"compat table {snap.version}: {stats.rows} rows")
     if stats.unmapped:
-        _err(f"{len(stats.unmapped)} rows name no ATen op and were skipped: {', '.join(stats.unmapped[:8])}"
-             + (" ..." if len(stats.unmapped) > 8 else ""))
+        _err(
+            f"{len(stats.unmapped)} rows name no ATen op and were skipped: {', '.join(stats.unmapped[:8])}"
+            + (" ..." if len(stats.unmapped) > 8 else "")
+        )
 
 
 @import_app.command("registrations")
-def import_registrations(version: str | None = typer.Option(None, "--version", help="Override the version."),
-                         out: str | None = typer.Option(None, "--out", help="Write here (default: stdout).")
-                         ) -> None:
+def import_registrations(
+    version: str | None = typer.Option(None, "--version", help="Override the version."),
+    out: str | None = typer.Option(None, "--out", help="Write here (default: stdout)."),
+) -> None:
     """Import the PrivateUse1 registrations of the installed torch_neuronx (an upper bound on native support)."""
     from neuron_migrate.opdb.importers.registrations import import_registrations as run
 
@@ -206,24 +234,32 @@ def import_registrations(version: str | None = typer.Option(None, "--version", h
 
 
 @opdb_app.command("probe")
-def probe(device: str = typer.Option("neuron", "--device", help="Device to probe (neuron)."),
-          ops: str | None = typer.Option(None, "--ops", help="Comma-separated OpInfo or ATen names; default all."),
-          dtypes: str | None = typer.Option(None, "--dtypes", help="Comma-separated dtypes; default all."),
-          out: str | None = typer.Option(None, "--out", help="Write the snapshot here (default: stdout)."),
-          limit: int | None = typer.Option(None, "--limit", min=1, help="Probe at most N OpInfos."),
-          samples: int = typer.Option(3, "--samples", min=1, help="Samples per op and dtype."),
-          opdb: str | None = typer.Option(None, "--opdb", help="Snapshot the stand-in is configured with."),
-          stand_in: bool = typer.Option(False, "--stand-in", help="Use the stand-in even if a device is present."),
-          version: str | None = typer.Option(None, "--version", help="Version name of the written snapshot."),
-          timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds.")
-          ) -> None:
+def probe(
+    device: str = typer.Option("neuron", "--device", help="Device to probe (neuron)."),
+    ops: str | None = typer.Option(None, "--ops", help="Comma-separated OpInfo or ATen names; default all."),
+    dtypes: str | None = typer.Option(None, "--dtypes", help="Comma-separated dtypes; default all."),
+    out: str | None = typer.Option(None, "--out", help="Write the snapshot here (default: stdout)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Probe at most N OpInfos."),
+    samples: int = typer.Option(3, "--samples", min=1, help="Samples per op and dtype."),
+    opdb: str | None = typer.Option(None, "--opdb", help="Snapshot the stand-in is configured with."),
+    stand_in: bool = typer.Option(False, "--stand-in", help="Use the stand-in even if a device is present."),
+    version: str | None = typer.Option(None, "--version", help="Version name of the written snapshot."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds."),
+) -> None:
     """Run OpInfo samples per op and dtype on the device, compare with CPU, write the observed snapshot."""
     from neuron_migrate.opdb.probe import ProbeOptions, run_probe
 
     if device != "neuron":
         raise UsageError(f"--device {device!r} is not supported; use --device neuron")
-    split = (lambda s: tuple(p.strip() for p in s.split(",") if p.strip()) if s else ())
-    opts = ProbeOptions(ops=split(ops), dtypes=split(dtypes), limit=limit, samples=samples, opdb=opdb,
-                        stand_in=stand_in, version=version)
+    split = lambda s: tuple(p.strip() for p in s.split(",") if p.strip()) if s else ()
+    opts = ProbeOptions(
+        ops=split(ops),
+        dtypes=split(dtypes),
+        limit=limit,
+        samples=samples,
+        opdb=opdb,
+        stand_in=stand_in,
+        version=version,
+    )
     snap = run_probe(opts, timeout=timeout)
     _write(snap, out, f"probe on {snap.sources[0]['path'] if snap.sources else device}")

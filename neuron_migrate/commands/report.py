@@ -5,7 +5,6 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,20 +16,18 @@ FORMATS = ("html", "md", "json", "sarif")
 
 def report_command(
     ctx: typer.Context,
-    path: Optional[Path] = typer.Argument(None, help="Folder or file to scan (default: the current folder)."),
-    scan_file: Optional[Path] = typer.Option(
+    path: Path | None = typer.Argument(None, help="Folder or file to scan (default: the current folder)."),
+    scan_file: Path | None = typer.Option(
         None, "--scan", help="Use this `scan --format json` file instead of scanning."
     ),
-    trace_files: Optional[list[Path]] = typer.Option(
+    trace_files: list[Path] | None = typer.Option(
         None, "--trace", help="A `trace --format json` file; repeat to merge several."
     ),
     output_format: str = typer.Option("html", "--format", help="html | md | json | sarif."),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None, "--output", "-o", help="Write the report here (default stdout)."
     ),
-    config_file: Optional[Path] = typer.Option(
-        None, "--config", help="pyproject.toml to read settings from."
-    ),
+    config_file: Path | None = typer.Option(None, "--config", help="pyproject.toml to read settings from."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the scan cache."),
 ) -> None:
     """Estimate the migration effort (low / likely / high engineer-hours) from a scan and traces."""
@@ -40,8 +37,9 @@ def report_command(
 
     if output_format not in FORMATS:
         raise UsageError(f"--format {output_format!r}: choose one of {', '.join(FORMATS)}")
-    options = replace(root_options(ctx), paths=(path,) if path else (), config_file=config_file,
-                      cache=not no_cache)
+    options = replace(
+        root_options(ctx), paths=(path,) if path else (), config_file=config_file, cache=not no_cache
+    )
     with progress_bar("scanning") if scan_file is None else nullcontext() as progress:
         report = make_report(options, scan_file, tuple(trace_files or ()), progress)
     write_output(RENDERERS[output_format](report), output)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from neuron_migrate.errors import UsageError
 
 
 def rules_command(
-    code: Optional[str] = typer.Argument(None, help="A rule code (NM101) or prefix (NM1); all rules when omitted."),
-    output_format: str = typer.Option("text", "--format", help="text | md (md of all rules is docs/rules.md)."),
+    code: str | None = typer.Argument(
+        None, help="A rule code (NM101) or prefix (NM1); all rules when omitted."
+    ),
+    output_format: str = typer.Option(
+        "text", "--format", help="text | md (md of all rules is docs/rules.md)."
+    ),
 ) -> None:
     """Show what each rule finds, why it matters on Trainium, and how it is fixed."""
     from rich.console import Console
@@ -29,7 +31,9 @@ def rules_command(
         raise UsageError(f"no rule code starts with {code!r}; run `neuron-migrate rules` for the list")
     console = Console()
     if output_format == "md":
-        typer.echo(rules_markdown() if code is None else "\n".join(rule_markdown(r) for r in chosen), nl=False)
+        typer.echo(
+            rules_markdown() if code is None else "\n".join(rule_markdown(r) for r in chosen), nl=False
+        )
         return
     if code is not None and len(chosen) == 1:
         console.print(Markdown(rule_markdown(chosen[0])))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,19 +16,25 @@ FORMATS = ("text", "json", "sarif", "github")
 def scan_command(
     ctx: typer.Context,
     paths: list[Path] = typer.Argument(None, help="Files or folders to scan (default: the current folder)."),
-    select: Optional[list[str]] = typer.Option(None, "--select", help="Only these rule codes or prefixes (NM1,NM401)."),
-    ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Skip these rule codes or prefixes."),
+    select: list[str] | None = typer.Option(
+        None, "--select", help="Only these rule codes or prefixes (NM1,NM401)."
+    ),
+    ignore: list[str] | None = typer.Option(None, "--ignore", help="Skip these rule codes or prefixes."),
     output_format: str = typer.Option("text", "--format", help="text | json | sarif | github."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write machine output here (default stdout)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: one per CPU)."),
-    include: Optional[list[str]] = typer.Option(None, "--include", help="Only paths matching these globs."),
-    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Skip paths matching these globs."),
-    root: Optional[Path] = typer.Option(None, "--root", help="Report paths relative to this folder."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write machine output here (default stdout)."
+    ),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Worker processes (default: one per CPU)."),
+    include: list[str] | None = typer.Option(None, "--include", help="Only paths matching these globs."),
+    exclude: list[str] | None = typer.Option(None, "--exclude", help="Skip paths matching these globs."),
+    root: Path | None = typer.Option(None, "--root", help="Report paths relative to this folder."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when there are findings."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the scan cache."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default .neuron-migrate-cache)."),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="Cache folder (default .neuron-migrate-cache)."
+    ),
     no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Also scan files .gitignore excludes."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="pyproject.toml to read settings from."),
+    config_file: Path | None = typer.Option(None, "--config", help="pyproject.toml to read settings from."),
 ) -> None:
     """Find CUDA-specific code: device strings, torch.cuda APIs, cuda amp, NCCL, backend flags, CUDA-only libraries."""
     from neuron_migrate.api import run_scan
@@ -38,10 +43,20 @@ def scan_command(
 
     if output_format not in FORMATS:
         raise UsageError(f"--format {output_format!r}: choose one of {', '.join(FORMATS)}")
-    options = replace(root_options(ctx), paths=tuple(paths or ()), root=root, config_file=config_file,
-                      select=split_codes(select), ignore=split_codes(ignore), include=tuple(include or ()),
-                      exclude=tuple(exclude or ()), respect_gitignore=not no_gitignore, jobs=jobs,
-                      cache=not no_cache, cache_dir=cache_dir)
+    options = replace(
+        root_options(ctx),
+        paths=tuple(paths or ()),
+        root=root,
+        config_file=config_file,
+        select=split_codes(select),
+        ignore=split_codes(ignore),
+        include=tuple(include or ()),
+        exclude=tuple(exclude or ()),
+        respect_gitignore=not no_gitignore,
+        jobs=jobs,
+        cache=not no_cache,
+        cache_dir=cache_dir,
+    )
     with progress_bar("scanning") as progress:
         result = run_scan(options, progress)
     console = stderr_console()
@@ -63,8 +78,12 @@ def _render(result, output_format: str) -> str:
     from neuron_migrate.reports.sarif import render_sarif
     from neuron_migrate.reports.scan_text import scan_text
 
-    renderers = {"text": scan_text, "json": to_json, "sarif": lambda r: render_sarif(r.findings),
-                 "github": lambda r: render_github(r.findings)}
+    renderers = {
+        "text": scan_text,
+        "json": to_json,
+        "sarif": lambda r: render_sarif(r.findings),
+        "github": lambda r: render_github(r.findings),
+    }
     return renderers[output_format](result)
 
 

@@ -16,14 +16,25 @@ from typing import Any
 
 # class -> what the step does with it. Only classes the installed diffusers has are traced.
 MODELS: dict[str, str] = {
-    "UNet2DModel": "denoise", "UNet2DConditionModel": "denoise", "DiTTransformer2DModel": "denoise",
-    "PixArtTransformer2DModel": "denoise", "SD3Transformer2DModel": "denoise",
-    "FluxTransformer2DModel": "denoise", "AutoencoderKL": "reconstruct", "AutoencoderTiny": "reconstruct",
+    "UNet2DModel": "denoise",
+    "UNet2DConditionModel": "denoise",
+    "DiTTransformer2DModel": "denoise",
+    "PixArtTransformer2DModel": "denoise",
+    "SD3Transformer2DModel": "denoise",
+    "FluxTransformer2DModel": "denoise",
+    "AutoencoderKL": "reconstruct",
+    "AutoencoderTiny": "reconstruct",
     "VQModel": "reconstruct",
 }
 CHANNELS, GROUPS, HEADS, HEAD_DIM, COND, SIZE, TEXT_TOKENS = 32, 8, 2, 8, 32, 16, 8
-_CONDITIONING = ("cross_attention_dim", "joint_attention_dim", "pooled_projection_dim", "caption_projection_dim",
-                 "caption_channels", "encoder_hid_dim")
+_CONDITIONING = (
+    "cross_attention_dim",
+    "joint_attention_dim",
+    "pooled_projection_dim",
+    "caption_projection_dim",
+    "caption_channels",
+    "encoder_hid_dim",
+)
 
 
 def available() -> dict[str, str]:
@@ -37,8 +48,11 @@ def available() -> dict[str, str]:
 
 def defaults(cls: type) -> dict[str, Any]:
     """The class's own `__init__` defaults (Diffusers registers every one of them as config)."""
-    return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
-            if name != "self" and p.default is not inspect.Parameter.empty}
+    return {
+        name: p.default
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if name != "self" and p.default is not inspect.Parameter.empty
+    }
 
 
 def _even_parts(parts: tuple[int, ...], total: int) -> tuple[int, ...]:
@@ -55,19 +69,28 @@ def tiny_config(cls: type) -> dict[str, Any]:
     for key in ("block_out_channels", "encoder_block_out_channels", "decoder_block_out_channels"):
         value = found.get(key)
         if isinstance(value, (list, tuple)) and value and value[0] > CHANNELS:
-            kwargs[key] = tuple(max(GROUPS, int(round(v * CHANNELS / value[0] / GROUPS)) * GROUPS) for v in value)
+            kwargs[key] = tuple(
+                max(GROUPS, int(round(v * CHANNELS / value[0] / GROUPS)) * GROUPS) for v in value
+            )
     for key in ("num_encoder_blocks", "num_decoder_blocks"):
         if isinstance(found.get(key), (list, tuple)):
             kwargs[key] = tuple(min(v, 1) for v in found[key])
-    small = {"norm_num_groups": GROUPS, "layers_per_block": 1, "num_layers": 2, "num_single_layers": 1,
-             "transformer_layers_per_block": 1}
+    small = {
+        "norm_num_groups": GROUPS,
+        "layers_per_block": 1,
+        "num_layers": 2,
+        "num_single_layers": 1,
+        "transformer_layers_per_block": 1,
+    }
     kwargs.update({k: min(v, found[k]) for k, v in small.items() if isinstance(found.get(k), int)})
     transformer = "patch_size" in found  # DiT-style: attention_head_dim is a size; in UNets it counts heads
     heads, head_dim = found.get("num_attention_heads"), found.get("attention_head_dim")
     inner = heads * head_dim if isinstance(heads, int) and isinstance(head_dim, int) else None
     if transformer and isinstance(heads, int) and isinstance(head_dim, int):
         kwargs.update(num_attention_heads=min(heads, HEADS), attention_head_dim=min(head_dim, HEAD_DIM))
-    new_inner = kwargs.get("num_attention_heads", heads or 0) * kwargs.get("attention_head_dim", head_dim or 0)
+    new_inner = kwargs.get("num_attention_heads", heads or 0) * kwargs.get(
+        "attention_head_dim", head_dim or 0
+    )
     for key in _CONDITIONING:
         value = found.get(key)
         if isinstance(value, int) and value > COND:
@@ -104,18 +127,25 @@ def step_inputs(model: Any, batch: int = 2) -> tuple[dict[str, Any], Any]:
         return {"sample": image}, image
     size = getattr(config, "sample_size", None) or SIZE
     packed = "img_ids" in params  # Flux takes latents as a token sequence with their positions
-    noise = torch.randn(batch, size * size // 4, channels) if packed else torch.randn(batch, channels, size, size)
+    noise = (
+        torch.randn(batch, size * size // 4, channels) if packed else torch.randn(batch, channels, size, size)
+    )
     first = "sample" if "sample" in params else "hidden_states"
-    inputs: dict[str, Any] = {first: torch.randn_like(noise) + noise,
-                              "timestep": torch.randint(0, 1000, (batch,)).float()}
+    inputs: dict[str, Any] = {
+        first: torch.randn_like(noise) + noise,
+        "timestep": torch.randint(0, 1000, (batch,)).float(),
+    }
     width = _conditioning_width(config)
     if "encoder_hidden_states" in params and width:
         inputs["encoder_hidden_states"] = torch.randn(batch, TEXT_TOKENS, width)
     if "pooled_projections" in params:
         inputs["pooled_projections"] = torch.randn(batch, config.pooled_projection_dim)
     if packed:
-        inputs.update(img_ids=torch.zeros(size * size // 4, 3), txt_ids=torch.zeros(TEXT_TOKENS, 3),
-                      timestep=inputs["timestep"] / 1000)
+        inputs.update(
+            img_ids=torch.zeros(size * size // 4, 3),
+            txt_ids=torch.zeros(TEXT_TOKENS, 3),
+            timestep=inputs["timestep"] / 1000,
+        )
     if "class_labels" in params and getattr(config, "num_embeds_ada_norm", None) and first == "hidden_states":
         inputs["class_labels"] = torch.randint(0, config.num_embeds_ada_norm, (batch,))
     if "added_cond_kwargs" in params:

@@ -19,11 +19,16 @@ TASKS: dict[str, tuple[str, str]] = {
     "causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
     "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM"),
-    "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification"),
+    "image-classification": (
+        "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+        "AutoModelForImageClassification",
+    ),
     "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "AutoModelForSpeechSeq2Seq"),
     "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", "AutoModelForCTC"),
 }
-DIFFUSERS = "diffusers"  # `fleet diffusers`: model classes of diffusers (fleet.diffusers_models), not transformers
+DIFFUSERS = (
+    "diffusers"  # `fleet diffusers`: model classes of diffusers (fleet.diffusers_models), not transformers
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,9 @@ def select(mappings: dict[str, dict[str, str]], task: str, models: tuple[str, ..
             known = sorted({mt for mapping in mappings.values() for mt in mapping})
             close = difflib.get_close_matches(name, known, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else "see `neuron-migrate fleet hf --list`"
-            raise UsageError(f"--models {name}: transformers has no model of that type for any fleet task "
-                             f"({', '.join(TASKS)}); {hint}")
+            raise UsageError(
+                f"--models {name}: transformers has no model of that type for any fleet task "
+                f"({', '.join(TASKS)}); {hint}"
+            )
         chosen.append(Architecture(name, hit, mappings[hit][name]))
     return chosen

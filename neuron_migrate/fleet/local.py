@@ -35,8 +35,14 @@ class Server:
         env.setdefault("TRANSFORMERS_VERBOSITY", "error")
         env.setdefault("HF_HUB_OFFLINE", "1")  # a tiny config never needs the hub; never wait on a network
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
-        self.proc = subprocess.Popen([sys.executable, "-m", "neuron_migrate.fleet.server"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "neuron_migrate.fleet.server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+            text=True,
+        )
         self.events: queue.Queue = queue.Queue()
         self.ready: dict[str, Any] | None = None
         threading.Thread(target=self._pump, daemon=True).start()
@@ -101,15 +107,30 @@ def _failure_record(job: dict[str, Any], event: dict[str, Any], options: FleetOp
         code = event.get("exit_code", 0)
         cls = f"Crash({signal.Signals(-code).name})" if code < 0 else f"Crash(exit {code})"
         line = tail[-1] if tail else "no output"
-    return {"key": job["key"], "model_type": job["model_type"], "task": job["task"],
-            "architecture": job["architecture"], "stage": event.get("stage", "start"), "error": f"{cls}: {line}",
-            "error_class": cls, "error_line": line[:300], "error_where": "", "trace": None,
-            "cpu_error": None, "cpu_checked": False, "seconds": event.get("seconds"),
-            "max_memory_mb": options.max_memory_mb}
+    return {
+        "key": job["key"],
+        "model_type": job["model_type"],
+        "task": job["task"],
+        "architecture": job["architecture"],
+        "stage": event.get("stage", "start"),
+        "error": f"{cls}: {line}",
+        "error_class": cls,
+        "error_line": line[:300],
+        "error_where": "",
+        "trace": None,
+        "cpu_error": None,
+        "cpu_checked": False,
+        "seconds": event.get("seconds"),
+        "max_memory_mb": options.max_memory_mb,
+    }
 
 
-def trace_jobs(jobs: list[dict[str, Any]], options: FleetOptions,
-               finish: Callable[[dict[str, Any], dict[str, Any]], None], server: Server | None = None) -> None:
+def trace_jobs(
+    jobs: list[dict[str, Any]],
+    options: FleetOptions,
+    finish: Callable[[dict[str, Any], dict[str, Any]], None],
+    server: Server | None = None,
+) -> None:
     """Trace `jobs` through one fork server on this machine (`server`, or a new one; closed at the end);
     `finish(job, record)` as each child ends. A crash of the server itself turns every job it had not
     finished into a `crash` record."""
@@ -121,15 +142,32 @@ def trace_jobs(jobs: list[dict[str, Any]], options: FleetOptions,
         server.close()
 
 
-def _run_jobs(server: Server, jobs: list[dict[str, Any]], options: FleetOptions,
-              finish: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
+def _run_jobs(
+    server: Server,
+    jobs: list[dict[str, Any]],
+    options: FleetOptions,
+    finish: Callable[[dict[str, Any], dict[str, Any]], None],
+) -> None:
     """Hand the jobs to the server and collect a record per job as each child ends."""
     by_key = {job["key"]: job for job in jobs}
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-fleet-") as job_dir:
-        server.send({"jobs": jobs, "parallel": options.jobs, "timeout": options.timeout,
-                     "max_memory_mb": options.max_memory_mb, "job_dir": job_dir,
-                     "options": {"device": options.device, "inference": options.inference, "opdb": options.opdb,
-                                 "root": str(Path.cwd()), "top_sites": 3, "max_memory_mb": None}})
+        server.send(
+            {
+                "jobs": jobs,
+                "parallel": options.jobs,
+                "timeout": options.timeout,
+                "max_memory_mb": options.max_memory_mb,
+                "job_dir": job_dir,
+                "options": {
+                    "device": options.device,
+                    "inference": options.inference,
+                    "opdb": options.opdb,
+                    "root": str(Path.cwd()),
+                    "top_sites": 3,
+                    "max_memory_mb": None,
+                },
+            }
+        )
         # The server enforces each child's timeout; this bound only catches a server that hangs itself.
         silence = options.timeout * 2 + 60
         while by_key:
@@ -141,8 +179,12 @@ def _run_jobs(server: Server, jobs: list[dict[str, Any]], options: FleetOptions,
                 continue
             finish(job, _read_record(Path(job_dir), job, event, options))
         for job in list(by_key.values()):  # the server died under these
-            event = {"outcome": "crash", "exit_code": 1, "stage": "start",
-                     "tail": [f"the fleet server exited: {server.stderr_tail()}"]}
+            event = {
+                "outcome": "crash",
+                "exit_code": 1,
+                "stage": "start",
+                "tail": [f"the fleet server exited: {server.stderr_tail()}"],
+            }
             finish(job, {**_failure_record(job, event, options), "outcome": "crash"})
 
 

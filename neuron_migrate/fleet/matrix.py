@@ -20,9 +20,11 @@ from neuron_migrate.model import Coverage, TraceResult, _build
 FLEET_SCHEMA = "neuron-migrate/fleet/2"
 MODES = ("train", "inference")
 _RANK = {"native": 0, "unknown": 1, "cpu_fallback": 2, "unsupported": 3}
-DEFINITION = ("runs = the traced step ({phases}) completes on neuron, CPU fallbacks allowed (TorchNeuron falls back "
-              "by default); native = it runs and every ATen op is native in opdb {opdb}; shares over all {total} "
-              "architectures and over the {buildable} that build here")
+DEFINITION = (
+    "runs = the traced step ({phases}) completes on neuron, CPU fallbacks allowed (TorchNeuron falls back "
+    "by default); native = it runs and every ATen op is native in opdb {opdb}; shares over all {total} "
+    "architectures and over the {buildable} that build here"
+)
 __all__ = ["RUNS", "VERDICTS", "VERDICT_LABELS"]  # re-exported for the CLI and renderers
 
 
@@ -145,8 +147,10 @@ def cells(trace: TraceResult) -> dict[str, OpCell]:
         cell["calls"] += use.count
         cell["dtypes"].update(use.dtypes)
         cell["phases"].add(use.phase)
-    return {op: OpCell(c["status"], c["calls"], tuple(sorted(c["dtypes"])), tuple(sorted(c["phases"])))
-            for op, c in sorted(row.items())}
+    return {
+        op: OpCell(c["status"], c["calls"], tuple(sorted(c["dtypes"])), tuple(sorted(c["phases"])))
+        for op, c in sorted(row.items())
+    }
 
 
 def reproduce(record: dict[str, Any], inference: bool) -> str:
@@ -159,8 +163,11 @@ def reproduce(record: dict[str, Any], inference: bool) -> str:
     if inference:
         flags.append("--inference")
     rest = sorted(set(extra) - set(scalars))  # --hf-config has no spelling for lists
-    return "neuron-migrate trace " + " ".join(flags) + (
-        f" (+ config values {', '.join(rest)}, which --hf-config cannot spell)" if rest else "")
+    return (
+        "neuron-migrate trace "
+        + " ".join(flags)
+        + (f" (+ config values {', '.join(rest)}, which --hf-config cannot spell)" if rest else "")
+    )
 
 
 def arch_result(record: dict[str, Any], mode: str = "train", device: str = "stand-in") -> ArchResult:
@@ -171,15 +178,28 @@ def arch_result(record: dict[str, Any], mode: str = "train", device: str = "stan
     verdict, reason = verdict_of(record, row, ran_on)
     failed_inside = verdict in ("fails_on_neuron", "stand_in_limitation")
     return ArchResult(
-        model_type=record["model_type"], task=record["task"], mode=mode, architecture=record["architecture"],
-        verdict=verdict, reason=reason, stage=record.get("stage", "start"), outcome=record.get("outcome", "ok"),
+        model_type=record["model_type"],
+        task=record["task"],
+        mode=mode,
+        architecture=record["architecture"],
+        verdict=verdict,
+        reason=reason,
+        stage=record.get("stage", "start"),
+        outcome=record.get("outcome", "ok"),
         reproduce=record.get("reproduce") or reproduce(record, mode == "inference"),
-        error_class=record.get("error_class"), error_line=record.get("error_line"),
-        error_where=record.get("error_where") or None, error_kind=record.get("error_kind"),
-        cpu_error=record.get("cpu_error"), error_op=record.get("error_op") if failed_inside else None,
+        error_class=record.get("error_class"),
+        error_line=record.get("error_line"),
+        error_where=record.get("error_where") or None,
+        error_kind=record.get("error_kind"),
+        cpu_error=record.get("cpu_error"),
+        error_op=record.get("error_op") if failed_inside else None,
         error_dtypes=tuple(record.get("error_dtypes") or ()) if failed_inside else (),
-        error_status=record.get("error_status") if failed_inside else None, seconds=record.get("seconds"),
-        cached=bool(record.get("cached")), device=ran_on, coverage=trace.coverage if trace else None, ops=row,
+        error_status=record.get("error_status") if failed_inside else None,
+        seconds=record.get("seconds"),
+        cached=bool(record.get("cached")),
+        device=ran_on,
+        coverage=trace.coverage if trace else None,
+        ops=row,
         notes=trace.notes if trace else (),
     )
 
@@ -209,11 +229,23 @@ def rank_ops(archs: list[ArchResult], unlock_limit: int = 50) -> list[OpRank]:
         where, failed = affected.get(op, {}), failing.get(op, set())
         blocks = sum(1 for s in where.values() if s == "unsupported")
         step = unlock.get(op)
-        ranks.append(OpRank(op=op, blocks=blocks, fails=len(failed), slows=len(where) - blocks, sole=sole[op],
-                            calls=calls[op], architectures=tuple(sorted(set(where) | failed)),
-                            unlock_step=step[0] if step else None, unlocks=step[1] if step else 0,
-                            cumulative_native=step[2] if step else None))
-    return sorted(ranks, key=lambda r: (-(r.blocks + r.fails), -(r.blocks + r.fails + r.slows), -r.sole, r.op))
+        ranks.append(
+            OpRank(
+                op=op,
+                blocks=blocks,
+                fails=len(failed),
+                slows=len(where) - blocks,
+                sole=sole[op],
+                calls=calls[op],
+                architectures=tuple(sorted(set(where) | failed)),
+                unlock_step=step[0] if step else None,
+                unlocks=step[1] if step else 0,
+                cumulative_native=step[2] if step else None,
+            )
+        )
+    return sorted(
+        ranks, key=lambda r: (-(r.blocks + r.fails), -(r.blocks + r.fails + r.slows), -r.sole, r.op)
+    )
 
 
 def greedy_unlock(missing: dict[str, set[str]], limit: int) -> dict[str, tuple[int, int, int]]:
@@ -247,31 +279,64 @@ def summarize(archs: list[ArchResult], mode: str, opdb: str) -> FleetSummary:
     buildable = total - counts["does_not_build"]
     runs = sum(counts[v] for v in RUNS)
     phases = "forward" if mode == "inference" else "forward, backward, AdamW step"
-    unlockable = counts["native"] + sum(1 for a in archs if a.ops and a.verdict in ("fallbacks", "fails_on_neuron"))
+    unlockable = counts["native"] + sum(
+        1 for a in archs if a.ops and a.verdict in ("fallbacks", "fails_on_neuron")
+    )
     return FleetSummary(
-        mode=mode, total=total, counts=counts, runs=runs, runs_share=_share(runs, total),
-        native_share=_share(counts["native"], total), buildable=buildable,
+        mode=mode,
+        total=total,
+        counts=counts,
+        runs=runs,
+        runs_share=_share(runs, total),
+        native_share=_share(counts["native"], total),
+        buildable=buildable,
         runs_share_of_buildable=_share(runs, buildable),
-        native_share_of_buildable=_share(counts["native"], buildable), native_if_all_unlocked=unlockable,
+        native_share_of_buildable=_share(counts["native"], buildable),
+        native_if_all_unlocked=unlockable,
         definition=DEFINITION.format(phases=phases, opdb=opdb, total=total, buildable=buildable),
     )
 
 
-def assemble(archs: list[ArchResult], *, task: str, modes: tuple[str, ...], device: str,
-             versions: dict[str, str | None], opdb_version: str, opdb_pre_release: bool,
-             selection: tuple[str, ...], shard: str | None = None, traced: int = 0, from_cache: int = 0) -> FleetResult:
+def assemble(
+    archs: list[ArchResult],
+    *,
+    task: str,
+    modes: tuple[str, ...],
+    device: str,
+    versions: dict[str, str | None],
+    opdb_version: str,
+    opdb_pre_release: bool,
+    selection: tuple[str, ...],
+    shard: str | None = None,
+    traced: int = 0,
+    from_cache: int = 0,
+) -> FleetResult:
     """A FleetResult from ArchResults, ordered by `selection` then mode: what a run and a merge both call."""
     position = {mt: i for i, mt in enumerate(selection)}
-    archs = sorted(archs, key=lambda a: (position.get(a.model_type, len(position)), a.model_type,
-                                         modes.index(a.mode) if a.mode in modes else len(modes)))
+    archs = sorted(
+        archs,
+        key=lambda a: (
+            position.get(a.model_type, len(position)),
+            a.model_type,
+            modes.index(a.mode) if a.mode in modes else len(modes),
+        ),
+    )
     by_mode = {mode: [a for a in archs if a.mode == mode] for mode in modes}
     return FleetResult(
-        task=task, modes=modes, device=device, versions=dict(versions), opdb_version=opdb_version,
+        task=task,
+        modes=modes,
+        device=device,
+        versions=dict(versions),
+        opdb_version=opdb_version,
         opdb_pre_release=opdb_pre_release,
         summaries={mode: summarize(by_mode[mode], mode, opdb_version) for mode in modes},
-        architectures=tuple(archs), rankings={mode: tuple(rank_ops(by_mode[mode])) for mode in modes},
-        ops=tuple(sorted({op for a in archs for op in a.ops})), selection=tuple(selection), shard=shard,
-        traced=traced, from_cache=from_cache,
+        architectures=tuple(archs),
+        rankings={mode: tuple(rank_ops(by_mode[mode])) for mode in modes},
+        ops=tuple(sorted({op for a in archs for op in a.ops})),
+        selection=tuple(selection),
+        shard=shard,
+        traced=traced,
+        from_cache=from_cache,
         backend=", ".join(sorted({a.device for a in archs if a.coverage is not None and a.device})),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
@@ -281,7 +346,16 @@ def build_result(run: Any, task: str, modes: tuple[str, ...], device: str) -> Fl
     """The FleetResult of a `fleet.runner.FleetRun` (records keyed by (model_type, mode))."""
     ran_on = getattr(run, "ran_on", "stand-in")  # what a record without a trace ran on
     archs = [arch_result(record, mode, ran_on) for (_, mode), record in run.records.items()]
-    return assemble(archs, task=task, modes=modes, device=device, versions=run.versions,
-                    opdb_version=run.opdb_version, opdb_pre_release=run.opdb_pre_release,
-                    selection=tuple(run.selection or (a.model_type for a in run.architectures)),
-                    shard=run.shard, traced=run.traced, from_cache=run.from_cache)
+    return assemble(
+        archs,
+        task=task,
+        modes=modes,
+        device=device,
+        versions=run.versions,
+        opdb_version=run.opdb_version,
+        opdb_pre_release=run.opdb_pre_release,
+        selection=tuple(run.selection or (a.model_type for a in run.architectures)),
+        shard=run.shard,
+        traced=run.traced,
+        from_cache=run.from_cache,
+    )

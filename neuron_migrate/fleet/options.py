@@ -72,4 +72,4 @@ def shard_slice(archs: list[Architecture], shard: tuple[int, int] | None) -> lis
     if shard is None:
         return archs
     index, count = shard
-    return archs[index - 1::count]
+    return archs[index - 1 :: count]

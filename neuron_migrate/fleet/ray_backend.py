@@ -34,7 +34,10 @@ def _trace_chunk(jobs: list[dict[str, Any]], options: dict[str, Any]) -> list[tu
     from neuron_migrate.fleet.local import trace_jobs
     from neuron_migrate.fleet.options import FleetOptions
 
-    fields = {**options, "cache_dir": None if options.get("cache_dir") is None else Path(options["cache_dir"])}
+    fields = {
+        **options,
+        "cache_dir": None if options.get("cache_dir") is None else Path(options["cache_dir"]),
+    }
     done: list[tuple[dict, dict]] = []
     trace_jobs(jobs, FleetOptions(**fields), lambda job, record: done.append((job, record)))
     return done
@@ -46,11 +49,12 @@ def chunks(jobs: list[dict[str, Any]], workers: int) -> list[list[dict[str, Any]
         return []
     count = max(1, min(len(jobs), 2 * max(1, workers)))
     size = math.ceil(len(jobs) / count)
-    return [jobs[i:i + size] for i in range(0, len(jobs), size)]
+    return [jobs[i : i + size] for i in range(0, len(jobs), size)]
 
 
-def run_on_ray(jobs: list[dict[str, Any]], options: Any,
-               finish: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
+def run_on_ray(
+    jobs: list[dict[str, Any]], options: Any, finish: Callable[[dict[str, Any], dict[str, Any]], None]
+) -> None:
     """Trace `jobs` as Ray tasks (one CPU each, one architecture at a time inside a task); `finish(job,
     record)` per job as its task returns. A task that fails turns its jobs into `crash` records."""
     ray = _ray()
@@ -59,15 +63,21 @@ def run_on_ray(jobs: list[dict[str, Any]], options: Any,
     workers = int(ray.cluster_resources().get("CPU", 1))
     remote = ray.remote(num_cpus=1, max_retries=0)(_trace_chunk)
     # each task runs one child at a time: Ray, not the task, decides how many run on a node
-    task_options = {**dataclasses.asdict(options), "jobs": 1, "backend": "local", "shard": None,
-                    "cache_dir": None, "models": list(options.models)}
+    task_options = {
+        **dataclasses.asdict(options),
+        "jobs": 1,
+        "backend": "local",
+        "shard": None,
+        "cache_dir": None,
+        "models": list(options.models),
+    }
     pending = {remote.remote(chunk, task_options): chunk for chunk in chunks(jobs, workers)}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         chunk = pending.pop(ready[0])
         try:
             pairs = ray.get(ready[0])
-        except Exception as err:  # noqa: BLE001 - a lost task must not lose the rest of the run
+        except Exception as err:
             line = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
             pairs = [(job, _lost(job, line)) for job in chunk]
         for job, record in pairs:
@@ -75,7 +85,18 @@ def run_on_ray(jobs: list[dict[str, Any]], options: Any,
 
 
 def _lost(job: dict[str, Any], line: str) -> dict[str, Any]:
-    return {"key": job["key"], "model_type": job["model_type"], "task": job["task"],
-            "architecture": job["architecture"], "stage": "start", "outcome": "crash",
-            "error": f"RayTaskError: {line}", "error_class": "RayTaskError", "error_line": line,
-            "error_where": "", "trace": None, "cpu_error": None, "cpu_checked": False}
+    return {
+        "key": job["key"],
+        "model_type": job["model_type"],
+        "task": job["task"],
+        "architecture": job["architecture"],
+        "stage": "start",
+        "outcome": "crash",
+        "error": f"RayTaskError: {line}",
+        "error_class": "RayTaskError",
+        "error_line": line,
+        "error_where": "",
+        "trace": None,
+        "cpu_error": None,
+        "cpu_checked": False,
+    }

@@ -71,8 +71,11 @@ def local_versions() -> dict[str, str | None]:
     return versions
 
 
-def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None] | None = None,
-              on_plan: Callable[[list[Architecture]], None] | None = None) -> FleetRun:
+def run_fleet(
+    options: FleetOptions,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_plan: Callable[[list[Architecture]], None] | None = None,
+) -> FleetRun:
     """Trace every selected architecture in every mode (cached ones are reused). `on_plan` gets the
     architecture list once it is known; `on_record` is called with each raw record as it ends."""
     from neuron_migrate.opdb.db import load_snapshot, snapshot_to_dict
@@ -93,11 +96,17 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
             cache.put_mappings(listed, mappings)
         everything = select(mappings, options.task, options.models)
         archs = shard_slice(everything, options.shard)
-        run = FleetRun(versions, snapshot.version, bool(snapshot.pre_release), archs,
-                       selection=tuple(a.model_type for a in everything),
-                       shard=f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
-                       ran_on="torch-neuronx" if options.device == "neuron" and versions["torch-neuronx"] else
-                       "stand-in")
+        run = FleetRun(
+            versions,
+            snapshot.version,
+            bool(snapshot.pre_release),
+            archs,
+            selection=tuple(a.model_type for a in everything),
+            shard=f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
+            ran_on="torch-neuronx"
+            if options.device == "neuron" and versions["torch-neuronx"]
+            else "stand-in",
+        )
         if options.list_only:
             return run
         if on_plan:
@@ -105,12 +114,23 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
         jobs = []
         for arch in archs:
             for mode in options.modes:
-                key = entry_key({"model_type": arch.model_type, "task": arch.task, "mode": mode,
-                                 "device": options.device, "config": hf_config_kwargs(arch.model_type, {}),
-                                 "opdb": [snapshot.version, digest], **versions})
+                key = entry_key(
+                    {
+                        "model_type": arch.model_type,
+                        "task": arch.task,
+                        "mode": mode,
+                        "device": options.device,
+                        "config": hf_config_kwargs(arch.model_type, {}),
+                        "opdb": [snapshot.version, digest],
+                        **versions,
+                    }
+                )
                 cached = None if options.refresh else cache.get(key)
-                if cached and cached.get("outcome") == "memory" and \
-                        cached.get("max_memory_mb") != options.max_memory_mb:
+                if (
+                    cached
+                    and cached.get("outcome") == "memory"
+                    and cached.get("max_memory_mb") != options.max_memory_mb
+                ):
                     cached = None  # killed under another bound: try again under this one
                 if cached is not None:
                     run.records[(arch.model_type, mode)] = {**cached, "cached": True}
@@ -118,8 +138,17 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
                     if on_record:
                         on_record(run.records[(arch.model_type, mode)])
                     continue
-                jobs.append({"key": key, "model_type": arch.model_type, "task": arch.task, "mode": mode,
-                             "inference": mode == "inference", "architecture": arch.architecture, "hf_config": {}})
+                jobs.append(
+                    {
+                        "key": key,
+                        "model_type": arch.model_type,
+                        "task": arch.task,
+                        "mode": mode,
+                        "inference": mode == "inference",
+                        "architecture": arch.architecture,
+                        "hf_config": {},
+                    }
+                )
         if server is not None and options.backend == "ray":
             server.close()  # it only listed the architectures; Ray's workers start their own
             server = None
@@ -144,5 +173,3 @@ def run_fleet(options: FleetOptions, on_record: Callable[[dict[str, Any]], None]
     finally:
         if server is not None:
             server.close()
-
-

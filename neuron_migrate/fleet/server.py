@@ -120,7 +120,7 @@ class Pool:
             return False
         run = self.running.pop(pid)
         key = run["job"]["key"]
-        stage = (self.job_dir / f"{key}.stage")
+        stage = self.job_dir / f"{key}.stage"
         code = os.waitstatus_to_exitcode(status)
         if run["killed"]:
             outcome = run["killed"]
@@ -128,10 +128,17 @@ class Pool:
             outcome = "ok"
         else:
             outcome = "crash"
-        self.emit({"event": "done", "key": key, "outcome": outcome, "exit_code": code,
-                   "seconds": round(time.monotonic() - run["started"], 3),
-                   "stage": stage.read_text(encoding="utf-8") if stage.is_file() else "start",
-                   "tail": _tail(self.job_dir / f"{key}.log")})
+        self.emit(
+            {
+                "event": "done",
+                "key": key,
+                "outcome": outcome,
+                "exit_code": code,
+                "seconds": round(time.monotonic() - run["started"], 3),
+                "stage": stage.read_text(encoding="utf-8") if stage.is_file() else "start",
+                "tail": _tail(self.job_dir / f"{key}.log"),
+            }
+        )
         return True
 
     def run(self, jobs: list[dict[str, Any]]) -> None:
@@ -157,8 +164,16 @@ def main() -> int:
     try:
         ready = preload()
     except ImportError as err:
-        out.write(json.dumps({"event": "error", "message": f"cannot import {err.name or err}: install the "
-                              "fleet's needs with pip install 'neuron-migrate[trace,hf]'"}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "event": "error",
+                    "message": f"cannot import {err.name or err}: install the "
+                    "fleet's needs with pip install 'neuron-migrate[trace,hf]'",
+                }
+            )
+            + "\n"
+        )
         out.flush()
         return 1
     out.write(json.dumps({"event": "ready", **ready}) + "\n")

@@ -24,13 +24,26 @@ from __future__ import annotations
 import re
 from typing import Any
 
-VERDICTS: tuple[str, ...] = ("native", "fallbacks", "fails_on_neuron", "stand_in_limitation", "does_not_build")
+VERDICTS: tuple[str, ...] = (
+    "native",
+    "fallbacks",
+    "fails_on_neuron",
+    "stand_in_limitation",
+    "does_not_build",
+)
 RUNS = ("native", "fallbacks")
-VERDICT_LABELS = {"native": "runs natively", "fallbacks": "runs with CPU fallbacks",
-                  "fails_on_neuron": "fails on neuron", "stand_in_limitation": "stand-in limitation",
-                  "does_not_build": "does not build here"}
-_MISSING = (re.compile(r"pip install (?:-U )?`?([A-Za-z0-9_.\-\[\]]+)"), re.compile(r"No module named '([^'.]+)"),
-            re.compile(r"requires the (\w+) library"))
+VERDICT_LABELS = {
+    "native": "runs natively",
+    "fallbacks": "runs with CPU fallbacks",
+    "fails_on_neuron": "fails on neuron",
+    "stand_in_limitation": "stand-in limitation",
+    "does_not_build": "does not build here",
+}
+_MISSING = (
+    re.compile(r"pip install (?:-U )?`?([A-Za-z0-9_.\-\[\]]+)"),
+    re.compile(r"No module named '([^'.]+)"),
+    re.compile(r"requires the (\w+) library"),
+)
 _DTYPE_GAP = re.compile(r"not implemented for '[^']+'")
 # the stand-in's tensors are a Python subclass; a real neuron tensor is not, so an API refusing a subclass
 # (`.tolist() is not supported for tensor subclasses, got NeuronTensor`) is the stand-in's limit
@@ -58,7 +71,9 @@ def failure_kind(record: dict[str, Any]) -> str:
     if record.get("cpu_checked") and record.get("cpu_error"):
         return "target"
     if record.get("recorder_error"):
-        return "stand_in"  # plain CPU steps, CPU under the tracer's recorder does not: the harness is at fault
+        return (
+            "stand_in"  # plain CPU steps, CPU under the tracer's recorder does not: the harness is at fault
+        )
     if record.get("outcome") in ("timeout", "memory", "crash"):
         return record["outcome"]
     status = record.get("error_status")
@@ -89,33 +104,50 @@ def verdict_of(record: dict[str, Any], row: dict[str, Any], device: str) -> tupl
     if stage in ("start", "build") and not builds_on_cpu:
         package = missing_package(record)
         if package:
-            return "does_not_build", f"needs the optional package `{package}`, not installed here (pip install {package})"
+            return (
+                "does_not_build",
+                f"needs the optional package `{package}`, not installed here (pip install {package})",
+            )
         if record.get("outcome") in ("timeout", "memory"):
             return "does_not_build", f"building the tiny model hit the bound: {_error(record)}"
         return "does_not_build", f"building the tiny model failed: {_error(record)}"
     kind = failure_kind(record)
     if kind == "target":
-        return "does_not_build", f"the tiny model's step fails on plain CPU too ({record.get('cpu_error') or _error(record)})"
+        return (
+            "does_not_build",
+            f"the tiny model's step fails on plain CPU too ({record.get('cpu_error') or _error(record)})",
+        )
     op = record.get("error_op")
     where = f" in `{op}` ({'/'.join(record.get('error_dtypes') or ()) or 'no tensor'})" if op else ""
     real = device == "torch-neuronx"
     if kind == "neuron" or real:
         return "fails_on_neuron", f"the step stopped on neuron{where}: {_error(record)}" + (
-            "; it steps on plain CPU" if record.get("cpu_checked") else "")
+            "; it steps on plain CPU" if record.get("cpu_checked") else ""
+        )
     if stage == "cpu-check" and not record.get("cpu_checked"):
-        return "does_not_build", f"the step failed on neuron ({_error(record)}) and the CPU check did not finish"
+        return (
+            "does_not_build",
+            f"the step failed on neuron ({_error(record)}) and the CPU check did not finish",
+        )
     if kind in ("timeout", "memory", "crash"):
         happened = {"timeout": "timed out", "memory": "ran out of memory", "crash": "crashed"}[kind]
         if not record.get("cpu_checked"):  # killed before the CPU check: no evidence either way
-            return "does_not_build", f"the step {happened} on the stand-in before a CPU check ({_error(record)})"
+            return (
+                "does_not_build",
+                f"the step {happened} on the stand-in before a CPU check ({_error(record)})",
+            )
         return "stand_in_limitation", f"the stand-in {happened} ({_error(record)}); plain CPU steps fine"
     if record.get("recorder_error"):
-        return "stand_in_limitation", (f"the tracer's recorder breaks this step{where}: under it CPU fails too, "
-                                       f"without it CPU steps fine ({_error(record)})")
+        return "stand_in_limitation", (
+            f"the tracer's recorder breaks this step{where}: under it CPU fails too, "
+            f"without it CPU steps fine ({_error(record)})"
+        )
     status = record.get("error_status")
-    return "stand_in_limitation", (f"the stand-in stopped{where}, which opdb calls {status}: {_error(record)}"
-                                   if op and status else f"the stand-in stopped: {_error(record)}") + \
-        "; plain CPU steps fine" * bool(record.get("cpu_checked"))
+    return "stand_in_limitation", (
+        f"the stand-in stopped{where}, which opdb calls {status}: {_error(record)}"
+        if op and status
+        else f"the stand-in stopped: {_error(record)}"
+    ) + "; plain CPU steps fine" * bool(record.get("cpu_checked"))
 
 
 def _completed(row: dict[str, Any]) -> tuple[str, str]:
@@ -127,5 +159,7 @@ def _completed(row: dict[str, Any]) -> tuple[str, str]:
         return "fails_on_neuron", f"unsupported on neuron: {', '.join(named)}"
     slow = sorted(by_status.get("cpu_fallback", []) + by_status.get("unknown", []))
     if slow:
-        return "fallbacks", f"{len(slow)} op(s) run on CPU: {', '.join(slow[:6])}" + (", ..." if len(slow) > 6 else "")
+        return "fallbacks", f"{len(slow)} op(s) run on CPU: {', '.join(slow[:6])}" + (
+            ", ..." if len(slow) > 6 else ""
+        )
     return "native", "every op native"

@@ -51,7 +51,9 @@ _ORIGINAL_BUILD: Any = None
 def _error_fields(err: BaseException) -> dict[str, Any]:
     """Error class, last line and innermost library frame of an exception (of the one behind a TargetError)."""
     cause = err
-    if isinstance(err, NeuronMigrateError):  # trace_one re-raises user errors `from None`: the original is context
+    if isinstance(
+        err, NeuronMigrateError
+    ):  # trace_one re-raises user errors `from None`: the original is context
         cause = err.__cause__ or err.__context__ or err
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
     model_line = raised = ""
@@ -61,8 +63,12 @@ def _error_fields(err: BaseException) -> dict[str, Any]:
         if not name.startswith(("torch/", "neuron_migrate/")):
             model_line = raised  # the innermost line of the model's (library's) own code
     where = model_line if model_line == raised or not model_line else f"{model_line} (raised in {raised})"
-    return {"error_class": type(cause).__name__, "error_line": (lines[-1] if lines else "")[:300],
-            "error_where": where or raised, **_failing_op(cause)}
+    return {
+        "error_class": type(cause).__name__,
+        "error_line": (lines[-1] if lines else "")[:300],
+        "error_where": where or raised,
+        **_failing_op(cause),
+    }
 
 
 def _error_kind(err: BaseException) -> dict[str, Any]:
@@ -130,7 +136,7 @@ def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> d
         try:
             torch.manual_seed(0)
             step(build_for_task(job["model_type"], job["hf_config"], "cpu", job["task"]))
-        except Exception as err:  # noqa: BLE001 - any failure here is the answer, not a bug
+        except Exception as err:
             fields = _error_fields(err)
             return f"{fields['error_class']}: {fields['error_line']}"
         return None
@@ -138,12 +144,17 @@ def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> d
     plain = attempt(lambda work: _plain_step(work, options["inference"]))
     if plain is not None:
         return {"cpu_error": plain}
-    recorded = attempt(lambda work: run_step(work, OpRecorder(snapshot, options["root"], device_type="cpu"),
-                                             options["inference"]))
+    recorded = attempt(
+        lambda work: run_step(
+            work, OpRecorder(snapshot, options["root"], device_type="cpu"), options["inference"]
+        )
+    )
     return {"cpu_error": None, "recorder_error": recorded}
 
 
-def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage_file: Path) -> dict[str, Any]:
+def trace_job(
+    job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage_file: Path
+) -> dict[str, Any]:
     """Trace one architecture in this (forked) process; always returns a record, never raises."""
     global _ORIGINAL_BUILD
     from neuron_migrate.opdb.tracer import child, targets
@@ -151,12 +162,21 @@ def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage
     if "inference" in job:  # `--mode both` sends each architecture twice, once per mode
         options = {**options, "inference": job["inference"]}
 
-    record: dict[str, Any] = {"key": job["key"], "model_type": job["model_type"], "task": job["task"],
-                              "architecture": job["architecture"], "stage": "build", "error": None, "trace": None,
-                              "cpu_error": None, "cpu_checked": False}
+    record: dict[str, Any] = {
+        "key": job["key"],
+        "model_type": job["model_type"],
+        "task": job["task"],
+        "architecture": job["architecture"],
+        "stage": "build",
+        "error": None,
+        "trace": None,
+        "cpu_error": None,
+        "cpu_checked": False,
+    }
     if job["task"] == DIFFUSERS:  # no `trace` spelling for these: the fleet itself reproduces one
         record["reproduce"] = f"neuron-migrate fleet diffusers --models {job['model_type']} --mode " + (
-            "inference" if options["inference"] else "train")
+            "inference" if options["inference"] else "train"
+        )
     started = time.perf_counter()
     _set_stage(stage_file, "build")
     if _ORIGINAL_BUILD is None:
@@ -179,8 +199,14 @@ def trace_job(job: dict[str, Any], options: dict[str, Any], snapshot: Any, stage
         record["trace"] = to_dict(result)
         record["stage"] = "done"
         if getattr(result, "error", None):  # a tracer that returns its failure instead of raising it
-            record.update(trace=None, stage="step", error=result.error, error_class="TraceError",
-                          error_line=result.error[:300], error_kind=getattr(result, "error_kind", None))
+            record.update(
+                trace=None,
+                stage="step",
+                error=result.error,
+                error_class="TraceError",
+                error_line=result.error[:300],
+                error_kind=getattr(result, "error_kind", None),
+            )
     except NeuronMigrateError as err:
         record["error"] = str(err)
         record.update(_error_fields(err), **_error_kind(err))
@@ -215,7 +241,7 @@ def child_main(job: dict[str, Any], options: dict[str, Any], snapshot: Any, job_
         tmp = job_dir / f"{job['key']}.json.tmp"
         tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, job_dir / f"{job['key']}.json")
-    except BaseException:  # noqa: BLE001 - a harness bug: leave the traceback in the log for the parent
+    except BaseException:
         traceback.print_exc()
         code = 1
     finally:

@@ -71,8 +71,9 @@ def enabled_value(ctx, node: cst.BaseExpression | None) -> str | None:
     return f"{text} and {AVAILABLE}"
 
 
-def keyword_arguments(ctx, bound: dict[str, cst.BaseExpression], order: tuple[str, ...],
-                      overrides: dict[str, str | None]) -> list[str]:
+def keyword_arguments(
+    ctx, bound: dict[str, cst.BaseExpression], order: tuple[str, ...], overrides: dict[str, str | None]
+) -> list[str]:
     """`name=value` texts: the names of `order` first, then any other bound keyword, in call order.
 
     `overrides` replaces (or, with None, drops) a value; an override for an unbound name adds it.

@@ -16,15 +16,14 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import libcst as cst
-from libcst.metadata import CodeRange
 
-from neuron_migrate.migrate.context import FileContext, PendingFinding
+from neuron_migrate.migrate.context import FileContext
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.positions import StatementPositions
+from neuron_migrate.migrate.records import finding_of
 from neuron_migrate.migrate.rule import Rule
 from neuron_migrate.migrate.settle import settle
-from neuron_migrate.migrate.records import finding_of
 from neuron_migrate.model import Finding
 
 _SUPPRESS = re.compile(r"#\s*neuron-migrate:\s*ignore(?!-file)(?:\[([A-Za-z0-9_,\s]+)\])?")
@@ -35,8 +34,10 @@ def _is_reference(node: cst.CSTNode, parent: cst.CSTNode | None, stack: list[cst
     """Whether a Name/Attribute is the whole of a reference (not a part of a longer chain, not a binding)."""
     if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
         return False
-    if isinstance(parent, (cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param)) and getattr(
-            parent, "name", None) is node:
+    if (
+        isinstance(parent, (cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param))
+        and getattr(parent, "name", None) is node
+    ):
         return False
     if isinstance(parent, cst.Arg) and parent.keyword is node:
         return False
@@ -64,7 +65,9 @@ class _Dispatcher(cst.CSTVisitor):
                         self.prefixes.append((name[:-1], name, rule))
                     else:
                         self.exact[name].append(rule)
-        self.heads = {name.split(".")[0] for name in self.exact} | {p.split(".")[0] for p, _, _ in self.prefixes}
+        self.heads = {name.split(".")[0] for name in self.exact} | {
+            p.split(".")[0] for p, _, _ in self.prefixes
+        }
         for rule in rules:
             for attr in dir(type(rule)):
                 if attr.startswith("visit_"):
@@ -125,7 +128,9 @@ class _Dispatcher(cst.CSTVisitor):
             return
         statement, block = _statement_and_block(self.ctx.stack)
         if kind is cst.Assign:
-            bindings.record_assign([t.target for t in node.targets], node.value, "assign", statement, block, scope)
+            bindings.record_assign(
+                [t.target for t in node.targets], node.value, "assign", statement, block, scope
+            )
         elif kind is cst.AnnAssign:
             if node.value is not None:
                 bindings.record_assign([node.target], node.value, "assign", statement, block, scope)
@@ -165,17 +170,39 @@ def _concrete(*bases: type) -> frozenset[type]:
     """Every concrete libcst node class derived from `bases` (type() lookups beat ABC isinstance checks)."""
     found: set[type] = set()
     for value in vars(cst).values():
-        if isinstance(value, type) and issubclass(value, bases) and not getattr(value, "__abstractmethods__", None):
+        if (
+            isinstance(value, type)
+            and issubclass(value, bases)
+            and not getattr(value, "__abstractmethods__", None)
+        ):
             found.add(value)
     return frozenset(found)
 
 
 #: node classes that only carry formatting; no rule looks at them, and they are most of a tree's nodes
 _FORMATTING = _concrete(
-    cst.BaseParenthesizableWhitespace, cst.TrailingWhitespace, cst.EmptyLine, cst.Comment, cst.Newline,
-    cst.Comma, cst.Semicolon, cst.Colon, cst.Dot, cst.AssignEqual, cst.LeftParen, cst.RightParen,
-    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
-    cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp, cst.Asynchronous,
+    cst.BaseParenthesizableWhitespace,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Newline,
+    cst.Comma,
+    cst.Semicolon,
+    cst.Colon,
+    cst.Dot,
+    cst.AssignEqual,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+    cst.Asynchronous,
     cst.ImportStar,
 )
 _NODE_TYPES = _concrete(cst.CSTNode) - _FORMATTING
@@ -184,7 +211,9 @@ _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})
 _STATEMENTS = _concrete(cst.BaseCompoundStatement) | {cst.SimpleStatementLine}
 _BLOCKS = frozenset({cst.Module, cst.IndentedBlock})
-_BINDERS = frozenset({cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.WithItem, cst.Call})
+_BINDERS = frozenset(
+    {cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.WithItem, cst.Call}
+)
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -195,7 +224,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _walk(node: cst.CSTNode, dispatcher: "_Dispatcher") -> None:
+def _walk(node: cst.CSTNode, dispatcher: _Dispatcher) -> None:
     """Visit `node` and its semantic descendants depth-first in field order.
 
     libcst's own `visit` rebuilds every node's children as it goes and visits whitespace and punctuation
@@ -215,10 +244,10 @@ def _walk(node: cst.CSTNode, dispatcher: "_Dispatcher") -> None:
     dispatcher.on_leave(node)
 
 
-def suppressions(lines: list[str]) -> tuple[dict[int, set[str] | None], set[str] | None | bool]:
+def suppressions(lines: list[str]) -> tuple[dict[int, set[str] | None], set[str] | bool | None]:
     """Per-line `# neuron-migrate: ignore[...]` codes (None = all) and the file-level ignore (False = none)."""
     per_line: dict[int, set[str] | None] = {}
-    whole_file: set[str] | None | bool = False
+    whole_file: set[str] | bool | None = False
     for number, line in enumerate(lines, start=1):
         if "neuron-migrate" not in line:
             continue
@@ -226,19 +255,27 @@ def suppressions(lines: list[str]) -> tuple[dict[int, set[str] | None], set[str]
             codes = {c.strip().upper() for c in match.group(1).split(",")} if match.group(1) else None
             whole_file = codes
         elif match := _SUPPRESS.search(line):
-            per_line[number] = {c.strip().upper() for c in match.group(1).split(",")} if match.group(1) else None
+            per_line[number] = (
+                {c.strip().upper() for c in match.group(1).split(",")} if match.group(1) else None
+            )
     return per_line, whole_file
 
 
-def _suppressed(code: str, codes: set[str] | None | bool) -> bool:
+def _suppressed(code: str, codes: set[str] | bool | None) -> bool:
     if codes is False:
         return False
     return codes is None or any(code.startswith(c) for c in codes)  # type: ignore[union-attr]
 
 
-def analyze_module(module: cst.Module, path: str, rules: list[type[Rule]],
-                   bound_modules: frozenset[str] = frozenset(), source: str | None = None,
-                   style: FixStyle = FixStyle(), tree: ast.Module | None = None) -> list[Finding]:
+def analyze_module(
+    module: cst.Module,
+    path: str,
+    rules: list[type[Rule]],
+    bound_modules: frozenset[str] = frozenset(),
+    source: str | None = None,
+    style: FixStyle = FixStyle(),
+    tree: ast.Module | None = None,
+) -> list[Finding]:
     """Findings of `rules` in a parsed module (positions relative to the module's text, `source` when the
     caller has it: regenerating it from the tree costs a pass over the whole file; `tree`, its `ast`
     parse, when the caller has that)."""

@@ -43,10 +43,18 @@ def key_of(target: cst.CSTNode) -> str | None:
     """The key a target or reference is indexed by: `a`, `self.dev`, `cfg["device"]`; None otherwise."""
     if isinstance(target, (cst.Name, cst.Attribute)):
         return dotted(target)
-    if isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
+    if (
+        isinstance(target, cst.Subscript)
+        and len(target.slice) == 1
+        and isinstance(target.slice[0].slice, cst.Index)
+    ):
         index = target.slice[0].slice.value
         base = dotted(target.value) if isinstance(target.value, (cst.Name, cst.Attribute)) else None
-        if base is not None and isinstance(index, cst.SimpleString) and isinstance(index.evaluated_value, str):
+        if (
+            base is not None
+            and isinstance(index, cst.SimpleString)
+            and isinstance(index.evaluated_value, str)
+        ):
             return f'{base}["{index.evaluated_value}"]'
     return None
 
@@ -79,23 +87,40 @@ class Bindings:
 
     # --- recording (the analyzer's walk calls these) -------------------------------------------------------
 
-    def add(self, key: str | None, value: cst.BaseExpression | None, kind: str, statement: cst.CSTNode | None,
-            block: cst.CSTNode | None, scope: cst.CSTNode) -> None:
+    def add(
+        self,
+        key: str | None,
+        value: cst.BaseExpression | None,
+        kind: str,
+        statement: cst.CSTNode | None,
+        block: cst.CSTNode | None,
+        scope: cst.CSTNode,
+    ) -> None:
         if key is None:
             return
         self._order += 1
         binding = Binding(key, value, kind, statement, block, scope, self._order)
         (self.options[key] if kind == "option" else self.by_key[key]).append(binding)
 
-    def record_assign(self, targets: list[cst.CSTNode], value: cst.BaseExpression | None, kind: str,
-                      statement: cst.CSTNode | None, block: cst.CSTNode | None, scope: cst.CSTNode) -> None:
+    def record_assign(
+        self,
+        targets: list[cst.CSTNode],
+        value: cst.BaseExpression | None,
+        kind: str,
+        statement: cst.CSTNode | None,
+        block: cst.CSTNode | None,
+        scope: cst.CSTNode,
+    ) -> None:
         """Bind each target to its part of `value` (element-wise for `a, b = x, y`)."""
         for target in targets:
             if isinstance(target, (cst.Tuple, cst.List)):
                 parts = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
                 elements = [e.value for e in target.elements]
-                if parts is not None and len(parts) == len(elements) and not any(
-                        isinstance(e, cst.StarredElement) for e in (*target.elements, *parts)):
+                if (
+                    parts is not None
+                    and len(parts) == len(elements)
+                    and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *parts))
+                ):
                     self.record_assign(elements, None, kind, statement, block, scope)
                     for element, part in zip(elements, parts):
                         self.add(key_of(element), part.value, kind, statement, block, scope)
@@ -109,7 +134,9 @@ class Bindings:
                     if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
                         name = element.key.evaluated_value
                         if isinstance(name, str):
-                            self.add(f'{target.value}["{name}"]', element.value, "item", statement, block, scope)
+                            self.add(
+                                f'{target.value}["{name}"]', element.value, "item", statement, block, scope
+                            )
 
     def record_params(self, function: cst.FunctionDef | cst.Lambda) -> None:
         params = function.params
@@ -119,13 +146,16 @@ class Bindings:
             if isinstance(star, cst.Param):
                 self.add(star.name.value, None, "param", None, None, function)
 
-    def record_option(self, call: cst.Call, statement: cst.CSTNode | None, block: cst.CSTNode | None,
-                      scope: cst.CSTNode) -> None:
+    def record_option(
+        self, call: cst.Call, statement: cst.CSTNode | None, block: cst.CSTNode | None, scope: cst.CSTNode
+    ) -> None:
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
         if method not in _OPTION_METHODS:
             return
         dest = option_dest(call)
-        default = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "default"), None)
+        default = next(
+            (a.value for a in call.args if a.keyword is not None and a.keyword.value == "default"), None
+        )
         if dest is not None:
             self.add(dest, default, "option", statement, block, scope)
 

@@ -109,9 +109,17 @@ class FileContext:
         self.stack = walk_stack
         self.deferred.clear()
 
-    def add(self, rule: Any, node: cst.CSTNode, message: str, fix: FixSpec | None,
-            region: tuple[cst.CSTNode, ...] = (), replacement: str | None = None) -> PendingFinding:
-        pending = PendingFinding(rule, node, message, fix, self.guard(), tuple(self.stack), region,
-                                 replacement=replacement)
+    def add(
+        self,
+        rule: Any,
+        node: cst.CSTNode,
+        message: str,
+        fix: FixSpec | None,
+        region: tuple[cst.CSTNode, ...] = (),
+        replacement: str | None = None,
+    ) -> PendingFinding:
+        pending = PendingFinding(
+            rule, node, message, fix, self.guard(), tuple(self.stack), region, replacement=replacement
+        )
         self.pending.append(pending)
         return pending

@@ -48,16 +48,21 @@ class CudaMentions:
             def on_visit(self, child: cst.CSTNode) -> bool:
                 if found or id(child) in covered:
                     return False
-                if isinstance(child, (cst.Call, cst.Attribute, cst.Comparison)) and implies(ctx, child)[0] == "certain":
+                if (
+                    isinstance(child, (cst.Call, cst.Attribute, cst.Comparison))
+                    and implies(ctx, child)[0] == "certain"
+                ):
                     return False
                 text = None
-                if isinstance(child, cst.Name) and (_NAME_CUE.search(child.value) or CUDA_ONLY_CODE.search(
-                        child.value)):
+                if isinstance(child, cst.Name) and (
+                    _NAME_CUE.search(child.value) or CUDA_ONLY_CODE.search(child.value)
+                ):
                     text = child.value
                 elif isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
                     text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
                 elif isinstance(child, (cst.SimpleString, cst.FormattedStringText)) and _STRING_CUE.search(
-                        child.value):
+                    child.value
+                ):
                     text = child.value.strip("'\"")
                 if text is not None:
                     found.append(text if len(text) <= 40 else text[:37] + "...")
@@ -100,18 +105,26 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
     if function is not None and "cuda" in function.name.value.lower():
-        return (f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
-                "function and port it by hand")
+        return (
+            f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
+            "function and port it by hand"
+        )
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is not parent.test:
-            negated = isinstance(parent.test, cst.UnaryOperation) and isinstance(parent.test.operator, cst.Not)
+            negated = isinstance(parent.test, cst.UnaryOperation) and isinstance(
+                parent.test.operator, cst.Not
+            )
             in_true_branch = child is parent.body
             if in_true_branch != negated and (cue := mentions.find(parent.test)) is not None:
                 return f"it only runs when a CUDA test holds (`{cue}`): no change needed"
-        elif isinstance(parent, cst.DictElement) and child is parent.value and isinstance(
-                child, (cst.Name, cst.Attribute)) and isinstance(parent.key, cst.SimpleString) and (
-                parent.key.evaluated_value == "cuda"):
+        elif (
+            isinstance(parent, cst.DictElement)
+            and child is parent.value
+            and isinstance(child, (cst.Name, cst.Attribute))
+            and isinstance(parent.key, cst.SimpleString)
+            and (parent.key.evaluated_value == "cuda")
+        ):
             return "it is CUDA's entry of a per-device table: add an entry for the accelerator instead"
     for leftover in leftovers:
         if leftover is not pending and leftover.node in stack and leftover.node is not pending.node:

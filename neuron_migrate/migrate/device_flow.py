@@ -33,7 +33,9 @@ _POSITIONAL_DEVICE = {"torch.set_default_device"}
 _GETTERS = {"get", "getenv", "setdefault", "pop", "getattr"}
 
 
-_INDEX_NAME = re.compile(r"^(i|idx|index|\w*rank|\w*gpu|\w*_id|\w*_idx|\w*_index|device_id|id)$", re.IGNORECASE)
+_INDEX_NAME = re.compile(
+    r"^(i|idx|index|\w*rank|\w*gpu|\w*_id|\w*_idx|\w*_index|device_id|id)$", re.IGNORECASE
+)
 
 
 def is_index_name(key: str | None) -> bool:
@@ -132,7 +134,11 @@ def _callee(call: cst.Call) -> str | None:
     func = call.func
     if isinstance(func, cst.Name):
         return func.value
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+    if (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value in ("self", "cls")
+    ):
         return func.attr.value
     return None
 
@@ -195,6 +201,7 @@ def _bound_params(call: cst.Call, flow: DeviceFlow) -> list[tuple[str, cst.Arg]]
 
 # --- device slots ------------------------------------------------------------------------------------------
 
+
 def _is_device_option(call: cst.Call) -> bool:
     method = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
     if method not in ("add_argument", "option", "add_option", "Option"):
@@ -225,7 +232,11 @@ def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
     if keyword is None and getter in _GETTERS:
         key_index = 1 if getter == "getattr" else 0
         key = positional(call, key_index)
-        if arg is positional(call, key_index + 1) and key is not None and is_device_name(string_value(key.value)):
+        if (
+            arg is positional(call, key_index + 1)
+            and key is not None
+            and is_device_name(string_value(key.value))
+        ):
             return Slot("string", "the default of a device setting")
     return None
 
@@ -243,7 +254,9 @@ def _climb(stack: list[cst.CSTNode]) -> int:
     index = len(stack) - 1
     while index > 0:
         parent = stack[index - 1]
-        if isinstance(parent, cst.BooleanOperation) or (isinstance(parent, cst.IfExp) and stack[index] is not parent.test):
+        if isinstance(parent, cst.BooleanOperation) or (
+            isinstance(parent, cst.IfExp) and stack[index] is not parent.test
+        ):
             index -= 1
             continue
         break
@@ -259,7 +272,9 @@ def value_slot(ctx, indexed: bool) -> Slot | None:
     node, parent = stack[index], stack[index - 1] if index > 0 else None
     grand = stack[index - 2] if index > 1 else None
     if isinstance(parent, cst.Arg) and parent.value is node and isinstance(grand, cst.Call):
-        return call_slot(ctx.call_name(grand) or "", grand, parent) or param_slot(grand, parent, device_flow(ctx))
+        return call_slot(ctx.call_name(grand) or "", grand, parent) or param_slot(
+            grand, parent, device_flow(ctx)
+        )
     if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
         targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
         return _named_slot([key_of(t) for t in targets], ctx, indexed)
@@ -274,10 +289,16 @@ def value_slot(ctx, indexed: bool) -> Slot | None:
                 return _named_slot(keys, ctx, indexed)
     if isinstance(parent, cst.Param) and parent.default is node:
         return _named_slot([parent.name.value], ctx, indexed, "the default of parameter")
-    if isinstance(parent, cst.DictElement) and parent.value is node and is_device_name(string_value(parent.key)):
+    if (
+        isinstance(parent, cst.DictElement)
+        and parent.value is node
+        and is_device_name(string_value(parent.key))
+    ):
         return Slot("string", "a `device` setting")
     if isinstance(parent, cst.Return):
-        function = next((n for n in reversed(stack[:index]) if isinstance(n, (cst.FunctionDef, cst.Lambda))), None)
+        function = next(
+            (n for n in reversed(stack[:index]) if isinstance(n, (cst.FunctionDef, cst.Lambda))), None
+        )
         if isinstance(function, cst.FunctionDef) and "device" in function.name.value.lower():
             return Slot("string", f"the value of `{function.name.value}()`")
     return None
@@ -292,6 +313,7 @@ def _named_slot(keys: list[str | None], ctx, indexed: bool, what: str = "") -> S
 
 
 # --- device tests --------------------------------------------------------------------------------------------
+
 
 def is_device_expr(ctx, expr: cst.CSTNode) -> bool:
     """Whether `expr` clearly holds a device (or device string): by name, by `x.device`, or by what it is given."""

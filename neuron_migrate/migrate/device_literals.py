@@ -38,9 +38,16 @@ def is_cuda_device_string(node: cst.CSTNode) -> bool:
         return bool(_CUDA_DEVICE.match(value))
     if isinstance(node, cst.FormattedString):
         head = node.parts[0] if node.parts else None
-        return isinstance(head, cst.FormattedStringText) and _CUDA_PREFIX.match(head.value) is not None and (
-            head.value in ("cuda", "cuda:"))
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        return (
+            isinstance(head, cst.FormattedStringText)
+            and _CUDA_PREFIX.match(head.value) is not None
+            and (head.value in ("cuda", "cuda:"))
+        )
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "format"
+    ):
         value = string_value(node.func.value)
         return value is not None and bool(re.match(r"^cuda:\{\w*\}$", value))
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
@@ -53,8 +60,11 @@ def is_cuda_string(node: cst.CSTNode) -> bool:
     """A CUDA device string, including `"cuda:" + str(i)`."""
     if is_cuda_device_string(node):
         return True
-    return (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)
-            and string_value(node.left) == "cuda:")
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Add)
+        and string_value(node.left) == "cuda:"
+    )
 
 
 def has_index(node: cst.CSTNode) -> bool:
@@ -112,12 +122,33 @@ def _quote(node: cst.SimpleString) -> str:
 
 # --- precedence ------------------------------------------------------------------------------------------
 
-_LOOSE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.Param, cst.DictElement, cst.Return, cst.Element,
-                  cst.WithItem, cst.Expr, cst.Lambda, cst.If, cst.While, cst.Assert, cst.Index,
-                  cst.AssignTarget, cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.CompIf, cst.CompFor)
+_LOOSE_PARENTS = (
+    cst.Arg,
+    cst.Assign,
+    cst.AnnAssign,
+    cst.Param,
+    cst.DictElement,
+    cst.Return,
+    cst.Element,
+    cst.WithItem,
+    cst.Expr,
+    cst.Lambda,
+    cst.If,
+    cst.While,
+    cst.Assert,
+    cst.Index,
+    cst.AssignTarget,
+    cst.GeneratorExp,
+    cst.ListComp,
+    cst.SetComp,
+    cst.CompIf,
+    cst.CompFor,
+)
 
 
-def fit(text: str, parent: cst.CSTNode | None, comparison: bool = False, node: cst.CSTNode | None = None) -> str:
+def fit(
+    text: str, parent: cst.CSTNode | None, comparison: bool = False, node: cst.CSTNode | None = None
+) -> str:
     """`text` wrapped in parentheses unless it can stand as it is under `parent`.
 
     `text` is an `or` expression (the device) or a conditional, or, when `comparison`, a comparison, which may
@@ -128,10 +159,16 @@ def fit(text: str, parent: cst.CSTNode | None, comparison: bool = False, node: c
         return text
     if text == DEVICE:
         return text if isinstance(parent, cst.IfExp) and node is not parent.test else DEVICE_ATOM
-    if isinstance(parent, cst.IfExp) and node is not None and node is not parent.test and not text.startswith(
-            ("lambda",)):
+    if (
+        isinstance(parent, cst.IfExp)
+        and node is not None
+        and node is not parent.test
+        and not text.startswith(("lambda",))
+    ):
         return text if " if " not in text else f"({text})"
-    if comparison and (isinstance(parent, cst.BooleanOperation) or (
-            isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not))):
+    if comparison and (
+        isinstance(parent, cst.BooleanOperation)
+        or (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not))
+    ):
         return text
     return f"({text})"

@@ -29,8 +29,13 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
             return len(text)
         return min(starts[line - 1] + col, len(text))
 
-    spans = sorted({_whole_line_deletion(text, offset(e.line, e.col), offset(e.end_line, e.end_col), e.text)
-                    for e in edits}, key=_order)
+    spans = sorted(
+        {
+            _whole_line_deletion(text, offset(e.line, e.col), offset(e.end_line, e.end_col), e.text)
+            for e in edits
+        },
+        key=_order,
+    )
     for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]):
         if next_start < end:
             raise OverlappingEdits(f"edits overlap at offset {next_start}")
@@ -76,13 +81,19 @@ def _join_adjacent_guards(text: str, spans: list[tuple[int, int, str]]) -> list[
         (previous_start, previous_end, previous), (start, end, replacement) = spans[index - 1], spans[index]
         between = text[previous_end:start]
         head, _, body = replacement.partition("\n")
-        if not (previous.startswith(AVAILABILITY_GUARD + "\n") and head == AVAILABILITY_GUARD and body
-                and "\n" not in body and between.count("\n") == 1 and not between.strip()):
+        if not (
+            previous.startswith(AVAILABILITY_GUARD + "\n")
+            and head == AVAILABILITY_GUARD
+            and body
+            and "\n" not in body
+            and between.count("\n") == 1
+            and not between.strip()
+        ):
             continue
         indent = between.rpartition("\n")[2]
-        previous_indent = text[text.rfind("\n", 0, previous_start) + 1:previous_start]
+        previous_indent = text[text.rfind("\n", 0, previous_start) + 1 : previous_start]
         if previous_indent == indent and body.startswith(indent):  # same block, not the line after a dedent
-            joined[index] = (start, end, body[len(indent):])
+            joined[index] = (start, end, body[len(indent) :])
     return joined
 
 
@@ -111,7 +122,11 @@ def drop_repeats(before: str, after: str) -> str:
         if previous < 0 or not line.strip() or lines[previous].rstrip("\r\n") != line:
             continue
         body = line.strip()
-        if body.endswith(")") and "(" in body and "=" not in body.split("(", 1)[0] and not body.startswith(
-                ("return", "yield", "if ", "while ", "for ", "with ", "del ", "raise")):
+        if (
+            body.endswith(")")
+            and "(" in body
+            and "=" not in body.split("(", 1)[0]
+            and not body.startswith(("return", "yield", "if ", "while ", "for ", "with ", "del ", "raise"))
+        ):
             drop.add(index)
     return "".join(line for i, line in enumerate(lines) if i not in drop)

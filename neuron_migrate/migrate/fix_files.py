@@ -46,8 +46,10 @@ class FileFix:
             return ""
         old_text, new_text = _display(self.original, self.rel), _display(self.new, self.rel)
         lines = difflib.unified_diff(
-            old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-            fromfile=f"a/{self.rel}", tofile=f"b/{self.rel}",
+            old_text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            fromfile=f"a/{self.rel}",
+            tofile=f"b/{self.rel}",
         )
         out = []
         for line in lines:
@@ -98,8 +100,14 @@ def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]
     return sorted(fixes, key=lambda f: f.rel)
 
 
-def fix_until_stable(text: str, rel: str, codes: tuple[str, ...], style: FixStyle,
-                     bound: frozenset[str] = frozenset(), path: Path | None = None):
+def fix_until_stable(
+    text: str,
+    rel: str,
+    codes: tuple[str, ...],
+    style: FixStyle,
+    bound: frozenset[str] = frozenset(),
+    path: Path | None = None,
+):
     """Fix, rescan, fix again until a pass changes nothing; returns (text, applied, left)."""
     applied: list[Finding] = []
     left: list[tuple[Finding, str]] = []

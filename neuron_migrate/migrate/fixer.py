@@ -24,8 +24,13 @@ class FixOutcome:
     left: list[tuple[Finding, str]] = field(default_factory=list)
 
 
-def fix_text(text: str, findings: list[Finding], unsafe: bool = False, layout: Layout = Layout(),
-             path: Path | None = None) -> FixOutcome:
+def fix_text(
+    text: str,
+    findings: list[Finding],
+    unsafe: bool = False,
+    layout: Layout = Layout(),
+    path: Path | None = None,
+) -> FixOutcome:
     """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text, then
     drop statements the fixes made repeat their neighbour and wrap the lines they made too long (`layout`;
     `path` lets the project's formatter find its configuration)."""
@@ -50,7 +55,9 @@ def fix_text(text: str, findings: list[Finding], unsafe: bool = False, layout: L
     try:
         cst.parse_module(new_text)
     except cst.ParserSyntaxError as err:  # a bug in a rule's fix: keep the file as it was
-        outcome.left.extend((f, f"fix would not parse ({err.message}); left unchanged") for f in outcome.applied)
+        outcome.left.extend(
+            (f, f"fix would not parse ({err.message}); left unchanged") for f in outcome.applied
+        )
         outcome.applied = []
         return outcome
     outcome.text = new_text
@@ -115,7 +122,9 @@ class _DropImports(cst.CSTTransformer):
     def _keep(self, node: cst.Import | cst.ImportFrom) -> list[cst.ImportAlias]:
         kept = []
         for alias in node.names:  # type: ignore[union-attr]
-            bound = import_bindings(node.with_changes(names=[alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)]))
+            bound = import_bindings(
+                node.with_changes(names=[alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+            )
             if not bound or bound[0][0] not in self.names:
                 kept.append(alias)
         return kept

@@ -76,8 +76,11 @@ class FixSpec:
 
 def inline(text: str) -> str:
     """`text` with every placeholder written out as the idiom itself."""
-    return text.replace(DEVICE_ATOM, f"({DEVICE_EXPR})").replace(DEVICE, DEVICE_EXPR).replace(
-        DEVICE_TYPE, DEVICE_TYPE_EXPR)
+    return (
+        text.replace(DEVICE_ATOM, f"({DEVICE_EXPR})")
+        .replace(DEVICE, DEVICE_EXPR)
+        .replace(DEVICE_TYPE, DEVICE_TYPE_EXPR)
+    )
 
 
 @dataclass(frozen=True)

@@ -54,13 +54,23 @@ def implies(ctx, test: cst.CSTNode, depth: int = 0) -> Implication:
     if isinstance(test, cst.BooleanOperation):
         left, right = implies(ctx, test.left, depth + 1), implies(ctx, test.right, depth + 1)
         if isinstance(test.operator, cst.And):
-            when_true = "certain" if "certain" in (left[0], right[0]) else "absent" if "absent" in (
-                left[0], right[0]) else None
+            when_true = (
+                "certain"
+                if "certain" in (left[0], right[0])
+                else "absent"
+                if "absent" in (left[0], right[0])
+                else None
+            )
             when_false = left[1] if left[1] == right[1] else None
             return when_true, when_false
         when_true = left[0] if left[0] == right[0] else None
-        when_false = "certain" if "certain" in (left[1], right[1]) else "absent" if "absent" in (
-            left[1], right[1]) else None
+        when_false = (
+            "certain"
+            if "certain" in (left[1], right[1])
+            else "absent"
+            if "absent" in (left[1], right[1])
+            else None
+        )
         return when_true, when_false
     if isinstance(test, cst.Call):
         name = ctx.call_name(test)
@@ -91,7 +101,11 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
     item = test.comparisons[0]
     op, left, right = item.operator, test.left, item.comparator
     if isinstance(op, (cst.In, cst.NotIn)):  # "cuda" in str(device)
-        found = ("certain", None) if _string(left) == "cuda" and not isinstance(right, (cst.List, cst.Tuple)) else _NONE
+        found = (
+            ("certain", None)
+            if _string(left) == "cuda" and not isinstance(right, (cst.List, cst.Tuple))
+            else _NONE
+        )
         return found if isinstance(op, cst.In) else _flip(found)
     if isinstance(left, cst.Call) and ctx.call_name(left) in _COUNT:
         number = right.value if isinstance(right, cst.Integer) else None
@@ -168,12 +182,7 @@ def _from_earlier_statements(ctx, block: cst.CSTNode, child: cst.CSTNode) -> str
 
 def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:
     """What `parent` (an `if`, a conditional, a boolean operation) says about the branch `child` is in."""
-    if isinstance(parent, (cst.If, cst.While)):
-        if child is parent.body:
-            return implies(ctx, parent.test)[0]
-        if child is parent.orelse:
-            return implies(ctx, parent.test)[1]
-    elif isinstance(parent, cst.IfExp):
+    if isinstance(parent, (cst.If, cst.While)) or isinstance(parent, cst.IfExp):
         if child is parent.body:
             return implies(ctx, parent.test)[0]
         if child is parent.orelse:
@@ -216,8 +225,11 @@ def accelerator_certain(ctx, stack=None) -> bool:
 
 # --- torch without torch.accelerator (old-torch fallback branches) ----------------------------------------
 
-_VERSION_FLAG = re.compile(r"torch\w*?(greater|less|newer|older|at_least|before)|"
-                           r"(greater|less|newer|older|at_least|before)\w*torch", re.IGNORECASE)
+_VERSION_FLAG = re.compile(
+    r"torch\w*?(greater|less|newer|older|at_least|before)|"
+    r"(greater|less|newer|older|at_least|before)\w*torch",
+    re.IGNORECASE,
+)
 #: the newest torch whose absence a version test can mean `torch.accelerator` (or its API) is missing
 _ACCELERATOR_COMPLETE = (2, 9)
 
@@ -266,11 +278,18 @@ def _api_test(ctx, test: cst.CSTNode) -> bool | None:
             return True
         if attr is not None and ctx.qualified_name(owner) == "torch.accelerator":
             return True
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:  # getattr(torch, "accelerator", None) is None
+    if (
+        isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+    ):  # getattr(torch, "accelerator", None) is None
         left, item = test.left, test.comparisons[0]
-        if isinstance(left, cst.Call) and ctx.call_name(left) == "getattr" and len(left.args) >= 2 and _string(
-                left.args[1].value) == "accelerator" and isinstance(item.comparator, cst.Name) and (
-                item.comparator.value == "None"):
+        if (
+            isinstance(left, cst.Call)
+            and ctx.call_name(left) == "getattr"
+            and len(left.args) >= 2
+            and _string(left.args[1].value) == "accelerator"
+            and isinstance(item.comparator, cst.Name)
+            and (item.comparator.value == "None")
+        ):
             return isinstance(item.operator, cst.IsNot)
     if isinstance(test, (cst.Name, cst.Attribute)):
         values = ctx.bindings.values(key_of(test))
@@ -301,14 +320,22 @@ def without_accelerator_api(ctx, stack=None) -> bool:
             api = _api_test(ctx, parent.test)
             if api is not None and ((child is parent.body) != api) and child in (parent.body, parent.orelse):
                 return True
-        elif isinstance(parent, cst.Try) and isinstance(child, cst.ExceptHandler) and _handles_missing_api(child):
+        elif (
+            isinstance(parent, cst.Try)
+            and isinstance(child, cst.ExceptHandler)
+            and _handles_missing_api(child)
+        ):
             if "accelerator" in ctx.code(parent.body):
                 return True
         elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
             for stmt in parent.body:
                 if stmt is child:
                     break
-                if isinstance(stmt, cst.If) and stmt.orelse is None and exits(stmt.body) and _api_test(
-                        ctx, stmt.test) is True:
+                if (
+                    isinstance(stmt, cst.If)
+                    and stmt.orelse is None
+                    and exits(stmt.body)
+                    and _api_test(ctx, stmt.test) is True
+                ):
                     return True
     return False

@@ -56,14 +56,19 @@ def import_lines(module: cst.Module, positions, local_modules: frozenset[str]) -
     found: list[ImportLine] = []
     for index, stmt in enumerate(module.body):
         first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
-        if index == 0 and isinstance(first, cst.Expr) and isinstance(first.value, (cst.SimpleString,
-                                                                                   cst.ConcatenatedString)):
+        if (
+            index == 0
+            and isinstance(first, cst.Expr)
+            and isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
+        ):
             continue
         top = _top_module(stmt)
         if top is None:
             break
         where = positions[stmt]
-        found.append(ImportLine(where.start.line, where.end.line, top[0], top[1], classify(top[0], local_modules)))
+        found.append(
+            ImportLine(where.start.line, where.end.line, top[0], top[1], classify(top[0], local_modules))
+        )
     return found
 
 
@@ -105,8 +110,11 @@ def _after_header(module: cst.Module, positions) -> int:
     line = positions[body[0]].start.line if body else 1
     for index, stmt in enumerate(body):
         first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else None
-        is_doc = index == 0 and isinstance(first, cst.Expr) and isinstance(
-            first.value, (cst.SimpleString, cst.ConcatenatedString))
+        is_doc = (
+            index == 0
+            and isinstance(first, cst.Expr)
+            and isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
+        )
         is_future = isinstance(first, cst.ImportFrom) and getattr(first.module, "value", None) == "__future__"
         if not (is_doc or is_future):
             break

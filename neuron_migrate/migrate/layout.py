@@ -82,7 +82,9 @@ def _toml(path: Path) -> dict:
 
 
 def _length(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_LINE_LENGTH
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_LINE_LENGTH
+    )
 
 
 def _flake8_length(path: Path) -> int | None:
@@ -96,6 +98,7 @@ def _flake8_length(path: Path) -> int | None:
 
 
 # --- re-wrapping the changed lines -------------------------------------------------------------------------
+
 
 def changed_lines(before: str, after: str) -> list[int]:
     """1-based numbers of the lines of `after` that are not in `before` (added or rewritten)."""
@@ -111,7 +114,9 @@ def changed_lines(before: str, after: str) -> list[int]:
 
 def reflow(before: str, after: str, layout: Layout, path: Path | None = None) -> str:
     """`after` with every changed line that is too long wrapped (the project's formatter, else our split)."""
-    long = [n for n in changed_lines(before, after) if _too_long(after.splitlines()[n - 1], layout.line_length)]
+    long = [
+        n for n in changed_lines(before, after) if _too_long(after.splitlines()[n - 1], layout.line_length)
+    ]
     if not long:
         return after
     if path is not None:
@@ -121,7 +126,7 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
     lines = after.splitlines(keepends=True)
     for number in sorted(long, reverse=True):
         line = lines[number - 1]
-        ending = line[len(line.rstrip("\r\n")):]
+        ending = line[len(line.rstrip("\r\n")) :]
         wrapped = wrap(line.rstrip("\r\n"), layout.line_length)
         if wrapped is not None:
             lines[number - 1] = "".join(part + (ending or "\n") for part in wrapped)
@@ -163,14 +168,27 @@ def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> s
     if tool == "ruff" and ruff:
         length = [] if layout.formatter else [f"--line-length={layout.line_length}"]
         for start, end in reversed(ranges):  # one range per run; bottom up, so line numbers above stay right
-            done = _pipe([ruff, "format", *length, f"--range={start}:1-{end + 1}:1", "--stdin-filename", str(path),
-                          "-"], text, path.parent)
+            done = _pipe(
+                [
+                    ruff,
+                    "format",
+                    *length,
+                    f"--range={start}:1-{end + 1}:1",
+                    "--stdin-filename",
+                    str(path),
+                    "-",
+                ],
+                text,
+                path.parent,
+            )
             if done is None:
                 return None
             text = done
         return text
     if tool == "black" and black:
-        args = [black, "-q", "--stdin-filename", str(path)] + ([] if layout.formatter else ["-l", str(layout.line_length)])
+        args = [black, "-q", "--stdin-filename", str(path)] + (
+            [] if layout.formatter else ["-l", str(layout.line_length)]
+        )
         for start, end in ranges:
             args.append(f"--line-ranges={start}-{end}")
         return _pipe([*args, "-"], text, path.parent)
@@ -238,7 +256,7 @@ def wrap(line: str, limit: int, depth: int = 0) -> list[str] | None:
     is split at its commas (one element per line, trailing comma), else before `if`/`else`, else before
     `or`/`and`, else it is wrapped itself. None when `line` is not one complete statement."""
     indent = line[: len(line) - len(line.lstrip())]
-    content = line[len(indent):]
+    content = line[len(indent) :]
     tokens = _tokens(content)
     if not tokens or depth > 4:
         return None
@@ -251,9 +269,14 @@ def wrap(line: str, limit: int, depth: int = 0) -> list[str] | None:
     if pairs is None:
         return None
     inner = indent + "    "
-    candidates = [_last_bracket(content, tokens, pairs), _rhs_parentheses(content, tokens, pairs),
-                  _header_parentheses(content, tokens)]
-    if _ternary_at_top(tokens):  # black keeps `a if c else b` whole in parentheses rather than split an operand
+    candidates = [
+        _last_bracket(content, tokens, pairs),
+        _rhs_parentheses(content, tokens, pairs),
+        _header_parentheses(content, tokens),
+    ]
+    if _ternary_at_top(
+        tokens
+    ):  # black keeps `a if c else b` whole in parentheses rather than split an operand
         candidates = candidates[1:] + candidates[:1]
     for split in candidates:
         if split is None:
@@ -307,10 +330,10 @@ def _last_bracket(content: str, tokens: list[_Token], pairs: dict[int, int]) -> 
     for open_index in sorted((i for i in pairs if i not in nested), key=lambda i: pairs[i], reverse=True):
         close_index = pairs[open_index]
         opening, closing = tokens[open_index], tokens[close_index]
-        body = content[opening.end:closing.start].strip()
+        body = content[opening.end : closing.start].strip()
         if close_index == open_index + 1 or _trivial(body):
             continue
-        return content[:opening.end], body, content[closing.start:]
+        return content[: opening.end], body, content[closing.start :]
     return None
 
 
@@ -346,21 +369,23 @@ def _header_parentheses(content: str, tokens: list[_Token]) -> tuple[str, str, s
     if colon and not (tokens[-1].text == ":"):
         return None
     end = tokens[-1].start if colon else len(content)
-    body = content[tokens[0].end:end].strip()
+    body = content[tokens[0].end : end].strip()
     if not body:
         return None
     return f"{keyword} (", body, "):" if colon else ")"
 
 
-def _rhs_parentheses(content: str, tokens: list[_Token], pairs: dict[int, int]) -> tuple[str, str, str] | None:
+def _rhs_parentheses(
+    content: str, tokens: list[_Token], pairs: dict[int, int]
+) -> tuple[str, str, str] | None:
     """(`target = (`, value, `)`) for `name = value` whose value is not one bracketed atom."""
     for index, tok in enumerate(tokens):
         if tok.kind == tokenize.OP and tok.text in _OPEN:
             return None  # a call, a subscript target: not a plain assignment
         if tok.kind == tokenize.OP and tok.text == "=":
-            value = content[tok.end:].strip()
+            value = content[tok.end :].strip()
             first = index + 1
             if not value or (tokens[first].text in _OPEN and pairs.get(first) == len(tokens) - 1):
                 return None
-            return content[:tok.end] + " (", value, ")"
+            return content[: tok.end] + " (", value, ")"
     return None

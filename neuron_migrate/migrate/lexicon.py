@@ -44,7 +44,9 @@ _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 #: (comments inside the parentheses are skipped, a `)` in them included)
 _IMPORT_STATEMENT = re.compile(
     r"(?:^|[:;])[ \t\f]*(?:\\\r?\n[ \t\f]*)*(?:import|from)\b((?:[^\r\n#;\\(]|\\\r?\n)*)"
-    rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?", re.M)
+    rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?",
+    re.M,
+)
 _BRACES = re.compile(r"[{}]")
 _NESTING_FSTRINGS = sys.version_info >= (3, 12)
 
@@ -91,8 +93,8 @@ def _value(piece: str, strings: set[str], names: set[str]) -> str | None:
     while piece[start] not in "'\"":
         start += 1
     prefix = piece[:start].lower()
-    quotes = 3 if piece[start:start + 3] in ('"""', "'''") else 1
-    body = piece[start + quotes:len(piece) - quotes]
+    quotes = 3 if piece[start : start + 3] in ('"""', "'''") else 1
+    body = piece[start + quotes : len(piece) - quotes]
     if "b" in prefix:
         return None  # bytes: no rule reads them as text
     if "f" in prefix:

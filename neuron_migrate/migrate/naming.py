@@ -69,7 +69,7 @@ def scope_of(stack: tuple[cst.CSTNode, ...]) -> cst.CSTNode:
 def _in_scope(stack: tuple[cst.CSTNode, ...], scope: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     """The part of `stack` from the scope's body block down."""
     start = stack.index(scope)
-    return stack[start + 1:] if isinstance(scope, cst.FunctionDef) else stack
+    return stack[start + 1 :] if isinstance(scope, cst.FunctionDef) else stack
 
 
 def _child_in(block: cst.CSTNode, stack: tuple[cst.CSTNode, ...]) -> cst.CSTNode | None:
@@ -85,14 +85,24 @@ def dominates(binding: Binding, stack: tuple[cst.CSTNode, ...]) -> bool:
         return False
     child = _child_in(block, stack)
     body = list(block.body)
-    return child is not None and statement in body and child in body and body.index(statement) < body.index(child)
+    return (
+        child is not None
+        and statement in body
+        and child in body
+        and body.index(statement) < body.index(child)
+    )
 
 
 class DeviceNames:
     """Resolves every placeholder of one file's fixes (see the module docstring)."""
 
-    def __init__(self, ctx, line_length: int, applies: Callable[[object], bool],
-                 overflow: Callable[[object, Replacement, str], bool]) -> None:
+    def __init__(
+        self,
+        ctx,
+        line_length: int,
+        applies: Callable[[object], bool],
+        overflow: Callable[[object, Replacement, str], bool],
+    ) -> None:
         self.ctx = ctx
         self.line_length = line_length
         self.applies = applies
@@ -127,8 +137,16 @@ class DeviceNames:
         existing = self._idiom_names(scope)
         rest = []
         for use in uses:
-            name = next((n for n, kind, b in existing if dominates(b, use.stack) and not self._binds_itself(b, use)
-                         and (kind == "device" or use.types_only)), None)
+            name = next(
+                (
+                    n
+                    for n, kind, b in existing
+                    if dominates(b, use.stack)
+                    and not self._binds_itself(b, use)
+                    and (kind == "device" or use.types_only)
+                ),
+                None,
+            )
             if name is not None:
                 kind = next(k for n, k, _ in existing if n == name)
                 self._name(use, name, kind)
@@ -149,7 +167,9 @@ class DeviceNames:
             self._inline(use)
 
     def _binds_itself(self, binding: Binding, use: Use) -> bool:
-        return binding.value is not None and any(r.node is binding.value for r in use.pending.fix.replacements)
+        return binding.value is not None and any(
+            r.node is binding.value for r in use.pending.fix.replacements
+        )
 
     def _idiom_names(self, scope: cst.CSTNode) -> list[tuple[str, str, Binding]]:
         """(name, "device" | "type", binding) for plain names every binding of which in `scope` is the idiom
@@ -192,8 +212,13 @@ class DeviceNames:
         while all(len(s) > common for s in stacks) and all(s[common] is stacks[0][common] for s in stacks):
             common += 1
         # a class body is not where a module- or function-level name goes: bind above the class statement
-        blocks = [i for i in range(common) if isinstance(stacks[0][i], _BLOCKS) and i + 1 < len(stacks[0])
-                  and not _owner_is_class(stacks[0], i)]
+        blocks = [
+            i
+            for i in range(common)
+            if isinstance(stacks[0][i], _BLOCKS)
+            and i + 1 < len(stacks[0])
+            and not _owner_is_class(stacks[0], i)
+        ]
         if not blocks:
             return None
         index = blocks[-1]
@@ -230,8 +255,12 @@ class DeviceNames:
         fix: FixSpec = use.pending.fix
         replacements = tuple(Replacement(r.node, text(r.text)) for r in fix.replacements)
         insertions = fix.insertions + ((insertion,) if insertion is not None else ())
-        use.pending.fix = replace(fix, title=text(fix.title).replace(DEVICE_EXPR, "the current accelerator"),
-                                  replacements=replacements, insertions=insertions)
+        use.pending.fix = replace(
+            fix,
+            title=text(fix.title).replace(DEVICE_EXPR, "the current accelerator"),
+            replacements=replacements,
+            insertions=insertions,
+        )
 
 
 def _names_used(scope: cst.CSTNode) -> set[str]:

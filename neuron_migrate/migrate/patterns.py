@@ -117,12 +117,12 @@ def call_args(rule: Rule, call: cst.Call, positional: tuple[str, ...] = ()) -> s
     after a missing positional.
     """
     if not positional:
-        return rule.ctx.code(call)[len(rule.ctx.code(call.func)):]
+        return rule.ctx.code(call)[len(rule.ctx.code(call.func)) :]
     values = [rule.ctx.code(a.value) for a in call.args if a.keyword is None]
     if any(a.star for a in call.args) or len(values) > len(positional):
         return None
     keywords = {a.keyword.value: rule.ctx.code(a.value) for a in call.args if a.keyword is not None}
-    for name in positional[len(values):]:
+    for name in positional[len(values) :]:
         if name in keywords:
             values.append(keywords.pop(name))
         elif keywords:
@@ -148,7 +148,9 @@ def in_fstring_quotes(ctx, text: str) -> str:
     return text
 
 
-def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None) -> FixSpec | None:
+def guarded_fix(
+    rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None
+) -> FixSpec | None:
     """Replace `call` by `new_call`, run only when an accelerator is available.
 
     The `torch.accelerator` versions of synchronize, empty_cache and the memory statistics raise on a machine
@@ -164,18 +166,27 @@ def guarded_fix(rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value
         return FixSpec(title, (Replacement(call, new_call),), imports=("torch",))
     if is_expression_statement(ctx, call) is not None:
         block = f"{AVAILABILITY_GUARD}\n{indentation(ctx)}{ctx.module.default_indent}{new_call}"
-        return FixSpec(f"{title}, guarded by `torch.accelerator.is_available()`", (Replacement(call, block),),
-                       imports=("torch",))
+        return FixSpec(
+            f"{title}, guarded by `torch.accelerator.is_available()`",
+            (Replacement(call, block),),
+            imports=("torch",),
+        )
     if cpu_value is None:
         return None
     cpu_value = in_fstring_quotes(ctx, cpu_value)
     guarded = fit(f"{new_call} if {AVAILABLE} else {cpu_value}", parent_of(ctx, call))
-    return FixSpec(f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),), imports=("torch",))
+    return FixSpec(
+        f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),), imports=("torch",)
+    )
 
 
-def guarded_call_fix(rule: Rule, call: cst.Call, name: str, target: str, cpu_value: str | None) -> FixSpec | None:
+def guarded_call_fix(
+    rule: Rule, call: cst.Call, name: str, target: str, cpu_value: str | None
+) -> FixSpec | None:
     """`guarded_fix` for a call whose callee `name` is swapped for `target`, arguments kept."""
-    return guarded_fix(rule, call, f"{target}{call_args(rule, call)}", f"Replace `{name}` with `{target}`", cpu_value)
+    return guarded_fix(
+        rule, call, f"{target}{call_args(rule, call)}", f"Replace `{name}` with `{target}`", cpu_value
+    )
 
 
 #: CUDA-only code no rule flags by itself (kernels and libraries called through their own names, capability
@@ -184,7 +195,8 @@ CUDA_ONLY_CODE = re.compile(
     r"flash_attn|flash|fused|xformers|apex|bitsandbytes|triton|cupy|nvml|cutlass|deepspeed\.ops|"
     r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
     r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+|rocm|\bhip\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def check_region(ctx) -> tuple[cst.CSTNode, ...]:
@@ -195,7 +207,9 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
             if child is parent.test:
                 return _guarded_after(ctx, parent) or (parent.test, parent.body)
             break
-        if isinstance(parent, cst.For) and child is parent.iter:  # `for i in range(device_count()):` per device
+        if (
+            isinstance(parent, cst.For) and child is parent.iter
+        ):  # `for i in range(device_count()):` per device
             return (parent.iter, parent.body)
         if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Lambda)):
             break
@@ -204,8 +218,11 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
 
 
 #: other accelerators, as an `if`/`elif` chain names them (`device.type == "xpu"`, `is_torch_npu_available()`)
-_OTHER_DEVICES = re.compile(r"\b(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm)\b|is_torch_(xpu|npu|mlu|hpu|"
-                            r"mps|musa|xla|tpu|sdaa)_available|backends\.mps", re.IGNORECASE)
+_OTHER_DEVICES = re.compile(
+    r"\b(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm)\b|is_torch_(xpu|npu|mlu|hpu|"
+    r"mps|musa|xla|tpu|sdaa)_available|backends\.mps",
+    re.IGNORECASE,
+)
 
 
 def device_chain(ctx) -> str | None:
@@ -245,15 +262,20 @@ def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
     it in its block. Its own body is only the message of the early exit."""
     from neuron_migrate.migrate.guards import exits
 
-    if not (isinstance(check, cst.If) and check.orelse is None and isinstance(check.test, cst.UnaryOperation)
-            and isinstance(check.test.operator, cst.Not) and exits(check.body)):
+    if not (
+        isinstance(check, cst.If)
+        and check.orelse is None
+        and isinstance(check.test, cst.UnaryOperation)
+        and isinstance(check.test.operator, cst.Not)
+        and exits(check.body)
+    ):
         return None
     index = next((i for i in range(len(ctx.stack) - 1, 0, -1) if ctx.stack[i] is check), None)
     block = ctx.stack[index - 1] if index else None
     body = list(getattr(block, "body", ()))
     if check not in body:
         return None
-    return (check.test, *body[body.index(check) + 1:])
+    return (check.test, *body[body.index(check) + 1 :])
 
 
 def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:
@@ -265,9 +287,17 @@ def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:
     block = ctx.stack[index - 1] if index > 0 else None
     owner = ctx.stack[index - 2] if index > 1 else None
     alone = isinstance(block, cst.IndentedBlock) and len(block.body) == 1
-    if alone and isinstance(owner, cst.If) and owner.orelse is None and implies(ctx, owner.test)[0] == "certain":
-        if index > 2 and isinstance(ctx.stack[index - 3], (cst.IndentedBlock, cst.Module)) and (
-                len(ctx.stack[index - 3].body) > 1):
+    if (
+        alone
+        and isinstance(owner, cst.If)
+        and owner.orelse is None
+        and implies(ctx, owner.test)[0] == "certain"
+    ):
+        if (
+            index > 2
+            and isinstance(ctx.stack[index - 3], (cst.IndentedBlock, cst.Module))
+            and (len(ctx.stack[index - 3].body) > 1)
+        ):
             return Replacement(owner, "")
         return Replacement(owner, "pass")
     if alone:

@@ -37,8 +37,14 @@ class StatementPositions:
     (None at module level). The analyzer's walk fills both; `index_statements` builds them for tests.
     `tree`: the source's `ast` parse, when the caller has it (else it is parsed on first need)."""
 
-    def __init__(self, module: cst.Module, source: str, statement_of: dict[int, cst.CSTNode],
-                 enclosing: dict[int, cst.CSTNode | None], tree: ast.Module | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        source: str,
+        statement_of: dict[int, cst.CSTNode],
+        enclosing: dict[int, cst.CSTNode | None],
+        tree: ast.Module | None = None,
+    ) -> None:
         self.module = module
         self.source = source
         self.lines = source.splitlines(keepends=True)
@@ -47,7 +53,7 @@ class StatementPositions:
         self.resolved: dict[cst.CSTNode, CodeRange] = {}
         self.done: set[int] = set()
         self.whole_file = False
-        self._tree: ast.Module | None | bool = False if tree is None else tree  # False: not parsed yet
+        self._tree: ast.Module | bool | None = False if tree is None else tree  # False: not parsed yet
         self._paired: dict[int, tuple[ast.AST, tuple[str, ...]] | None] = {}
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
@@ -65,7 +71,9 @@ class StatementPositions:
 
     def _resolve_whole_file(self) -> None:
         if not self.whole_file:
-            self.resolved = dict(MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider))
+            self.resolved = dict(
+                MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            )
             self.whole_file = True
 
     def _resolve(self, statement: cst.CSTNode) -> bool:
@@ -81,14 +89,19 @@ class StatementPositions:
         if start < 1:
             return False
         sink = _Sink()
-        state = PositionProvidingCodegenState(default_indent=self.module.default_indent,
-                                              default_newline=self.module.default_newline, provider=sink,
-                                              indent_tokens=list(indents), line=start)
+        state = PositionProvidingCodegenState(
+            default_indent=self.module.default_indent,
+            default_newline=self.module.default_newline,
+            provider=sink,
+            indent_tokens=list(indents),
+            line=start,
+        )
         statement._codegen(state)
         text = "".join(state.tokens)
-        here = "".join(self.lines[start - 1:start + text.count("\n")])
-        if not here.startswith(text) and not (text.endswith(state.default_newline) and here == text[
-                :-len(state.default_newline)]):
+        here = "".join(self.lines[start - 1 : start + text.count("\n")])
+        if not here.startswith(text) and not (
+            text.endswith(state.default_newline) and here == text[: -len(state.default_newline)]
+        ):
             return False
         self.resolved.update(sink._computed)
         return True
@@ -140,7 +153,9 @@ def _blocks(owner: cst.CSTNode, node: ast.AST, indents: tuple[str, ...], default
 
     def block(suite, ast_body):
         if isinstance(suite, cst.IndentedBlock):
-            return [(suite.body, ast_body, (*indents, default_indent if suite.indent is None else suite.indent))]
+            return [
+                (suite.body, ast_body, (*indents, default_indent if suite.indent is None else suite.indent))
+            ]
         return []
 
     found = block(getattr(owner, "body", None), getattr(node, "body", []))

@@ -24,9 +24,29 @@ from neuron_migrate.migrate.lexicon import Lexicon, lexicon
 
 #: rules whose findings all come from references to their NAMES (QualifiedNameRule.use): the extra visitors
 #: some of them have only gather facts for those findings
-_NAMES_ONLY = ("NM106", "NM107", "NM108", "NM110", "NM201", "NM202", "NM203", "NM302", "NM303", "NM401",
-               "NM402", "NM403", "NM404", "NM405", "NM406", "NM407", "NM408", "NM409", "NM410", "NM411",
-               "NM702")
+_NAMES_ONLY = (
+    "NM106",
+    "NM107",
+    "NM108",
+    "NM110",
+    "NM201",
+    "NM202",
+    "NM203",
+    "NM302",
+    "NM303",
+    "NM401",
+    "NM402",
+    "NM403",
+    "NM404",
+    "NM405",
+    "NM406",
+    "NM407",
+    "NM408",
+    "NM409",
+    "NM410",
+    "NM411",
+    "NM702",
+)
 #: what `is_cuda_string` accepts, as a value: 'cuda', 'cuda:1', the text 'cuda:' of f"cuda:{i}" and of
 #: "cuda:" + str(i), "cuda:{}".format(i), "cuda:%d" % i
 _CUDA_STRING = re.compile(r"^cuda(?::\d*|:\{\w*\}|:%[di])?$")
@@ -63,8 +83,17 @@ def _any_string(lex: Lexicon, test: Callable[[str], bool]) -> bool:
 def conditions() -> dict[str, Condition]:
     """Rule code -> necessary condition for a finding of that rule (codes not listed: always analysed)."""
     from neuron_migrate.migrate.rule import load_rules
-    from neuron_migrate.migrate.rules import (amp_device, compile_options, distributed, environment, extensions,
-                                              lightning, libraries, numerics, tensor_types)
+    from neuron_migrate.migrate.rules import (
+        amp_device,
+        compile_options,
+        distributed,
+        environment,
+        extensions,
+        libraries,
+        lightning,
+        numerics,
+        tensor_types,
+    )
 
     rules = load_rules()
     table: dict[str, Condition] = {code: _uses(rules[code].NAMES) for code in _NAMES_ONLY if code in rules}
@@ -74,40 +103,62 @@ def conditions() -> dict[str, Condition]:
     table["NM103"] = lambda lex: "cuda" in lex.names
     table["NM104"] = lambda lex: "is_cuda" in lex.names
     table["NM105"] = _cuda_string
-    table["NM109"] = _or(_uses(rules["NM109"].NAMES),
-                         lambda lex: _any_string(lex, lambda s: tensor_types._kind(s) is not None))
+    table["NM109"] = _or(
+        _uses(rules["NM109"].NAMES), lambda lex: _any_string(lex, lambda s: tensor_types._kind(s) is not None)
+    )
     entry_points = _uses(lightning._ENTRY_POINTS)
-    table["NM111"] = _or(_uses(rules["NM111"].NAMES), lambda lex: "accelerator" in lex.names and entry_points(lex)
-                         and _any_string(lex, lambda s: s.lower() in lightning._CUDA_NAMES))
+    table["NM111"] = _or(
+        _uses(rules["NM111"].NAMES),
+        lambda lex: (
+            "accelerator" in lex.names
+            and entry_points(lex)
+            and _any_string(lex, lambda s: s.lower() in lightning._CUDA_NAMES)
+        ),
+    )
     autocast = _uses(amp_device._AUTOCAST, amp_device._CUSTOM)
     table["NM204"] = lambda lex: "cuda" in lex.strings and autocast(lex)
     table["NM205"] = _uses(amp_device._SCALER)
     backend_call = _uses(distributed._BACKEND_POSITION)
     nccl_constant = _uses((distributed._NCCL_CONSTANT,))
-    table["NM301"] = lambda lex: backend_call(lex) and (
-        nccl_constant(lex) or _any_string(lex, lambda s: "nccl" in s.lower()))
+    table["NM301"] = lambda lex: (
+        backend_call(lex) and (nccl_constant(lex) or _any_string(lex, lambda s: "nccl" in s.lower()))
+    )
     backends = rules["NM304"].BACKENDS
     table["NM304"] = lambda lex: "cuda" in lex.strings and _any_string(lex, lambda s: s.lower() in backends)
     table["NM412"] = lambda lex: "pin_memory" in lex.names
     modes = frozenset(compile_options._MODES)
-    table["NM501"] = lambda lex: {"mode", "compile"} <= lex.names and (
-        not modes.isdisjoint(lex.strings) or ("torch" in lex.names and bool(lex.strings - {"default"})))
+    table["NM501"] = lambda lex: (
+        {"mode", "compile"} <= lex.names
+        and (not modes.isdisjoint(lex.strings) or ("torch" in lex.names and bool(lex.strings - {"default"})))
+    )
     table["NM502"] = lambda lex: {"dynamic", "True", "compile"} <= lex.names
-    table["NM503"] = _or(_uses(rules["NM503"].NAMES), lambda lex: {"options", "compile"} <= lex.names
-                         and _any_string(lex, compile_options._is_cuda_key))
+    table["NM503"] = _or(
+        _uses(rules["NM503"].NAMES),
+        lambda lex: {"options", "compile"} <= lex.names and _any_string(lex, compile_options._is_cuda_key),
+    )
     advice = frozenset(rules["NM601"].ADVICE)
     table["NM601"] = lambda lex: not advice.isdisjoint(lex.strings) or not advice.isdisjoint(lex.names)
-    table["NM602"] = lambda lex: any(v.startswith(("NCCL_", "TORCH_NCCL_")) for v in (*lex.strings, *lex.names))
+    table["NM602"] = lambda lex: any(
+        v.startswith(("NCCL_", "TORCH_NCCL_")) for v in (*lex.strings, *lex.names)
+    )
     launchers = _uses(environment._LAUNCHERS)
-    table["NM603"] = lambda lex: launchers(lex) and _any_string(lex, lambda s: bool(environment._NVIDIA_SMI.search(s)))
+    table["NM603"] = lambda lex: (
+        launchers(lex) and _any_string(lex, lambda s: bool(environment._NVIDIA_SMI.search(s)))
+    )
     # an import of a library is an import statement naming every component of its key (`deepspeed.ops`: `from
     # deepspeed import ops`, `import deepspeed.ops.adam`); `import deepspeed` alone is not one
     imports = spelled(libraries.LIBRARIES)
-    table["NM701"] = lambda lex: any(parts <= lex.imported for parts in imports) or (
-        bool({"import_module", "__import__"} & lex.names)
-        and _any_string(lex, lambda s: libraries.library_of(s) is not None))
+    table["NM701"] = lambda lex: (
+        any(parts <= lex.imported for parts in imports)
+        or (
+            bool({"import_module", "__import__"} & lex.names)
+            and _any_string(lex, lambda s: libraries.library_of(s) is not None)
+        )
+    )
     table["NM801"] = _dtype_condition(rules["NM801"], _numpy_float64_to_device(numerics._NUMPY_FLOAT64))
-    table["NM802"] = _dtype_condition(rules["NM802"], lambda lex: {"stft", "return_complex", "True"} <= lex.names)
+    table["NM802"] = _dtype_condition(
+        rules["NM802"], lambda lex: {"stft", "return_complex", "True"} <= lex.names
+    )
     return table
 
 
@@ -115,8 +166,13 @@ def _numpy_float64_to_device(float64_makers: Iterable[str]) -> Condition:
     """NM801's array check: a NumPy function that makes float64 arrays (`numpy.zeros`, ..., `numpy.array`)
     with `numpy` imported, and `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`."""
     makers = {name.rsplit(".", 1)[1] for name in float64_makers} | {"array", "asarray"}
-    return lambda lex: "numpy" in lex.imported and not makers.isdisjoint(lex.names) and (
-        "from_numpy" in lex.names or ("device" in lex.names and bool({"tensor", "as_tensor"} & lex.names)))
+    return lambda lex: (
+        "numpy" in lex.imported
+        and not makers.isdisjoint(lex.names)
+        and (
+            "from_numpy" in lex.names or ("device" in lex.names and bool({"tensor", "as_tensor"} & lex.names))
+        )
+    )
 
 
 def _or(*tests: Condition) -> Condition:
@@ -128,6 +184,9 @@ def _dtype_condition(rule, extra: Condition) -> Condition:
     `torch_dtype=`, or what the rule's own extra check needs."""
     methods = frozenset(rule.METHODS)
     dtype_strings = frozenset(rule.DTYPE_STRINGS)
-    return _or(_uses(rule.NAMES), lambda lex: not methods.isdisjoint(lex.names),
-               lambda lex: bool({"dtype", "torch_dtype"} & lex.names) and not dtype_strings.isdisjoint(lex.strings),
-               extra)
+    return _or(
+        _uses(rule.NAMES),
+        lambda lex: not methods.isdisjoint(lex.names),
+        lambda lex: bool({"dtype", "torch_dtype"} & lex.names) and not dtype_strings.isdisjoint(lex.strings),
+        extra,
+    )

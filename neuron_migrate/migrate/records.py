@@ -17,8 +17,12 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
     if pending.fix is not None:
         edits = [_replacement_edit(r, positions, lines) for r in pending.fix.replacements]
         edits += [_insertion_edit(i, positions, lines) for i in pending.fix.insertions]
-        edits += [edit for name in pending.fix.imports
-                  if not _imported_locally(name, pending.stack) and (edit := _import_edit(name, ctx, positions, style))]
+        edits += [
+            edit
+            for name in pending.fix.imports
+            if not _imported_locally(name, pending.stack)
+            and (edit := _import_edit(name, ctx, positions, style))
+        ]
         fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
     line = where.start.line
     message = pending.message
@@ -50,11 +54,13 @@ def _replacement_edit(replacement, positions, lines: list[str]) -> Edit:
     (they described it: left behind they would describe the next statement)."""
     where = positions[replacement.node]
     edit = _edit(where, replacement.text)
-    if replacement.text or not isinstance(replacement.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)):
+    if replacement.text or not isinstance(
+        replacement.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)
+    ):
         return edit
     line = where.start.line
     indent = lines[line - 1][: where.start.column] if line <= len(lines) else ""
-    while line > 1 and lines[line - 2].startswith(indent) and lines[line - 2][len(indent):].startswith("#"):
+    while line > 1 and lines[line - 2].startswith(indent) and lines[line - 2][len(indent) :].startswith("#"):
         line -= 1
     if line == where.start.line:
         return edit
@@ -69,7 +75,9 @@ def _insertion_edit(insertion: Insertion, positions, lines: list[str]) -> Edit:
         line = min(line, positions[decorator].start.line)
     while line > 1 and lines[line - 2].strip().startswith("#"):
         line -= 1
-    source = lines[positions[statement].start.line - 1] if positions[statement].start.line <= len(lines) else ""
+    source = (
+        lines[positions[statement].start.line - 1] if positions[statement].start.line <= len(lines) else ""
+    )
     indent = source[: len(source) - len(source.lstrip())]
     text = "".join(f"{indent}{part}\n" for part in insertion.text.split("\n"))
     if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):  # the blank lines formatters keep before a def
@@ -83,9 +91,13 @@ def _imported_locally(name: str, stack: tuple[cst.CSTNode, ...]) -> bool:
         if isinstance(node, cst.FunctionDef) and isinstance(node.body, cst.IndentedBlock):
             for stmt in node.body.body:
                 if isinstance(stmt, cst.SimpleStatementLine) and any(
-                        isinstance(small, cst.Import) and any(
-                            getattr(alias.name, "value", None) == name and alias.asname is None
-                            for alias in small.names) for small in stmt.body):
+                    isinstance(small, cst.Import)
+                    and any(
+                        getattr(alias.name, "value", None) == name and alias.asname is None
+                        for alias in small.names
+                    )
+                    for small in stmt.body
+                ):
                     return True
     return False
 

@@ -25,9 +25,9 @@ from neuron_migrate.model import FixSafety, Severity
 if TYPE_CHECKING:
     from neuron_migrate.migrate.context import FileContext, PendingFinding
 
-__all__ = ["FixSpec", "Invalid", "Replacement", "Rule", "RULES", "load_rules", "select_rules"]
+__all__ = ["RULES", "FixSpec", "Invalid", "Replacement", "Rule", "load_rules", "select_rules"]
 
-RULES: dict[str, type["Rule"]] = {}
+RULES: dict[str, type[Rule]] = {}
 DOC_SECTIONS = ("What it does", "Why it matters on Trainium", "Example", "Use instead", "Fix safety")
 CATEGORY_OF_PREFIX = {
     "NM1": "device",
@@ -86,18 +86,26 @@ class Rule:
         if not cls.code:
             return
         if cls.code in RULES and RULES[cls.code].__qualname__ != cls.__qualname__:
-            raise RuntimeError(f"rule code {cls.code} is used by {RULES[cls.code].__name__} and {cls.__name__}")
+            raise RuntimeError(
+                f"rule code {cls.code} is used by {RULES[cls.code].__name__} and {cls.__name__}"
+            )
         RULES[cls.code] = cls
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 
     @classmethod
     def category(cls) -> str:
         return CATEGORY_OF_PREFIX[cls.code[:3]]
 
-    def report(self, node: cst.CSTNode, message: str | None = None, fix: FixSpec | None = None,
-               region: tuple[cst.CSTNode, ...] = (), replacement: str | None = None) -> "PendingFinding":
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str | None = None,
+        fix: FixSpec | None = None,
+        region: tuple[cst.CSTNode, ...] = (),
+        replacement: str | None = None,
+    ) -> PendingFinding:
         """Record a finding at `node` (message defaults to the rule's).
 
         `region`: the code a CUDA check guards. Its fix (a device-agnostic test) is withdrawn after the walk

@@ -75,8 +75,11 @@ class Planned:
 def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
     """How fixes in `source` are written: its project's layout, first-party modules, target torch."""
     folder = source.path.absolute().parent
-    return FixStyle(layout=layout_for(folder), local_modules=local_modules(folder, options.root),
-                    target_torch=options.target_torch)
+    return FixStyle(
+        layout=layout_for(folder),
+        local_modules=local_modules(folder, options.root),
+        target_torch=options.target_torch,
+    )
 
 
 def plan(options: ScanOptions, rules: dict, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
@@ -152,8 +155,9 @@ def _triggered(rule: type[Rule], data: bytes) -> bool:
     )
 
 
-def run_tasks(function: Callable, tasks: list[tuple], jobs: int,
-              progress: Callable[[int, int], None] | None) -> list:
+def run_tasks(
+    function: Callable, tasks: list[tuple], jobs: int, progress: Callable[[int, int], None] | None
+) -> list:
     """`function(*task)` for every task, in a process pool when there are enough of them; results in order."""
     jobs = jobs or os.cpu_count() or 1
     results: list = []
@@ -164,7 +168,9 @@ def run_tasks(function: Callable, tasks: list[tuple], jobs: int,
                 progress(done, len(tasks))
         return results
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        for done, result in enumerate(pool.map(_call, [(function, task) for task in tasks], chunksize=8), start=1):
+        for done, result in enumerate(
+            pool.map(_call, [(function, task) for task in tasks], chunksize=8), start=1
+        ):
             results.append(result)
             if progress:
                 progress(done, len(tasks))
@@ -180,7 +186,9 @@ def _scan_task(rel: str, text: SourceText, codes: tuple[str, ...], style: FixSty
     return scan_file(rel, text, codes, style)
 
 
-def scan_file(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle()) -> list[Finding]:
+def scan_file(
+    rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle()
+) -> list[Finding]:
     """What `scan_text` returns, paying for libcst only for the rules the pre-pass keeps; never raises.
 
     The pre-pass reasons about valid Python, so its verdict counts only when `ast` parses the file; a file
@@ -199,8 +207,13 @@ def scan_file(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyl
     return scan_text(rel, text, active, style, tree=tree) if active else []
 
 
-def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle(),
-              tree: ast.Module | None = None) -> list[Finding]:
+def scan_text(
+    rel: str,
+    text: SourceText,
+    codes: tuple[str, ...],
+    style: FixStyle = FixStyle(),
+    tree: ast.Module | None = None,
+) -> list[Finding]:
     """Findings of the rules `codes` in one decoded file, their fixes shaped by `style`; never raises.
 
     `tree`: the file's `ast` parse, when the caller has it (positions need it)."""
@@ -212,12 +225,21 @@ def scan_text(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyl
         # libcst's native parser reports the token after the error; its message has the real place
         at = re.search(r"error at (\d+):(\d+)", str(err.message))
         line, col = (int(at.group(1)), int(at.group(2))) if at else (err.editor_line, err.editor_column - 1)
-        return _internal(rules, "unparsable", rel, f"cannot parse: syntax error at line {line}{hint}", line, col)
+        return _internal(
+            rules, "unparsable", rel, f"cannot parse: syntax error at line {line}{hint}", line, col
+        )
     except (RecursionError, MemoryError) as err:
         return _internal(rules, "unparsable", rel, f"cannot parse: {type(err).__name__}")
     try:
-        findings = analyze_module(module, rel, [rules[code] for code in codes if code in rules],
-                                  text.bound_modules, source=text.text, style=style, tree=tree)
+        findings = analyze_module(
+            module,
+            rel,
+            [rules[code] for code in codes if code in rules],
+            text.bound_modules,
+            source=text.text,
+            style=style,
+            tree=tree,
+        )
     except Exception as err:  # a rule bug must not lose the rest of the run
         return _internal(rules, "analysis-failure", rel, f"analysis failed: {type(err).__name__}: {err}")
     if text.cells is not None:
@@ -243,7 +265,9 @@ def _kind(rules: dict, finding: Finding) -> str | None:
     return rule.file_level if rule is not None else None
 
 
-def _problem(source: SourceFile, problem: SourceProblem, rules: dict, errors: list[FileError]) -> list[Finding]:
+def _problem(
+    source: SourceFile, problem: SourceProblem, rules: dict, errors: list[FileError]
+) -> list[Finding]:
     errors.append(FileError(source.rel, problem.reason))
     return _internal(rules, problem.kind, source.rel, problem.reason)
 

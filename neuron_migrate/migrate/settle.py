@@ -44,7 +44,9 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     for pending in pendings:
         if pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, "in a fallback for a torch without `torch.accelerator`: leave it as it is")
-        elif pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None:
+        elif (
+            pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
+        ):
             withdraw(pending, f"the fix needs torch >= {version}; raise `target-torch` to apply it")
     _keep_cuda_checks(ctx, pendings, style)
     _removals_take_inner_fixes(pendings, style)
@@ -76,8 +78,11 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
             if check.fix is not None:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
                 if reason is not None:
-                    withdraw(check, f"it guards CUDA-only code ({reason}): keep this check CUDA-only and give "
-                                    "other devices their own path")
+                    withdraw(
+                        check,
+                        f"it guards CUDA-only code ({reason}): keep this check CUDA-only and give "
+                        "other devices their own path",
+                    )
                     changed = True
             if applies(check, style):
                 continue
@@ -86,7 +91,10 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
                     withdraw(inner, "it only runs on CUDA (behind a CUDA check that stays): no change needed")
                     changed = True
         for pending in pendings:
-            if pending.fix is not None and (reason := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None:
+            if (
+                pending.fix is not None
+                and (reason := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
+            ):
                 withdraw(pending, reason)
                 changed = True
 
@@ -114,11 +122,19 @@ def _is_precondition(check) -> bool:
 
 
 def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:
-    removed = [r.node for p in pendings if applies(p, style) for r in p.fix.replacements if r.text in ("", "pass")
-               and isinstance(r.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine))]
+    removed = [
+        r.node
+        for p in pendings
+        if applies(p, style)
+        for r in p.fix.replacements
+        if r.text in ("", "pass") and isinstance(r.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine))
+    ]
     for pending in pendings:
-        if pending.fix is not None and any(node in pending.stack for node in removed) and not any(
-                r.node in removed for r in pending.fix.replacements):
+        if (
+            pending.fix is not None
+            and any(node in pending.stack for node in removed)
+            and not any(r.node in removed for r in pending.fix.replacements)
+        ):
             withdraw(pending, "the statement around it is removed by another fix")
 
 

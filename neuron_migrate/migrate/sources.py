@@ -20,8 +20,22 @@ from pathlib import Path
 MAX_BYTES = 5 * 1024 * 1024
 SOURCE_SUFFIXES = (".py", ".ipynb")
 KERNEL_SUFFIXES = (".cu", ".cuh")
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "node_modules",
-             ".neuron-migrate-cache", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}
+SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    "__pycache__",
+    "node_modules",
+    ".neuron-migrate-cache",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".ipynb_checkpoints",
+}
 _MAGIC = re.compile(r"^\s*([%!]|\?|[\w.]+\?\s*$)")
 
 
@@ -75,8 +89,12 @@ class Selection:
 
 def _glob(rel: str, pattern: str) -> bool:
     pattern = pattern.rstrip("/")
-    return fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, f"{pattern}/*") or fnmatch.fnmatch(
-        rel, f"*/{pattern}") or fnmatch.fnmatch(rel, f"*/{pattern}/*")
+    return (
+        fnmatch.fnmatch(rel, pattern)
+        or fnmatch.fnmatch(rel, f"{pattern}/*")
+        or fnmatch.fnmatch(rel, f"*/{pattern}")
+        or fnmatch.fnmatch(rel, f"*/{pattern}/*")
+    )
 
 
 def discover(paths: list[Path], root: Path, selection: Selection) -> list[SourceFile]:
@@ -91,8 +109,11 @@ def discover(paths: list[Path], root: Path, selection: Selection) -> list[Source
         # a folder the user names explicitly is scanned even if .gitignore covers it (e.g. site-packages)
         honour = ignored if ignored is not None and _rel(given, root) + "/" not in ignored else None
         for dirpath, dirnames, filenames in os.walk(given):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS | selection.extra_skip_dirs
-                                 and not (Path(dirpath, d).is_symlink()))
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if d not in SKIP_DIRS | selection.extra_skip_dirs and not (Path(dirpath, d).is_symlink())
+            )
             for name in filenames:
                 if not name.endswith(SOURCE_SUFFIXES + KERNEL_SUFFIXES):
                     continue
@@ -117,7 +138,10 @@ def _git_ignored(root: Path) -> set[str] | None:
     try:
         out = subprocess.run(
             ["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"],
-            cwd=root, capture_output=True, timeout=60, check=True,
+            cwd=root,
+            capture_output=True,
+            timeout=60,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -163,7 +187,10 @@ def read_bytes(source: SourceFile) -> bytes | SourceProblem:
             return SourceProblem("unreadable", f"broken or looping symlink ({err.strerror})")
         return SourceProblem("unreadable", f"cannot stat file ({err.strerror})")
     if size > MAX_BYTES:
-        return SourceProblem("unreadable", f"file is {size // 1024 // 1024} MiB, over the {MAX_BYTES // 1024 // 1024} MiB limit")
+        return SourceProblem(
+            "unreadable",
+            f"file is {size // 1024 // 1024} MiB, over the {MAX_BYTES // 1024 // 1024} MiB limit",
+        )
     try:
         return path.read_bytes()
     except OSError as err:

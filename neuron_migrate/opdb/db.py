@@ -23,10 +23,24 @@ KLASSES: tuple[str, ...] = ("Native", "Host-only", "Needs a process group")
 
 # Spellings torch users and tools print for the same dtype; keys of a snapshot use the right-hand names.
 _DTYPE_ALIASES = {
-    "float": "float32", "fp32": "float32", "f32": "float32", "double": "float64", "fp64": "float64",
-    "f64": "float64", "half": "float16", "fp16": "float16", "f16": "float16", "bf16": "bfloat16",
-    "long": "int64", "i64": "int64", "int": "int32", "i32": "int32", "short": "int16", "cfloat": "complex64",
-    "cdouble": "complex128", "chalf": "complex32",
+    "float": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "double": "float64",
+    "fp64": "float64",
+    "f64": "float64",
+    "half": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "long": "int64",
+    "i64": "int64",
+    "int": "int32",
+    "i32": "int32",
+    "short": "int16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+    "chalf": "complex32",
 }
 
 
@@ -130,7 +144,9 @@ class Snapshot:
         key = (op, None if dtype is None else str(dtype))
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._lookup(normalize_op(op), None if dtype is None else normalize_dtype(dtype))
+            hit = self._cache[key] = self._lookup(
+                normalize_op(op), None if dtype is None else normalize_dtype(dtype)
+            )
         return hit
 
     def _lookup(self, op: str, dtype: str | None) -> Support:
@@ -142,15 +158,23 @@ class Snapshot:
             return _support_of(entry, dtype)
         if self.unlisted is not None:
             return self.unlisted
-        return Support("unknown", None, "", f"not in opdb {self.version}; no source establishes its status", "", "")
+        return Support(
+            "unknown", None, "", f"not in opdb {self.version}; no source establishes its status", "", ""
+        )
 
 
 def _support_of(entry: OpEntry, dtype: str | None) -> Support:
     over = entry.dtypes.get(dtype) if dtype is not None else None
     if over is None:
         return Support(entry.status, entry.klass, entry.route, entry.note, entry.source, entry.date)
-    return Support(over.status, entry.klass, entry.route, over.note or entry.note, over.source or entry.source,
-                   over.date or entry.date)
+    return Support(
+        over.status,
+        entry.klass,
+        entry.route,
+        over.note or entry.note,
+        over.source or entry.source,
+        over.date or entry.date,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -162,20 +186,37 @@ def snapshot_to_dict(snap: Snapshot) -> dict[str, Any]:
     unlisted = None
     if snap.unlisted is not None:
         u = snap.unlisted
-        unlisted = {"status": u.status, "klass": u.klass, "route": u.route, "note": u.note, "source": u.source,
-                    "date": u.date}
+        unlisted = {
+            "status": u.status,
+            "klass": u.klass,
+            "route": u.route,
+            "note": u.note,
+            "source": u.source,
+            "date": u.date,
+        }
     ops: dict[str, Any] = {}
     for name, e in snap.entries().items():
-        item: dict[str, Any] = {"status": e.status, "klass": e.klass, "route": e.route, "note": e.note,
-                                "source": e.source, "date": e.date}
+        item: dict[str, Any] = {
+            "status": e.status,
+            "klass": e.klass,
+            "route": e.route,
+            "note": e.note,
+            "source": e.source,
+            "date": e.date,
+        }
         if e.all_overloads:
             item["all_overloads"] = True
         item["dtypes"] = {d: _dtype_dict(de) for d, de in sorted(e.dtypes.items())}
         ops[name] = item
     return {
-        "schema": OPDB_SCHEMA, "version": snap.version, "torch_neuronx_version": snap.torch_neuronx_version,
-        "pre_release": snap.pre_release, "description": snap.description, "sources": snap.sources,
-        "unlisted": unlisted, "ops": ops,
+        "schema": OPDB_SCHEMA,
+        "version": snap.version,
+        "torch_neuronx_version": snap.torch_neuronx_version,
+        "pre_release": snap.pre_release,
+        "description": snap.description,
+        "sources": snap.sources,
+        "unlisted": unlisted,
+        "ops": ops,
     }
 
 
@@ -197,7 +238,9 @@ def dump_snapshot(snap: Snapshot, path: str | Path | None = None) -> str:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
         except OSError as err:
-            raise OpdbError(f"{out}: cannot write the snapshot ({err.strerror}); choose another --out") from None
+            raise OpdbError(
+                f"{out}: cannot write the snapshot ({err.strerror}); choose another --out"
+            ) from None
     return text
 
 
@@ -208,17 +251,26 @@ def snapshot_from_dict(data: Any, where: str) -> Snapshot:
         raise OpdbError(f"{where}: not an opdb snapshot (schema {got!r}, expected {OPDB_SCHEMA!r})")
     for key, kind in (("version", str), ("torch_neuronx_version", str), ("pre_release", bool), ("ops", dict)):
         if not isinstance(data.get(key), kind):
-            raise OpdbError(f"{where}: field {key!r} missing or not a {kind.__name__}; regenerate the snapshot")
-    ops = {normalize_op(name): _entry_from(item, f"{where}: op {name!r}") for name, item in data["ops"].items()}
+            raise OpdbError(
+                f"{where}: field {key!r} missing or not a {kind.__name__}; regenerate the snapshot"
+            )
+    ops = {
+        normalize_op(name): _entry_from(item, f"{where}: op {name!r}") for name, item in data["ops"].items()
+    }
     unlisted = data.get("unlisted")
     rule = None
     if unlisted is not None:
         u = _entry_from(unlisted, f"{where}: 'unlisted'")
         rule = Support(u.status, u.klass, u.route, u.note, u.source, u.date)
     return Snapshot(
-        version=data["version"], torch_neuronx_version=data["torch_neuronx_version"],
-        pre_release=data["pre_release"], description=str(data.get("description", "")), ops=ops,
-        unlisted=rule, sources=list(data.get("sources") or []), origin=where,
+        version=data["version"],
+        torch_neuronx_version=data["torch_neuronx_version"],
+        pre_release=data["pre_release"],
+        description=str(data.get("description", "")),
+        ops=ops,
+        unlisted=rule,
+        sources=list(data.get("sources") or []),
+        origin=where,
     )
 
 
@@ -235,10 +287,19 @@ def _entry_from(item: Any, where: str) -> OpEntry:
     for dt, d in (item.get("dtypes") or {}).items():
         if not isinstance(d, dict) or d.get("status") not in STATUSES:
             raise OpdbError(f"{where}: dtype {dt!r} needs a status from {', '.join(STATUSES)}")
-        dtypes[normalize_dtype(dt)] = DtypeEntry(d["status"], str(d.get("note", "")), str(d.get("source", "")),
-                                                 str(d.get("date", "")))
-    return OpEntry(status, klass, str(item.get("route", "")), str(item.get("note", "")),
-                   str(item.get("source", "")), str(item.get("date", "")), dtypes, bool(item.get("all_overloads")))
+        dtypes[normalize_dtype(dt)] = DtypeEntry(
+            d["status"], str(d.get("note", "")), str(d.get("source", "")), str(d.get("date", ""))
+        )
+    return OpEntry(
+        status,
+        klass,
+        str(item.get("route", "")),
+        str(item.get("note", "")),
+        str(item.get("source", "")),
+        str(item.get("date", "")),
+        dtypes,
+        bool(item.get("all_overloads")),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -273,7 +334,9 @@ def load_snapshot_file(path: str | Path) -> Snapshot:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise OpdbError(f"{p}: not valid JSON ({err.msg} at line {err.lineno}); regenerate the snapshot") from None
+        raise OpdbError(
+            f"{p}: not valid JSON ({err.msg} at line {err.lineno}); regenerate the snapshot"
+        ) from None
     return snapshot_from_dict(data, str(p))
 
 
@@ -292,8 +355,10 @@ def _load_shipped(version: str | None) -> Snapshot:
     if version is None:
         version = versions[-1]
     if version not in versions:
-        raise OpdbError(f"unknown opdb version {version!r}; available: {', '.join(versions)} "
-                        "(or pass a path to a snapshot .json)")
+        raise OpdbError(
+            f"unknown opdb version {version!r}; available: {', '.join(versions)} "
+            "(or pass a path to a snapshot .json)"
+        )
     return load_snapshot_file(_data_dir() / f"{version}.json")
 
 
@@ -324,8 +389,11 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> list[OpChange]:
         # which for a probe is a summary of other dtypes, not an observation.
         da, db_ = set(ea[op].dtypes if op in ea else ()), set(eb[op].dtypes if op in eb else ())
         dtypes = sorted(da & db_ if kind == "changed" else da | db_)
-        moved = [f"{d}: {a.lookup(op, d).status} -> {b.lookup(op, d).status}" for d in dtypes
-                 if a.lookup(op, d).status != b.lookup(op, d).status]
+        moved = [
+            f"{d}: {a.lookup(op, d).status} -> {b.lookup(op, d).status}"
+            for d in dtypes
+            if a.lookup(op, d).status != b.lookup(op, d).status
+        ]
         before, after = a.lookup(op).status, b.lookup(op).status
         if kind == "changed" and before == after and not moved:
             continue
@@ -335,12 +403,25 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> list[OpChange]:
 
 def list_json(snap: Snapshot, rows: list[dict[str, Any]], dtype: str | None, status: str | None) -> str:
     """`opdb list --format json`: the listed ops with their status, and the filters that chose them."""
-    doc = {"schema": "neuron-migrate/opdb-list/1", "version": snap.version, "pre_release": snap.pre_release,
-           "dtype": dtype, "status": status, "ops": rows}
+    doc = {
+        "schema": "neuron-migrate/opdb-list/1",
+        "version": snap.version,
+        "pre_release": snap.pre_release,
+        "dtype": dtype,
+        "status": status,
+        "ops": rows,
+    }
     return json.dumps(doc, indent=2)
 
 
 def diff_json(a: Snapshot, b: Snapshot, changes: list[OpChange]) -> str:
     """`opdb diff --format json`: the ops whose status changed from snapshot `a` to `b`."""
-    return json.dumps({"schema": "neuron-migrate/opdb-diff/1", "a": a.version, "b": b.version,
-                       "changes": [c.__dict__ for c in changes]}, indent=2)
+    return json.dumps(
+        {
+            "schema": "neuron-migrate/opdb-diff/1",
+            "a": a.version,
+            "b": b.version,
+            "changes": [c.__dict__ for c in changes],
+        },
+        indent=2,
+    )

@@ -127,10 +127,11 @@ def sequence_inputs(config: Any, with_labels: bool) -> dict[str, Any]:
     codebooks = getattr(config, "num_codebooks", None)
     if isinstance(codebooks, int) and codebooks > 1:
         labels = torch.stack([input_ids(config) for _ in range(codebooks)])
-        return {"input_ids": labels.permute(1, 0, 2).reshape(-1, BATCH[1]),
-                **({"labels": labels.permute(1, 2, 0)} if with_labels else {})}
+        return {
+            "input_ids": labels.permute(1, 0, 2).reshape(-1, BATCH[1]),
+            **({"labels": labels.permute(1, 2, 0)} if with_labels else {}),
+        }
     return {"input_ids": ids, "labels": ids} if with_labels else {"input_ids": ids}
-
 
 
 def image_inputs(config: Any) -> dict[str, Any]:
@@ -139,8 +140,13 @@ def image_inputs(config: Any) -> dict[str, Any]:
 
     vision = getattr(config, "vision_config", None) or config
     size = getattr(vision, "image_size", None) or 32
-    size = size if isinstance(size, int) else size[0] if isinstance(size, (list, tuple)) else size.get("height", 32)
+    size = (
+        size
+        if isinstance(size, int)
+        else size[0]
+        if isinstance(size, (list, tuple))
+        else size.get("height", 32)
+    )
     channels = getattr(vision, "num_channels", None) or 3
     labels = torch.randint(0, max(1, int(getattr(config, "num_labels", 2) or 2)), (BATCH[0],))
     return {"pixel_values": torch.randn(BATCH[0], channels, size, size), "labels": labels}
-

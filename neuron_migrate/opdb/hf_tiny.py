@@ -39,35 +39,53 @@ RESERVED_IDS = 16  # the top of the vocabulary holds special tokens; inputs neve
 _PLAIN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
 # Key classes, matched on the config field's name. Order matters: the first class that matches wins.
-_LAYER_KEYS = re.compile(r"^(num_hidden_layers|num_layers|n_layers?|depth|encoder_layers|decoder_layers|"
-                         r"num_decoder_layers|num_encoder_layers|num_hidden_layers_text)$")
-_HEAD_DIM_KEYS = re.compile(r"^(head_dim|.*_head_dim|d_kv|kv_channels|attention_head_dim|head_size|dim_head|"
-                            r"d_head|rotary_dim|rope_dim|.*_lora_rank|mamba_d_head|attention_head_size)$")
-_HEAD_COUNT_KEYS = re.compile(r"^(num_attention_heads|num_key_value_heads|n_head|n_heads|num_heads|n_head_kv|"
-                              r"num_kv_heads|.*_attention_heads|.*_num_attention_heads|.*_num_key_value_heads|"
-                              r"index_n_heads|linear_num_key_heads|linear_num_value_heads|mamba_n_heads|"
-                              r"n_mamba_heads|multi_query_group_num|num_key_value_groups)$")
-_WIDTH_KEYS = re.compile(r"^(hidden_size|d_model|n_embd|dim|embed_dim|hidden_dim|word_embed_proj_dim|"
-                         r"embedding_size|d_embed|model_dim|.*intermediate_size.*|.*_hidden_size|"
-                         r"hidden_size_.*|.*ffn_dim|ffn_hidden_size|d_ff|dim_ff|dff|n_inner|"
-                         r"attention_hidden_size|projector_.*_dim|vision_output_dim|text_hidden_size|"
-                         r"output_dim|proj_dim|projection_dim|conv_dim|emb_dim|hidden_sizes|embed_dims|.*_(in|out)_dim|.*_(input|output)_size)$")
-_EXPERT_KEYS = re.compile(r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_experts_total|"
-                          r"num_routed_experts)$")
-_TOP_K_KEYS = re.compile(r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k_experts|"
-                         r"experts_per_token|num_selected_experts)$")
+_LAYER_KEYS = re.compile(
+    r"^(num_hidden_layers|num_layers|n_layers?|depth|encoder_layers|decoder_layers|"
+    r"num_decoder_layers|num_encoder_layers|num_hidden_layers_text)$"
+)
+_HEAD_DIM_KEYS = re.compile(
+    r"^(head_dim|.*_head_dim|d_kv|kv_channels|attention_head_dim|head_size|dim_head|"
+    r"d_head|rotary_dim|rope_dim|.*_lora_rank|mamba_d_head|attention_head_size)$"
+)
+_HEAD_COUNT_KEYS = re.compile(
+    r"^(num_attention_heads|num_key_value_heads|n_head|n_heads|num_heads|n_head_kv|"
+    r"num_kv_heads|.*_attention_heads|.*_num_attention_heads|.*_num_key_value_heads|"
+    r"index_n_heads|linear_num_key_heads|linear_num_value_heads|mamba_n_heads|"
+    r"n_mamba_heads|multi_query_group_num|num_key_value_groups)$"
+)
+_WIDTH_KEYS = re.compile(
+    r"^(hidden_size|d_model|n_embd|dim|embed_dim|hidden_dim|word_embed_proj_dim|"
+    r"embedding_size|d_embed|model_dim|.*intermediate_size.*|.*_hidden_size|"
+    r"hidden_size_.*|.*ffn_dim|ffn_hidden_size|d_ff|dim_ff|dff|n_inner|"
+    r"attention_hidden_size|projector_.*_dim|vision_output_dim|text_hidden_size|"
+    r"output_dim|proj_dim|projection_dim|conv_dim|emb_dim|hidden_sizes|embed_dims|.*_(in|out)_dim|.*_(input|output)_size)$"
+)
+_EXPERT_KEYS = re.compile(
+    r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_experts_total|"
+    r"num_routed_experts)$"
+)
+_TOP_K_KEYS = re.compile(
+    r"^(num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|top_k_experts|"
+    r"experts_per_token|num_selected_experts)$"
+)
 _SHARED_EXPERT_KEYS = re.compile(r"^(n_shared_experts|num_shared_experts|moe_num_shared_experts)$")
 _DENSE_PREFIX_KEYS = re.compile(r"^(first_k_dense_replace|num_dense_layers|moe_layer_start_index)$")
-_PERIOD_KEYS = re.compile(r"^(sliding_window_pattern|global_attn_every_n_layers|no_rope_layer_interval|"
-                          r"attn_layer_period|layer_group_size|decoder_sparse_step|moe_layer_interval|"
-                          r"n_layers_per_attn_res_block|expert_layer_period)$")
+_PERIOD_KEYS = re.compile(
+    r"^(sliding_window_pattern|global_attn_every_n_layers|no_rope_layer_interval|"
+    r"attn_layer_period|layer_group_size|decoder_sparse_step|moe_layer_interval|"
+    r"n_layers_per_attn_res_block|expert_layer_period)$"
+)
 _OFFSET_KEYS = re.compile(r"^(attn_layer_offset|expert_layer_offset)$")
 _VOCAB_KEYS = re.compile(r"^(.*vocab_size.*|.*_vocab|codebook_size)$")
-_POSITION_KEYS = re.compile(r"^(max_position_embeddings|n_positions|n_ctx|max_seq_len|max_sequence_length|"
-                            r"original_max_position_embeddings|max_source_positions|max_target_positions)$")
+_POSITION_KEYS = re.compile(
+    r"^(max_position_embeddings|n_positions|n_ctx|max_seq_len|max_sequence_length|"
+    r"original_max_position_embeddings|max_source_positions|max_target_positions)$"
+)
 _TOKEN_ID_KEYS = re.compile(r"^.*_token_(id|index|ids)$")
-_IMAGE_TOKEN_COUNT_KEYS = re.compile(r"^(mm_tokens_per_image|image_seq_length|num_image_tokens|"
-                                     r"vision_soft_tokens_per_image)$")
+_IMAGE_TOKEN_COUNT_KEYS = re.compile(
+    r"^(mm_tokens_per_image|image_seq_length|num_image_tokens|"
+    r"vision_soft_tokens_per_image)$"
+)
 _KEEP = {"type_vocab_size"}  # tiny already, and a count of segment types rather than a size
 
 
@@ -98,7 +116,7 @@ def _field_defaults(cls: type) -> dict[str, Any]:
         elif item.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             try:
                 found[item.name] = item.default_factory()  # type: ignore[misc]
-            except Exception:  # noqa: BLE001 - a factory that needs arguments declares no usable default
+            except Exception:
                 continue
     return found
 
@@ -107,17 +125,17 @@ def _resolved(config: Any) -> dict[str, Any]:
     """A built config's values, sub-configs as dicts (per-layer configs allowed to be read globally)."""
     try:
         config.allow_global_per_layer_attribute_access = True
-    except Exception:  # noqa: BLE001 - only heterogeneous configs have the switch
+    except Exception:
         pass
     try:
         values = config.to_dict()
-    except Exception:  # noqa: BLE001 - a config whose to_dict trips on itself: read attributes instead
+    except Exception:
         return {k: getattr(config, k, None) for k in _field_defaults(type(config))}
     for key, value in values.items():
         if isinstance(value, list):  # to_dict may write a legacy spelling of a list; the attribute is current
             try:
                 values[key] = list(getattr(config, key))
-            except Exception:  # noqa: BLE001 - keep the serialised form
+            except Exception:
                 pass
     return values
 
@@ -177,8 +195,11 @@ def _scale_value(key: str, value: Any, scale: _Scale) -> Any:
     if _HEAD_COUNT_KEYS.match(key):
         if value == scale.heads_from:
             return scale.heads_to
-        return _divisor_at_most(round(value * scale.heads_to / max(1, scale.heads_from)), scale.heads_to) \
-            if value < scale.heads_from else max(1, round(value * scale.heads_to / max(1, scale.heads_from)))
+        return (
+            _divisor_at_most(round(value * scale.heads_to / max(1, scale.heads_from)), scale.heads_to)
+            if value < scale.heads_from
+            else max(1, round(value * scale.heads_to / max(1, scale.heads_from)))
+        )
     if _EXPERT_KEYS.match(key):
         return min(value, EXPERTS)
     if _TOP_K_KEYS.match(key):
@@ -205,8 +226,15 @@ def _scale_value(key: str, value: Any, scale: _Scale) -> Any:
 
 def _head_size(values: dict[str, Any], hidden: Any = None, heads: Any = None) -> int | None:
     """The largest per-head size of a config: what HEAD_DIM replaces."""
-    sizes = [v for k, v in values.items() if _is_int(v) and v > 0 and _HEAD_DIM_KEYS.match(k)
-             and not k.endswith("_lora_rank") and k not in ("rotary_dim", "rope_dim", "qk_head_dim")]
+    sizes = [
+        v
+        for k, v in values.items()
+        if _is_int(v)
+        and v > 0
+        and _HEAD_DIM_KEYS.match(k)
+        and not k.endswith("_lora_rank")
+        and k not in ("rotary_dim", "rope_dim", "qk_head_dim")
+    ]
     hidden = values.get("hidden_size") if hidden is None else hidden
     heads = values.get("num_attention_heads") if heads is None else heads
     if not sizes and _is_int(hidden) and _is_int(heads) and heads > 0:
@@ -235,8 +263,10 @@ def _representatives(per_layer: dict[str, list], indices: dict[str, list], layer
     """Layer numbers to keep: the first layer of every distinct kind, padded with the next ones to LAYERS."""
     seen: dict[str, int] = {}
     for i in range(layers):
-        kind = json.dumps([per_layer[k][i] for k in sorted(per_layer)] +
-                          [i in indices[k] for k in sorted(indices)], default=str)
+        kind = json.dumps(
+            [per_layer[k][i] for k in sorted(per_layer)] + [i in indices[k] for k in sorted(indices)],
+            default=str,
+        )
         seen.setdefault(kind, i)
     keep = sorted(seen.values())[:MAX_LAYERS]
     for i in range(layers):
@@ -254,8 +284,12 @@ def _layer_count_key(values: dict[str, Any]) -> str | None:
     return None
 
 
-def shrink(cls: type, fixed: dict[str, Any], widths: dict[int, int] | None = None,
-           defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+def shrink(
+    cls: type,
+    fixed: dict[str, Any],
+    widths: dict[int, int] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Tiny keyword arguments for config class `cls`: its declared defaults (with the `defaults` a composite
     config gives it) scaled down, `fixed` kept."""
     widths = {} if widths is None else widths
@@ -263,41 +297,83 @@ def shrink(cls: type, fixed: dict[str, Any], widths: dict[int, int] | None = Non
     declared = {**_field_defaults(cls), **defaults}
     try:
         base = _resolved(cls(**defaults))
-    except Exception:  # noqa: BLE001 - a class whose defaults do not build itself: scale what it declares
+    except Exception:
         base = dict(declared)
-    hidden = next((base[k] for k in ("hidden_size", "d_model", "n_embd", "dim", "embed_dim")
-                   if _is_int(base.get(k)) and base[k] > 0), None)
-    heads = next((base[k] for k in ("num_attention_heads", "n_head", "num_heads", "n_heads",
-                                    "encoder_attention_heads", "decoder_attention_heads")
-                  if _is_int(base.get(k)) and base[k] > 0), HEADS)
+    hidden = next(
+        (
+            base[k]
+            for k in ("hidden_size", "d_model", "n_embd", "dim", "embed_dim")
+            if _is_int(base.get(k)) and base[k] > 0
+        ),
+        None,
+    )
+    heads = next(
+        (
+            base[k]
+            for k in (
+                "num_attention_heads",
+                "n_head",
+                "num_heads",
+                "n_heads",
+                "encoder_attention_heads",
+                "decoder_attention_heads",
+            )
+            if _is_int(base.get(k)) and base[k] > 0
+        ),
+        HEADS,
+    )
     head = _head_size(base, hidden, heads)
-    scale = _Scale(width=min(1.0, HIDDEN / hidden) if hidden else 1.0,
-                   head=min(1.0, HEAD_DIM / head) if head else 1.0, heads_from=heads, heads_to=min(heads, HEADS),
-                   widths=widths)
+    scale = _Scale(
+        width=min(1.0, HIDDEN / hidden) if hidden else 1.0,
+        head=min(1.0, HEAD_DIM / head) if head else 1.0,
+        heads_from=heads,
+        heads_to=min(heads, HEADS),
+        widths=widths,
+    )
     if hidden:
         widths.setdefault(hidden, min(hidden, HIDDEN))  # the map holds hidden sizes only
     kwargs: dict[str, Any] = {}
     for key, value in declared.items():
         if key in fixed or value is None:
             continue
-        if isinstance(value, (list, tuple)) and value and all(_is_int(v) for v in value) and _WIDTH_KEYS.match(key):
-            kwargs[key] = type(value)(_scale_value(key, v, scale) for v in value)  # conv stacks: one per stage
+        if (
+            isinstance(value, (list, tuple))
+            and value
+            and all(_is_int(v) for v in value)
+            and _WIDTH_KEYS.match(key)
+        ):
+            kwargs[key] = type(value)(
+                _scale_value(key, v, scale) for v in value
+            )  # conv stacks: one per stage
             continue
         new = _scale_value(key, value, scale)
         if new != value:
             kwargs[key] = new
     _shrink_layers(base, declared, kwargs, fixed)
     _shrink_images(base, declared, kwargs, fixed)
-    if "num_key_value_heads" in declared and base.get("num_key_value_heads") is None and \
-            _is_int(kwargs.get("num_attention_heads")) and "num_key_value_heads" not in fixed:
-        kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]  # None means one per head; not all say so
-    if "head_dim" in declared and base.get("head_dim") is None and "head_dim" not in fixed and \
-            _is_int(kwargs.get("hidden_size")) and _is_int(kwargs.get("num_attention_heads")):
+    if (
+        "num_key_value_heads" in declared
+        and base.get("num_key_value_heads") is None
+        and _is_int(kwargs.get("num_attention_heads"))
+        and "num_key_value_heads" not in fixed
+    ):
+        kwargs["num_key_value_heads"] = kwargs[
+            "num_attention_heads"
+        ]  # None means one per head; not all say so
+    if (
+        "head_dim" in declared
+        and base.get("head_dim") is None
+        and "head_dim" not in fixed
+        and _is_int(kwargs.get("hidden_size"))
+        and _is_int(kwargs.get("num_attention_heads"))
+    ):
         # None means hidden // heads; some classes leave that to the model, which then divides by None
         kwargs["head_dim"] = kwargs["hidden_size"] // kwargs["num_attention_heads"]
     _keep_head_sums(base, kwargs, fixed)
     # the text model first: its hidden size is what projectors of the other towers must produce
-    for key, (sub_cls, sub_defaults) in sorted(_sub_config_classes(cls).items(), key=lambda kv: "text" not in kv[0]):
+    for key, (sub_cls, sub_defaults) in sorted(
+        _sub_config_classes(cls).items(), key=lambda kv: "text" not in kv[0]
+    ):
         if key in fixed and not isinstance(fixed[key], dict):
             continue
         sub_fixed = fixed.get(key) if isinstance(fixed.get(key), dict) else {}
@@ -307,8 +383,9 @@ def shrink(cls: type, fixed: dict[str, Any], widths: dict[int, int] | None = Non
     return {**kwargs, **{k: v for k, v in fixed.items() if not isinstance(v, dict) or k not in kwargs}}
 
 
-def _shrink_layers(base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any],
-                   fixed: dict[str, Any]) -> None:
+def _shrink_layers(
+    base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any], fixed: dict[str, Any]
+) -> None:
     """Set the layer count(s) and resize every per-layer list and index list with them."""
     key = _layer_count_key(base)
     layers = base.get(key) if key else None
@@ -330,8 +407,10 @@ def _shrink_layers(base: dict[str, Any], declared: dict[str, Any], kwargs: dict[
         # the last `shared` layers reuse the key/value states of the last earlier layer of their kind: keep one
         # layer of every kind that computes them, then the same kinds again sharing them
         own = [i for i in keep if i < layers - shared] or keep
-        keep = own + [next((j for j in range(layers - shared, layers) if _kind(per_layer, j) == _kind(per_layer, i)),
-                           i) for i in own]
+        keep = own + [
+            next((j for j in range(layers - shared, layers) if _kind(per_layer, j) == _kind(per_layer, i)), i)
+            for i in own
+        ]
         kwargs["num_kv_shared_layers"] = len(own)
         kwargs[key] = count = len(keep)
     if isinstance(base.get("per_layer_config"), dict) and "per_layer_config" not in fixed:
@@ -342,8 +421,13 @@ def _shrink_layers(base: dict[str, Any], declared: dict[str, Any], kwargs: dict[
             continue
         picked = [values[i] for i in keep]
         if _WIDTH_KEYS.match(name):  # one width per layer (gemma3n's intermediate sizes): scale each
-            scale = _Scale(width=HIDDEN / max(HIDDEN, base.get("hidden_size") or HIDDEN), head=1.0, heads_from=1,
-                           heads_to=1, widths={})
+            scale = _Scale(
+                width=HIDDEN / max(HIDDEN, base.get("hidden_size") or HIDDEN),
+                head=1.0,
+                heads_from=1,
+                heads_to=1,
+                widths={},
+            )
             picked = [_scale_value(name, v, scale) for v in picked]
         kwargs[name] = picked
     for name, values in indices.items():
@@ -365,9 +449,13 @@ def _keep_head_sums(base: dict[str, Any], kwargs: dict[str, Any], fixed: dict[st
 def _shrink_per_layer_configs(original: dict, keep: list[int], base: dict[str, Any]) -> dict[str, Any]:
     """A heterogeneous config's per-layer values, renumbered to the kept layers and scaled like the rest."""
     hidden, heads = base.get("hidden_size"), base.get("num_attention_heads")
-    scale = _Scale(width=HIDDEN / hidden if _is_int(hidden) and hidden > HIDDEN else 1.0,
-                   head=min(1.0, HEAD_DIM / (_head_size(base) or HEAD_DIM)),
-                   heads_from=heads if _is_int(heads) else HEADS, heads_to=HEADS, widths={})
+    scale = _Scale(
+        width=HIDDEN / hidden if _is_int(hidden) and hidden > HIDDEN else 1.0,
+        head=min(1.0, HEAD_DIM / (_head_size(base) or HEAD_DIM)),
+        heads_from=heads if _is_int(heads) else HEADS,
+        heads_to=HEADS,
+        widths={},
+    )
     by_layer = {int(k): v for k, v in original.items() if str(k).isdigit()}  # keys may be "02" or 2
     shrunk = {}
     for new, old in enumerate(keep):
@@ -377,11 +465,14 @@ def _shrink_per_layer_configs(original: dict, keep: list[int], base: dict[str, A
     return shrunk
 
 
-def _shrink_token_ids(base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any],
-                      fixed: dict[str, Any]) -> None:
+def _shrink_token_ids(
+    base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any], fixed: dict[str, Any]
+) -> None:
     """Move special token ids inside the tiny vocabulary: pad/bos/eos to 0/1/2, the others to the top slots."""
     text = kwargs.get("text_config") if isinstance(kwargs.get("text_config"), dict) else {}
-    vocab = kwargs.get("vocab_size", text.get("vocab_size", base.get("vocab_size")))  # a composite's: its text's
+    vocab = kwargs.get(
+        "vocab_size", text.get("vocab_size", base.get("vocab_size"))
+    )  # a composite's: its text's
     if not _is_int(vocab):
         return
     top = iter(range(vocab - 1, vocab - RESERVED_IDS - 1, -1))
@@ -406,15 +497,21 @@ def _shrink_token_ids(base: dict[str, Any], declared: dict[str, Any], kwargs: di
             kwargs[name] = [place(name, v) for v in value]
 
 
-def _shrink_images(base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any],
-                   fixed: dict[str, Any]) -> None:
+def _shrink_images(
+    base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any], fixed: dict[str, Any]
+) -> None:
     """A few patches per image: image_size = 2 x patch_size, and token counts per image to match."""
     patch, image = base.get("patch_size"), base.get("image_size")
     # a few patches, and at least 64 pixels: hierarchical towers (ConvNeXt, Swin) downsample 32x
     if _is_int(patch) and _is_int(image) and "image_size" not in fixed and image > max(2 * patch, IMAGE):
         kwargs["image_size"] = max(2 * patch, IMAGE)
     for name in base:
-        if _IMAGE_TOKEN_COUNT_KEYS.match(name) and name not in fixed and _is_int(base[name]) and base[name] > 4:
+        if (
+            _IMAGE_TOKEN_COUNT_KEYS.match(name)
+            and name not in fixed
+            and _is_int(base[name])
+            and base[name] > 4
+        ):
             kwargs[name] = 4
 
 
@@ -430,8 +527,11 @@ def tiny_config(model_type: str, overrides: dict[str, Any] | None = None) -> Any
     kwargs = shrink(cls, {k: v for k, v in fixed.items()})
     kwargs = {k: v for k, v in kwargs.items() if v is not None or k in fixed}
     config = cls(**kwargs)
-    if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None \
-            and "decoder_start_token_id" not in fixed:
+    if (
+        getattr(config, "is_encoder_decoder", False)
+        and getattr(config, "decoder_start_token_id", None) is None
+        and "decoder_start_token_id" not in fixed
+    ):
         # T5-style classes do not declare it; their checkpoints start decoding at the pad token
         pad = getattr(config, "pad_token_id", None)
         config.decoder_start_token_id = pad if pad is not None else 0

@@ -45,12 +45,19 @@ from neuron_migrate.opdb.db import (
 _RANK = {"native": 0, "cpu_fallback": 1, "unsupported": 2}
 _ATEN = re.compile(r"aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
 # Outputs that are random or uninitialised cannot be compared with CPU; only the tracking API decides for them.
-_UNCOMPARABLE = re.compile(r"rand|dropout|bernoulli|normal|uniform|multinomial|empty|exponential|geometric|"
-                           r"cauchy|poisson|randperm")
+_UNCOMPARABLE = re.compile(
+    r"rand|dropout|bernoulli|normal|uniform|multinomial|empty|exponential|geometric|"
+    r"cauchy|poisson|randperm"
+)
 # (rtol, atol) per dtype. float64 gets float32 tolerances: TorchNeuron documents computing it in float32.
 TOLERANCES = {
-    "float64": (1.3e-6, 1e-5), "float32": (1.3e-6, 1e-5), "complex128": (1.3e-6, 1e-5),
-    "complex64": (1.3e-6, 1e-5), "float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2), "complex32": (1e-3, 1e-3),
+    "float64": (1.3e-6, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "complex128": (1.3e-6, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "float16": (1e-3, 1e-3),
+    "bfloat16": (1.6e-2, 1e-2),
+    "complex32": (1e-3, 1e-3),
 }
 
 
@@ -116,37 +123,65 @@ def combine(observations: Iterable[Observation], run: ProbeRun, version: str | N
     for op, dtypes in by_op.items():
         statuses = {d.status for d in dtypes.values()}
         status = statuses.pop() if len(statuses) == 1 else "unknown"
-        note = f"probed dtypes: {', '.join(dtypes)} (others not observed)" + ("; varies by dtype"
-                                                                             if status == "unknown" else "")
+        note = f"probed dtypes: {', '.join(dtypes)} (others not observed)" + (
+            "; varies by dtype" if status == "unknown" else ""
+        )
         ops[op] = OpEntry(status, None, "probe", note, source, run.date, dtypes, all_overloads=scope[op])
-    where = "the stand-in device (proves the mechanism only; statuses follow its configured snapshot " \
-            f"{run.configured})" if run.device_kind == "stand-in" else f"a {run.device_kind} device"
+    where = (
+        "the stand-in device (proves the mechanism only; statuses follow its configured snapshot "
+        f"{run.configured})"
+        if run.device_kind == "stand-in"
+        else f"a {run.device_kind} device"
+    )
     return Snapshot(
-        version=version or f"probe-{run.device_kind}-{run.date}", torch_neuronx_version=run.torch_neuronx_version,
+        version=version or f"probe-{run.device_kind}-{run.date}",
+        torch_neuronx_version=run.torch_neuronx_version,
         pre_release=run.pre_release,
         description=f"Observed by `neuron-migrate opdb probe` on {where}: OpInfo samples per op and dtype, compared "
-                    "with CPU. Ops not probed are unknown." + (f" Skipped: {len(run.skipped)}." if run.skipped else ""),
-        ops=ops, unlisted=None,
-        sources=[{"id": "probe", "path": source, "date": run.date,
-                  "what": f"OpInfo samples on {run.device_kind}; torch {run.torch_version}"}],
+        "with CPU. Ops not probed are unknown." + (f" Skipped: {len(run.skipped)}." if run.skipped else ""),
+        ops=ops,
+        unlisted=None,
+        sources=[
+            {
+                "id": "probe",
+                "path": source,
+                "date": run.date,
+                "what": f"OpInfo samples on {run.device_kind}; torch {run.torch_version}",
+            }
+        ],
     )
 
 
 def select_opinfos(op_db: list[Any], names: Iterable[str], limit: int | None) -> list[Any]:
     """OpInfos whose name, aten_name or `aten::aten_name` is in `names` (all when empty), at most `limit`."""
     wanted = {n.strip() for n in names if n.strip()}
-    bare = {normalize_op(n).split("::", 1)[1].split(".", 1)[0] for n in wanted if "::" in n or n.startswith("aten.")}
-    picked = [o for o in op_db if not wanted or o.name in wanted or o.aten_name in bare
-              or (o.variant_test_name and f"{o.name}.{o.variant_test_name}" in wanted)]
+    bare = {
+        normalize_op(n).split("::", 1)[1].split(".", 1)[0]
+        for n in wanted
+        if "::" in n or n.startswith("aten.")
+    }
+    picked = [
+        o
+        for o in op_db
+        if not wanted
+        or o.name in wanted
+        or o.aten_name in bare
+        or (o.variant_test_name and f"{o.name}.{o.variant_test_name}" in wanted)
+    ]
     if wanted and not picked:
-        raise OpdbError(f"no OpInfo matches --ops {','.join(sorted(wanted))}; use OpInfo names such as add, "
-                        "nn.functional.relu, or ATen names such as aten::add")
+        raise OpdbError(
+            f"no OpInfo matches --ops {','.join(sorted(wanted))}; use OpInfo names such as add, "
+            "nn.functional.relu, or ATen names such as aten::add"
+        )
     return picked[:limit] if limit else picked
 
 
 def classify_tracked(executed: set[str], fallback: set[str], dtype: str) -> list[Observation]:
     """What the tracking API saw during one correct sample: fallback wins over executed for the same op."""
-    out = [Observation(op, dtype, "cpu_fallback", "tracking API reported a CPU fallback") for op in sorted(fallback)]
+    out = [
+        Observation(op, dtype, "cpu_fallback", "tracking API reported a CPU fallback")
+        for op in sorted(fallback)
+    ]
     out += [Observation(op, dtype, "native", "") for op in sorted(executed - fallback)]
     return out
 
@@ -171,8 +206,8 @@ class _Device:
             self.kind, self.api, self.pre_release, self.configured = "torch-neuronx", real, False, ""
             self.neuronx_version = getattr(real, "__version__", "unknown")
         else:
-            from neuron_migrate.opdb.tracer import device
             from neuron_migrate.opdb.db import load_snapshot
+            from neuron_migrate.opdb.tracer import device
 
             snap = load_snapshot(opts.opdb)
             self.kind = device.install(snap)
@@ -198,12 +233,12 @@ def _real_neuronx() -> Any:
     try:
         import torch
         import torch_neuronx
-    except Exception:  # noqa: BLE001 - a broken install means: use the stand-in
+    except Exception:
         return None
     mod = getattr(torch, "neuron", None)
     try:
         return torch_neuronx if mod is not None and mod.device_count() > 0 else None
-    except Exception:  # noqa: BLE001 - no device: use the stand-in
+    except Exception:
         return None
 
 
@@ -221,26 +256,27 @@ def _tree(value: Any, fn: Callable[[Any], Any]) -> Any:
 def probe_sample(dev: _Device, opinfo: Any, sample: Any, dtype: str) -> list[Observation]:
     """Run one sample on CPU and on the device; the observations it yields (none if CPU itself fails)."""
     torch = dev.torch
-    keep = (lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+    keep = lambda t: t.clone() if isinstance(t, torch.Tensor) else t
     try:
         cpu = sample.transform(keep)
         expected = opinfo(cpu.input, *cpu.args, **cpu.kwargs)
-    except Exception:  # noqa: BLE001 - the CPU reference itself fails
+    except Exception:
         return []  # the reference itself fails: nothing to learn about the device
     try:
         moved = sample.transform(lambda t: t.to("neuron") if isinstance(t, torch.Tensor) else t)
-    except Exception as err:  # noqa: BLE001 - the device cannot even take the inputs
+    except Exception as err:
         raise SampleSkipped(f"moving inputs to the device failed: {_first_line(err)}") from None
     dev.clear()
     base = f"aten::{opinfo.aten_name}"
     try:
         actual = opinfo(moved.input, *moved.args, **moved.kwargs)
         executed, fallback = dev.tracked()
-    except Exception as err:  # noqa: BLE001 - any failure on the device is an observation
+    except Exception as err:
         executed, fallback = dev.tracked()
         named = _ATEN.findall(str(err))
-        failed = Observation(named[0] if named else base, dtype, "unsupported", _first_line(err),
-                             all_overloads=not named)
+        failed = Observation(
+            named[0] if named else base, dtype, "unsupported", _first_line(err), all_overloads=not named
+        )
         return [failed, *classify_tracked(executed - {failed.op}, fallback - {failed.op}, dtype)]
     seen = classify_tracked(executed, fallback, dtype)
     if _UNCOMPARABLE.search(opinfo.name):
@@ -249,18 +285,33 @@ def probe_sample(dev: _Device, opinfo: Any, sample: Any, dtype: str) -> list[Obs
     if problem is None:
         return seen
     mains = [o.op for o in seen if o.op.split(".", 1)[0] == base] or [base]
-    wrong = [Observation(op, dtype, "unsupported", f"wrong result: {problem}", all_overloads=op == base
-                         and op not in executed | fallback) for op in mains]
+    wrong = [
+        Observation(
+            op,
+            dtype,
+            "unsupported",
+            f"wrong result: {problem}",
+            all_overloads=op == base and op not in executed | fallback,
+        )
+        for op in mains
+    ]
     return wrong + [o for o in seen if o.op not in mains]
 
 
 def _compare(torch: Any, actual: Any, expected: Any, dtype: str) -> str | None:
-    to_cpu = (lambda t: t.cpu() if isinstance(t, torch.Tensor) else t)
+    to_cpu = lambda t: t.cpu() if isinstance(t, torch.Tensor) else t
     rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
     try:
-        torch.testing.assert_close(_tree(actual, to_cpu), expected, rtol=rtol, atol=atol, equal_nan=True,
-                                   check_device=False, check_stride=False)
-    except Exception as err:  # noqa: BLE001 - mismatch (AssertionError) or different structure
+        torch.testing.assert_close(
+            _tree(actual, to_cpu),
+            expected,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            check_device=False,
+            check_stride=False,
+        )
+    except Exception as err:
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         return lines[0][:200] if lines else type(err).__name__
     return None
@@ -290,7 +341,7 @@ def run_child(opts: ProbeOptions, out: str, progress: bool = True) -> Snapshot:
                 continue
             try:
                 samples = list(info.sample_inputs("cpu", dt))[: opts.samples]
-            except Exception as err:  # noqa: BLE001 - OpInfo sample generators can raise anything
+            except Exception as err:
                 run.skipped.append(f"{info.name}[{name}]: samples failed: {_first_line(err)}")
                 continue
             for sample in samples:
@@ -313,15 +364,28 @@ def run_probe(opts: ProbeOptions, *, timeout: float | None = None, python: str |
     with tempfile.TemporaryDirectory(prefix="nm-probe-") as tmp:
         out = os.path.join(tmp, "probe.json")
         status = os.path.join(tmp, "status.json")
-        cmd = [python or sys.executable, "-m", "neuron_migrate.opdb.probe", json.dumps(asdict(opts)), out, status]
+        cmd = [
+            python or sys.executable,
+            "-m",
+            "neuron_migrate.opdb.probe",
+            json.dumps(asdict(opts)),
+            out,
+            status,
+        ]
         try:
-            proc = subprocess.run(cmd, check=False, timeout=timeout, stdout=subprocess.DEVNULL, env=_child_env())
+            proc = subprocess.run(
+                cmd, check=False, timeout=timeout, stdout=subprocess.DEVNULL, env=_child_env()
+            )
         except subprocess.TimeoutExpired:
-            raise OpdbError(f"opdb probe took more than {timeout:.0f}s; probe fewer ops (--ops, --limit)") from None
+            raise OpdbError(
+                f"opdb probe took more than {timeout:.0f}s; probe fewer ops (--ops, --limit)"
+            ) from None
         if Path(status).exists():
             raise OpdbError(json.loads(Path(status).read_text())["error"])
         if proc.returncode != 0 or not Path(out).exists():
-            raise OpdbError(f"opdb probe child process failed (exit code {proc.returncode}); rerun with --debug")
+            raise OpdbError(
+                f"opdb probe child process failed (exit code {proc.returncode}); rerun with --debug"
+            )
         return load_snapshot_file(out)
 
 
@@ -339,8 +403,11 @@ def _child_main(argv: list[str]) -> int:
     try:
         run_child(opts, out, progress=sys.stderr.isatty())
     except ImportError as err:
-        Path(status).write_text(json.dumps({"error": f"opdb probe needs torch and expecttest ({err}); "
-                                                     "install neuron-migrate[trace]"}))
+        Path(status).write_text(
+            json.dumps(
+                {"error": f"opdb probe needs torch and expecttest ({err}); install neuron-migrate[trace]"}
+            )
+        )
         return 2
     except OpdbError as err:
         Path(status).write_text(json.dumps({"error": str(err)}))

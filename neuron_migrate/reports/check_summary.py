@@ -24,13 +24,23 @@ def verdict_line(verdict: Verdict) -> str:
 
 def render_junit(verdict: Verdict) -> str:
     """One test case per problem (failed), or one passing `gate` case; CI systems show them as test results."""
-    suite = ET.Element("testsuite", name="neuron-migrate check", tests=str(max(1, len(verdict.problems))),
-                       failures=str(len(verdict.problems)), errors="0", skipped="0")
+    suite = ET.Element(
+        "testsuite",
+        name="neuron-migrate check",
+        tests=str(max(1, len(verdict.problems))),
+        failures=str(len(verdict.problems)),
+        errors="0",
+        skipped="0",
+    )
     if verdict.passed:
         ET.SubElement(suite, "testcase", classname="neuron-migrate", name="gate")
     for problem in verdict.problems:
-        case = ET.SubElement(suite, "testcase", classname=f"neuron-migrate.{problem.kind}",
-                             name=f"{problem.name} at {problem.location}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"neuron-migrate.{problem.kind}",
+            name=f"{problem.name} at {problem.location}",
+        )
         failure = ET.SubElement(case, "failure", message=problem.message, type=problem.kind)
         failure.text = f"{problem.location}: {problem.name}: {problem.message}"
     root = ET.Element("testsuites")
@@ -45,8 +55,9 @@ def render_markdown(verdict: Verdict) -> str:
     lines = [f"### {icon} {verdict_line(verdict)}", ""]
     if verdict.problems:
         lines += ["| what | where | why |", "|---|---|---|"]
-        lines += [f"| {md_code(p.name)} | {md_code(p.location)} | {md_text(p.message)} |"
-                  for p in verdict.problems]
+        lines += [
+            f"| {md_code(p.name)} | {md_code(p.location)} | {md_text(p.message)} |" for p in verdict.problems
+        ]
         lines.append("")
     if verdict.removable:
         lines += ["<details><summary>Fixed since the baseline (drop these entries)</summary>", ""]
@@ -57,22 +68,32 @@ def render_markdown(verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
-def render_check_text(verdict: Verdict, traces: tuple[TraceResult, ...], baseline: Path | None,
-                      console: Console) -> None:
+def render_check_text(
+    verdict: Verdict, traces: tuple[TraceResult, ...], baseline: Path | None, console: Console
+) -> None:
     """Traces that stopped early, every problem, the baseline entries that can go, and the verdict line."""
     from rich.markup import escape
 
     for trace in traces:
         # the gate only saw a stopped trace's ops up to there; a stand-in limitation is no neuron failure
         if trace.error:
-            what = ("stand-in limitation, not a neuron failure" if trace.error_kind == "stand_in"
-                    else "fails on neuron" if trace.error_kind == "neuron" else "did not finish")
+            what = (
+                "stand-in limitation, not a neuron failure"
+                if trace.error_kind == "stand_in"
+                else "fails on neuron"
+                if trace.error_kind == "neuron"
+                else "did not finish"
+            )
             console.print(f"  trace {escape(trace.target)}: [yellow]{what}[/]: {escape(trace.error)}")
     for problem in verdict.problems:
-        console.print(f"  {escape(problem.location)}  [red]{escape(problem.name)}[/] {escape(problem.message)}")
+        console.print(
+            f"  {escape(problem.location)}  [red]{escape(problem.name)}[/] {escape(problem.message)}"
+        )
     if verdict.removable:
-        console.print(f"{len(verdict.removable)} baseline entries are fixed and can be dropped: rerun with "
-                      f"--write-baseline {baseline} to shrink it.")
+        console.print(
+            f"{len(verdict.removable)} baseline entries are fixed and can be dropped: rerun with "
+            f"--write-baseline {baseline} to shrink it."
+        )
         for entry in verdict.removable[:10]:
             console.print(f"  [dim]{escape(entry)}[/]")
     style = "green" if verdict.passed else "bold red"

@@ -169,7 +169,11 @@ def _finding_reason(finding: Finding, bucket: str) -> str:
     if rule is not None and rule.builds_kernels and bucket == "no-equivalent":
         return "extension build wiring: make it CUDA-only (its kernels are counted at their .cu files)"
     if bucket == "cuda-library":
-        return f"CUDA-only library: move to {finding.replacement}" if finding.replacement else "CUDA-only library"
+        return (
+            f"CUDA-only library: move to {finding.replacement}"
+            if finding.replacement
+            else "CUDA-only library"
+        )
     return {
         "safe-fix": "safe rewrite by `neuron-migrate fix`: review it",
         "unsafe-fix": "rewrite changes behaviour (`--unsafe-fixes`): review and test it",

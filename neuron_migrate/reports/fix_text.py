@@ -25,16 +25,21 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
         console.print("[bold]Left for a person:[/]")
         for rel, finding, why in todo:
             where = f"{rel}[cell {finding.cell}]" if finding.cell else rel
-            console.print(f"  {escape(where)}:{finding.line}:{finding.col + 1} {finding.code} "
-                          f"{escape(finding.message)} [dim]({escape(why)})[/]")
+            console.print(
+                f"  {escape(where)}:{finding.line}:{finding.col + 1} {finding.code} "
+                f"{escape(finding.message)} [dim]({escape(why)})[/]"
+            )
     verb = "fixed" if write else "would fix"
     unsafe_left = sum(1 for _, _, why in todo if why.startswith("unsafe"))
     console.print(
         f"\n{len(changed)} files {'changed' if write else 'would change'}, {applied} findings {verb}, "
-        f"{len(todo)} left for a person" + (f" ({unsafe_left} have unsafe fixes: --unsafe-fixes)" if unsafe_left
-                                            and not unsafe else "")
-        + (f", {notes} notes that need no change (`neuron-migrate scan` lists them)" if notes else "") + "."
+        f"{len(todo)} left for a person"
+        + (f" ({unsafe_left} have unsafe fixes: --unsafe-fixes)" if unsafe_left and not unsafe else "")
+        + (f", {notes} notes that need no change (`neuron-migrate scan` lists them)" if notes else "")
+        + "."
     )
     if changed and not write:
-        console.print("[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]")
+        console.print(
+            "[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]"
+        )
     return len(todo)

@@ -14,9 +14,19 @@ from neuron_migrate.fleet.matrix import VERDICT_LABELS, VERDICTS, ArchResult, Fl
 from neuron_migrate.model import to_json
 from neuron_migrate.reports.templating import render_template
 
-VERDICT_COLORS = {"native": "#2f855a", "fallbacks": "#d97706", "fails_on_neuron": "#c53030",
-                  "stand_in_limitation": "#6b46c1", "does_not_build": "#8a94a6"}
-STATUS_COLORS = {"native": "#c6f6d5", "cpu_fallback": "#fbd38d", "unsupported": "#feb2b2", "unknown": "#e2e8f0"}
+VERDICT_COLORS = {
+    "native": "#2f855a",
+    "fallbacks": "#d97706",
+    "fails_on_neuron": "#c53030",
+    "stand_in_limitation": "#6b46c1",
+    "does_not_build": "#8a94a6",
+}
+STATUS_COLORS = {
+    "native": "#c6f6d5",
+    "cpu_fallback": "#fbd38d",
+    "unsupported": "#feb2b2",
+    "unknown": "#e2e8f0",
+}
 STATUS_SHORT = {"native": "N", "cpu_fallback": "F", "unsupported": "U", "unknown": "?"}
 FORMATS = ("text", "json", "md", "html")
 
@@ -35,8 +45,14 @@ def _bar(result: FleetResult, mode: str, width: int = 600) -> list[dict]:
         count = summary.counts[verdict]
         w = width * count / total
         if count:
-            segments.append({"x": round(x, 2), "w": round(w, 2), "color": VERDICT_COLORS[verdict],
-                             "label": f"{VERDICT_LABELS[verdict]}: {count}"})
+            segments.append(
+                {
+                    "x": round(x, 2),
+                    "w": round(w, 2),
+                    "color": VERDICT_COLORS[verdict],
+                    "label": f"{VERDICT_LABELS[verdict]}: {count}",
+                }
+            )
         x += w
     return segments
 
@@ -45,8 +61,9 @@ def rows(result: FleetResult) -> list[dict]:
     """One row per model type: its class and, per mode, its ArchResult (side by side)."""
     table: dict[str, dict] = {}
     for arch in result.architectures:
-        row = table.setdefault(arch.model_type, {"model_type": arch.model_type, "architecture": arch.architecture,
-                                                 "modes": {}})
+        row = table.setdefault(
+            arch.model_type, {"model_type": arch.model_type, "architecture": arch.architecture, "modes": {}}
+        )
         row["modes"][arch.mode] = arch
     return list(table.values())
 
@@ -56,10 +73,20 @@ def _first(result: FleetResult) -> list[ArchResult]:
 
 
 def _context(result: FleetResult, columns: int) -> dict:
-    return {"r": result, "modes": result.modes, "S": result.summaries, "verdicts": VERDICTS,
-            "labels": VERDICT_LABELS, "vcolors": VERDICT_COLORS, "scolors": STATUS_COLORS, "short": STATUS_SHORT,
-            "columns": matrix_ops(result, columns), "bars": {m: _bar(result, m) for m in result.modes},
-            "rows": rows(result), "first": _first(result)}
+    return {
+        "r": result,
+        "modes": result.modes,
+        "S": result.summaries,
+        "verdicts": VERDICTS,
+        "labels": VERDICT_LABELS,
+        "vcolors": VERDICT_COLORS,
+        "scolors": STATUS_COLORS,
+        "short": STATUS_SHORT,
+        "columns": matrix_ops(result, columns),
+        "bars": {m: _bar(result, m) for m in result.modes},
+        "rows": rows(result),
+        "first": _first(result),
+    }
 
 
 def render_json(result: FleetResult) -> str:

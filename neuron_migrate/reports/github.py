@@ -17,7 +17,9 @@ def render_github(findings: list[Finding] | tuple[Finding, ...]) -> str:
     lines = []
     for f in findings:
         title = f"{f.code}" + (f" (cell {f.cell})" if f.cell is not None else "")
-        props = (f"file={_escape(f.path, True)},line={f.line},col={f.col + 1},endLine={f.end_line},"
-                 f"endColumn={f.end_col + 1},title={_escape(title, True)}")
+        props = (
+            f"file={_escape(f.path, True)},line={f.line},col={f.col + 1},endLine={f.end_line},"
+            f"endColumn={f.end_col + 1},title={_escape(title, True)}"
+        )
         lines.append(f"::{_COMMAND[f.severity]} {props}::{_escape(f.message)}")
     return "\n".join(lines) + ("\n" if lines else "")

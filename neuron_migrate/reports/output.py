@@ -16,7 +16,9 @@ def write_output(text: str, output: Path | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    if output.exists() and not output.is_file():  # /dev/null, a FIFO, /dev/stdout: write through, never replace
+    if (
+        output.exists() and not output.is_file()
+    ):  # /dev/null, a FIFO, /dev/stdout: write through, never replace
         try:
             with open(output, "w", encoding="utf-8", newline="") as out:
                 out.write(text)

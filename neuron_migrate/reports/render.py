@@ -13,8 +13,16 @@ from neuron_migrate.reports.effort import plural
 from neuron_migrate.reports.sarif import render_report_sarif
 from neuron_migrate.reports.templating import render_template
 
-__all__ = ["RENDERERS", "build_report", "hours", "render_html", "render_json", "render_markdown",
-           "render_report_sarif", "report_summary"]
+__all__ = [
+    "RENDERERS",
+    "build_report",
+    "hours",
+    "render_html",
+    "render_json",
+    "render_markdown",
+    "render_report_sarif",
+    "report_summary",
+]
 
 STATUS_COLOR = {
     "native": "#2f855a",

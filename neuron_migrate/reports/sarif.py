@@ -31,7 +31,11 @@ def rule_descriptor(rule: type[Rule], docs_url: str) -> dict:
         "help": {"text": markdown, "markdown": markdown},
         "helpUri": f"{docs_url}#{rule.code.lower()}",
         "defaultConfiguration": {"level": LEVEL[rule.severity]},
-        "properties": {"category": rule.category(), "fix": rule.fix_safety, "tags": ["neuron-migrate", rule.category()]},
+        "properties": {
+            "category": rule.category(),
+            "fix": rule.fix_safety,
+            "tags": ["neuron-migrate", rule.category()],
+        },
     }
 
 
@@ -44,16 +48,23 @@ def _fix(finding: Finding) -> list[dict]:
     if fix is None or fix.safety != "safe" or finding.cell is not None:
         return []
     edits: list[Edit] = list(fix.edits)
-    return [{
-        "description": {"text": fix.title},
-        "artifactChanges": [{
-            "artifactLocation": {"uri": finding.path, "uriBaseId": "%SRCROOT%"},
-            "replacements": [
-                {"deletedRegion": _region(e.line, e.col, e.end_line, e.end_col), "insertedContent": {"text": e.text}}
-                for e in edits
+    return [
+        {
+            "description": {"text": fix.title},
+            "artifactChanges": [
+                {
+                    "artifactLocation": {"uri": finding.path, "uriBaseId": "%SRCROOT%"},
+                    "replacements": [
+                        {
+                            "deletedRegion": _region(e.line, e.col, e.end_line, e.end_col),
+                            "insertedContent": {"text": e.text},
+                        }
+                        for e in edits
+                    ],
+                }
             ],
-        }],
-    }]
+        }
+    ]
 
 
 def finding_result(finding: Finding, rule_index: dict[str, int]) -> dict:
@@ -66,8 +77,14 @@ def finding_result(finding: Finding, rule_index: dict[str, int]) -> dict:
         "ruleIndex": rule_index[finding.code],
         "level": LEVEL[finding.severity],
         "message": {"text": finding.message},
-        "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": finding.path, "uriBaseId": "%SRCROOT%"}, "region": region}}],
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": finding.path, "uriBaseId": "%SRCROOT%"},
+                    "region": region,
+                }
+            }
+        ],
         "partialFingerprints": {"neuronMigrateFinding/v1": finding.fingerprint},
     }
     properties = {k: v for k, v in (("cell", finding.cell), ("guard", finding.guard)) if v is not None}
@@ -78,8 +95,12 @@ def finding_result(finding: Finding, rule_index: dict[str, int]) -> dict:
     return result
 
 
-def sarif_log(findings: list[Finding] | tuple[Finding, ...], extra_results: list[dict] | None = None,
-              extra_rules: list[dict] | None = None, docs_url: str = DEFAULT_DOCS_URL) -> dict:
+def sarif_log(
+    findings: list[Finding] | tuple[Finding, ...],
+    extra_results: list[dict] | None = None,
+    extra_rules: list[dict] | None = None,
+    docs_url: str = DEFAULT_DOCS_URL,
+) -> dict:
     """A SARIF 2.1.0 log with one run; `extra_*` let other producers (trace ops) add their own rules/results."""
     from neuron_migrate.migrate.rule import load_rules
 
@@ -90,16 +111,20 @@ def sarif_log(findings: list[Finding] | tuple[Finding, ...], extra_results: list
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "neuron-migrate",
-                "version": __version__,
-                "informationUri": docs_url.rsplit("/docs/", 1)[0],
-                "rules": descriptors,
-            }},
-            "columnKind": "unicodeCodePoints",
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "neuron-migrate",
+                        "version": __version__,
+                        "informationUri": docs_url.rsplit("/docs/", 1)[0],
+                        "rules": descriptors,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
     }
 
 

@@ -51,7 +51,9 @@ def render_scan_summary(result: ScanResult, console: Console) -> None:
         for category, count in by_category.most_common():
             items = [f for f in findings if f.category == category]
             fixable = sum(1 for f in items if f.fix_safety != "none")
-            table.add_row(category, str(count), str(fixable), str(count - fixable), str(len({f.path for f in items})))
+            table.add_row(
+                category, str(count), str(fixable), str(count - fixable), str(len({f.path for f in items}))
+            )
         console.print()
         console.print(table)
     severities = Counter(f.severity for f in findings)

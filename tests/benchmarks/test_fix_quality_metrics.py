@@ -26,6 +26,7 @@ def count(metric: str, before: str, after: str, limit: int = 88) -> int:
 
 # --- long lines -------------------------------------------------------------------------------------------
 
+
 def test_long_lines_count_only_lines_the_fix_made_long():
     long_old = "x = " + "a" * 100
     before = f"{long_old}\ny = torch.cuda.synchronize()\nz = 1\n"
@@ -55,6 +56,7 @@ def test_line_limit_comes_from_the_nearest_config_below_the_boundary(tmp_path):
 
 
 # --- idiom repeats ----------------------------------------------------------------------------------------
+
 
 def test_idiom_twice_in_a_function_and_twice_in_one_statement():
     before = """\
@@ -94,10 +96,14 @@ def test_idiom_once_per_function_is_fine_and_old_repeats_are_not_the_fix():
 
 
 def test_property_and_setter_are_two_functions():
-    before = ("class A:\n    @property\n    def d(self): return 'cuda'\n    @d.setter\n"
-              "    def d(self, v): v.cuda()\n")
-    after = (f"class A:\n    @property\n    def d(self): return ({DEV}).type\n    @d.setter\n"
-             f"    def d(self, v): v.to({DEV})\n")
+    before = (
+        "class A:\n    @property\n    def d(self): return 'cuda'\n    @d.setter\n"
+        "    def d(self, v): v.cuda()\n"
+    )
+    after = (
+        f"class A:\n    @property\n    def d(self): return ({DEV}).type\n    @d.setter\n"
+        f"    def d(self, v): v.to({DEV})\n"
+    )
     assert count("idiom_repeats", before, after) == 0
 
 
@@ -109,8 +115,10 @@ CERTAIN = {
     "else_of_not": ("if not torch.cuda.is_available():\n    x = 1\nelse:\n    {stmt}\n", 1),
     "after_return": ("def f():\n    if not torch.cuda.is_available():\n        return\n    {stmt}\n", 2),
     "after_raise_or": ("if cpu or not torch.cuda.is_available():\n    raise SystemExit\n{stmt}\n", 1),
-    "after_continue": ("for i in r:\n    if not torch.cuda.is_available():\n        continue\n    {stmt}\n",
-                       2),
+    "after_continue": (
+        "for i in r:\n    if not torch.cuda.is_available():\n        continue\n    {stmt}\n",
+        2,
+    ),
     "after_sys_exit": ("if not torch.cuda.is_available():\n    print('no')\n    sys.exit(1)\n{stmt}\n", 1),
     "after_assert": ("def f():\n    assert torch.cuda.is_available(), 'needs a GPU'\n    {stmt}\n", 2),
     "device_type_not_cpu": ("if device.type != 'cpu':\n    {stmt}\n", 1),
@@ -151,8 +159,10 @@ def test_an_added_guard_where_an_accelerator_is_only_possible_does_not(case):
 
 def test_conditional_expression_guards_count_too():
     before = "if torch.cuda.is_available():\n    kw = dict(pin=True)\n"
-    after = ("if torch.accelerator.is_available():\n"
-             "    kw = dict(pin=True if torch.accelerator.is_available() else False)\n")
+    after = (
+        "if torch.accelerator.is_available():\n"
+        "    kw = dict(pin=True if torch.accelerator.is_available() else False)\n"
+    )
     assert count("nested_guards", before, after) == 1
     inline = "y = x if torch.cuda.is_available() and (a if torch.accelerator.is_available() else b) else z\n"
     assert count("nested_guards", "y = 1\n", inline) == 1
@@ -165,6 +175,7 @@ def test_a_renamed_guard_is_not_an_added_one():
 
 
 # --- adjacent duplicates, untouchable edits, parse failures -----------------------------------------------
+
 
 def test_identical_adjacent_statements_the_fix_created():
     before = """\

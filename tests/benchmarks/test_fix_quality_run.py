@@ -15,7 +15,7 @@ from benchmarks.fixq.lint import lint_deltas
 
 # Stands in for `neuron-migrate fix`: rewrites 'cuda' to 'DEV'; a file saying CRASH kills the whole run,
 # one saying FAIL is reported the way the CLI reports a fix that raised.
-FAKE_FIX = '''
+FAKE_FIX = """
 import sys
 from pathlib import Path
 targets = [a for a in sys.argv[1:] if not a.startswith("--") and a != "."]
@@ -33,7 +33,7 @@ for f in files:
         changed, sites = changed + 1, sites + text.count("cuda")
 print(f"{changed} files changed, {sites} findings fixed, 0 left for a person.", file=sys.stderr)
 sys.exit(1)
-'''
+"""
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -44,14 +44,17 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_crashing_file_is_isolated_and_the_rest_is_still_measured(tmp_path):
-    pkg = _tree(tmp_path / "src" / "pkg", {
-        f"m{i}.py": f"x{i} = torch.device('cuda')\n" for i in range(7)} | {
-        "sub/bad.py": "# CRASH\nx = 'cuda'\n", "sub/fails.py": "# FAIL\n"})
+    pkg = _tree(
+        tmp_path / "src" / "pkg",
+        {f"m{i}.py": f"x{i} = torch.device('cuda')\n" for i in range(7)}
+        | {"sub/bad.py": "# CRASH\nx = 'cuda'\n", "sub/fails.py": "# FAIL\n"},
+    )
     originals = {p: p.read_bytes() for p in pkg.rglob("*.py")}
     fake = tmp_path / "fake_fix.py"
     fake.write_text(FAKE_FIX)
-    result = bench_tree(Target("pkg", pkg, pkg), unsafe=False, examples=3,
-                        command=[sys.executable, str(fake)])
+    result = bench_tree(
+        Target("pkg", pkg, pkg), unsafe=False, examples=3, command=[sys.executable, str(fake)]
+    )
     assert {p: p.read_bytes() for p in pkg.rglob("*.py")} == originals
     assert sorted(rel for rel, _ in result.run.crashes) == ["pkg/sub/bad.py", "pkg/sub/fails.py"]
     assert result.tallies["crashes"].count == 2
@@ -65,8 +68,10 @@ def test_ruff_deltas_count_new_findings_and_format_regressions(tmp_path):
     before = "import os\n\nprint(os.sep)\nx = torch.cuda.is_available()\n"
     after = "import os\nimport torch\n\nprint(os.sep)\nx = is_available(  )\n"
     unformatted = "x = [1,2]\n"
-    pairs = [FilePair("pkg/a.py", before, after, 88),
-             FilePair("pkg/b.py", unformatted, unformatted + "y = 'cuda'\n", 88)]
+    pairs = [
+        FilePair("pkg/a.py", before, after, 88),
+        FilePair("pkg/b.py", unformatted, unformatted + "y = 'cuda'\n", 88),
+    ]
     for side, index in (("before", 1), ("after", 2)):
         for pair in pairs:
             path = tmp_path / side / pair.rel
@@ -90,9 +95,11 @@ def test_a_finding_that_only_moved_is_not_new(tmp_path):
 
 
 def test_the_real_cli_end_to_end(tmp_path, capsys):
-    project = _tree(tmp_path / "proj", {
-        "pyproject.toml": "[tool.ruff]\nline-length = 60\n",
-        "train.py": """\
+    project = _tree(
+        tmp_path / "proj",
+        {
+            "pyproject.toml": "[tool.ruff]\nline-length = 60\n",
+            "train.py": """\
             import torch
 
 
@@ -102,8 +109,9 @@ def test_the_real_cli_end_to_end(tmp_path, capsys):
                 torch.cuda.synchronize()
                 return model(x)
             """,
-        "clean.py": "def add(a, b):\n    return a + b\n",
-    })
+            "clean.py": "def add(a, b):\n    return a + b\n",
+        },
+    )
     out = tmp_path / "record.json"
     assert fix_quality.main(["--packages", str(project), "--json", str(out), "--examples", "2"]) == 0
     data = json.loads(out.read_text())

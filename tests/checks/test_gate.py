@@ -41,15 +41,18 @@ def test_default_policy_fails_on_unsupported_ops_only():
     assert evaluate([], OPS[:2], Policy()).passed
 
 
-@pytest.mark.parametrize(("policy", "fails"), [
-    (Policy(min_op_coverage=0.95, max_unsupported_ops=None), True),  # 90 of 100 calls native
-    (Policy(min_op_coverage=0.9, max_unsupported_ops=None), False),
-    (Policy(min_op_coverage=0.5, coverage_by="ops", max_unsupported_ops=None), True),  # 1 of 3 ops native
-    (Policy(max_fallback_ops=0, max_unsupported_ops=None), True),
-    (Policy(max_fallback_ops=1, max_unsupported_ops=None), False),
-    (Policy(max_unsupported_ops=1), False),
-    (Policy(max_unknown_ops=0), True),
-])
+@pytest.mark.parametrize(
+    ("policy", "fails"),
+    [
+        (Policy(min_op_coverage=0.95, max_unsupported_ops=None), True),  # 90 of 100 calls native
+        (Policy(min_op_coverage=0.9, max_unsupported_ops=None), False),
+        (Policy(min_op_coverage=0.5, coverage_by="ops", max_unsupported_ops=None), True),  # 1 of 3 ops native
+        (Policy(max_fallback_ops=0, max_unsupported_ops=None), True),
+        (Policy(max_fallback_ops=1, max_unsupported_ops=None), False),
+        (Policy(max_unsupported_ops=1), False),
+        (Policy(max_unknown_ops=0), True),
+    ],
+)
 def test_each_threshold(policy, fails):
     ops = OPS + ([op("aten::mystery", "unknown", 0)] if policy.max_unknown_ops == 0 else [])
     assert evaluate([], ops, policy).passed is not fails
@@ -64,8 +67,12 @@ def test_allow_lists_by_op_dtype_rule_and_path():
     base_name = Policy(allow=(parse_allowance("op", "_fft_r2c=any overload"),))
     assert evaluate([], OPS, base_name).passed
     assert evaluate([finding("NM410")], [], Policy(allow=(parse_allowance("rule", "NM4=perf flags"),))).passed
-    assert evaluate([finding(path="vendor/x.py")], [], Policy(allow=(parse_allowance("path", "vendor=3rd party"),))).passed
-    assert not evaluate([finding(path="src/x.py")], [], Policy(allow=(parse_allowance("path", "vendor=x"),))).passed
+    assert evaluate(
+        [finding(path="vendor/x.py")], [], Policy(allow=(parse_allowance("path", "vendor=3rd party"),))
+    ).passed
+    assert not evaluate(
+        [finding(path="src/x.py")], [], Policy(allow=(parse_allowance("path", "vendor=x"),))
+    ).passed
 
 
 def test_allowance_needs_a_reason():
@@ -84,7 +91,9 @@ def test_baseline_fails_only_on_new_and_survives_moves():
 
 
 def test_baseline_new_fallback_op_is_named_and_fixed_items_are_removable():
-    baseline = Baseline.of([finding(), finding("NM103", source="x.cuda()")], [op("aten::linalg_qr", "cpu_fallback")])
+    baseline = Baseline.of(
+        [finding(), finding("NM103", source="x.cuda()")], [op("aten::linalg_qr", "cpu_fallback")]
+    )
     now = [finding()]
     verdict = evaluate(now, [op("aten::histc", "cpu_fallback"), op(count=3)], Policy(), baseline)
     assert [(p.kind, p.name) for p in verdict.problems] == [("op", "aten::histc")]
@@ -104,8 +113,15 @@ def test_baseline_file_round_trip_and_ratchet(tmp_path):
     assert load_baseline(path) == first
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"schema": "other"}', '{"schema": "neuron-migrate/baseline/1"}',
-                                     '{"schema": "neuron-migrate/baseline/1", "findings": [{"code": 1}], "ops": []}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        '{"schema": "other"}',
+        '{"schema": "neuron-migrate/baseline/1"}',
+        '{"schema": "neuron-migrate/baseline/1", "findings": [{"code": 1}], "ops": []}',
+    ],
+)
 def test_malformed_baseline_is_an_input_error(tmp_path, content):
     path = tmp_path / "b.json"
     path.write_text(content)
@@ -114,8 +130,11 @@ def test_malformed_baseline_is_an_input_error(tmp_path, content):
 
 
 def test_policy_from_config_and_flags():
-    policy = policy_from({"min-op-coverage": 0.9, "allow": [{"rule": "NM8", "reason": "numerics reviewed"}]},
-                         {"min-op-coverage": 0.95, "fail-on-findings": "NM1,NM2"}, "pyproject.toml")
+    policy = policy_from(
+        {"min-op-coverage": 0.9, "allow": [{"rule": "NM8", "reason": "numerics reviewed"}]},
+        {"min-op-coverage": 0.95, "fail-on-findings": "NM1,NM2"},
+        "pyproject.toml",
+    )
     assert policy.min_op_coverage == 0.95 and policy.fail_on_codes == ("NM1", "NM2")
     assert policy.allow[0].kind == "rule"
     with pytest.raises(ConfigError, match="unknown key"):

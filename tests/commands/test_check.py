@@ -11,14 +11,23 @@ from tests.conftest import EXAMPLE
 
 
 def trace_file(path, ops):
-    record = TraceResult("examples/cuda_project/trace_target.py:build", "stand-in", ("forward",), "v", True,
-                         tuple(ops), Coverage.of(ops))
+    record = TraceResult(
+        "examples/cuda_project/trace_target.py:build",
+        "stand-in",
+        ("forward",),
+        "v",
+        True,
+        tuple(ops),
+        Coverage.of(ops),
+    )
     path.write_text(to_json(record))
     return path
 
 
 NATIVE = OpUse("aten::mm", ("float32",), 12, "forward", (CallSite("model.py", 60),), status="native")
-FALLBACK = OpUse("aten::linalg_qr", ("float32",), 2, "forward", (CallSite("model.py", 99),), status="cpu_fallback")
+FALLBACK = OpUse(
+    "aten::linalg_qr", ("float32",), 2, "forward", (CallSite("model.py", 99),), status="cpu_fallback"
+)
 
 
 @pytest.fixture
@@ -29,16 +38,22 @@ def project(tmp_path):
 
 def test_baseline_workflow_on_the_example(run_cli, project):
     base_trace = trace_file(project / "trace.json", [NATIVE])
-    assert run_cli("check", ".", "--trace", base_trace, "--write-baseline", "bl.json", cwd=project).returncode == 0
-    passing = run_cli("check", ".", "--trace", base_trace, "--baseline", "bl.json", "--junit", "j.xml", cwd=project)
+    assert (
+        run_cli("check", ".", "--trace", base_trace, "--write-baseline", "bl.json", cwd=project).returncode
+        == 0
+    )
+    passing = run_cli(
+        "check", ".", "--trace", base_trace, "--baseline", "bl.json", "--junit", "j.xml", cwd=project
+    )
     assert passing.returncode == 0, passing.stderr
     assert "PASSED" in passing.stderr and 'name="gate"' in (project / "j.xml").read_text()
 
     train = project / "train.py"
     original = train.read_text()
     train.write_text(original + "\n\ndef wait():\n    torch.cuda.synchronize()\n")
-    new_code = run_cli("check", ".", "--trace", base_trace, "--baseline", "bl.json", "--markdown", "s.md",
-                       cwd=project)
+    new_code = run_cli(
+        "check", ".", "--trace", base_trace, "--baseline", "bl.json", "--markdown", "s.md", cwd=project
+    )
     assert new_code.returncode == 1
     assert "train.py:" in new_code.stderr and "NM401" in new_code.stderr and "new finding" in new_code.stderr
     assert "NM401" in (project / "s.md").read_text()
@@ -46,9 +61,20 @@ def test_baseline_workflow_on_the_example(run_cli, project):
 
     new_op = trace_file(project / "trace2.json", [NATIVE, FALLBACK])
     fallback = run_cli("check", ".", "--trace", new_op, "--baseline", "bl.json", cwd=project)
-    assert fallback.returncode == 1 and "aten::linalg_qr" in fallback.stderr and "model.py:99" in fallback.stderr
-    allowed = run_cli("check", ".", "--trace", new_op, "--baseline", "bl.json",
-                      "--allow-op", "aten::linalg_qr=runs once per epoch", cwd=project)
+    assert (
+        fallback.returncode == 1 and "aten::linalg_qr" in fallback.stderr and "model.py:99" in fallback.stderr
+    )
+    allowed = run_cli(
+        "check",
+        ".",
+        "--trace",
+        new_op,
+        "--baseline",
+        "bl.json",
+        "--allow-op",
+        "aten::linalg_qr=runs once per epoch",
+        cwd=project,
+    )
     assert allowed.returncode == 0
 
     train.write_text(original.replace("torch.backends.cudnn.benchmark = True", "pass"))
@@ -57,17 +83,34 @@ def test_baseline_workflow_on_the_example(run_cli, project):
     assert "can be dropped" in fixed.stderr and "NM410" in fixed.stderr
     grow = run_cli("check", ".", "--trace", new_op, "--write-baseline", "bl.json", cwd=project)
     assert grow.returncode == 2 and "only shrinks" in grow.stderr
-    assert run_cli("check", ".", "--trace", new_op, "--write-baseline", "bl.json", "--update-baseline",
-                   cwd=project).returncode == 0
+    assert (
+        run_cli(
+            "check", ".", "--trace", new_op, "--write-baseline", "bl.json", "--update-baseline", cwd=project
+        ).returncode
+        == 0
+    )
 
 
 def test_thresholds_from_flags_and_config(run_cli, project):
     traced = trace_file(project / "t.json", [NATIVE, FALLBACK])
     assert run_cli("check", ".", "--trace", traced, "--fail-on-findings", "none", cwd=project).returncode == 0
-    assert run_cli("check", ".", "--trace", traced, "--fail-on-findings", "none", "--max-fallback-ops", "0",
-                   cwd=project).returncode == 1
+    assert (
+        run_cli(
+            "check",
+            ".",
+            "--trace",
+            traced,
+            "--fail-on-findings",
+            "none",
+            "--max-fallback-ops",
+            "0",
+            cwd=project,
+        ).returncode
+        == 1
+    )
     (project / "pyproject.toml").write_text(
-        "[tool.neuron-migrate.check]\nmin-op-coverage = 0.99\nfail-on-findings = 'none'\n")
+        "[tool.neuron-migrate.check]\nmin-op-coverage = 0.99\nfail-on-findings = 'none'\n"
+    )
     proc = run_cli("check", ".", "--trace", traced, cwd=project)
     assert proc.returncode == 1 and "below 99.0%" in proc.stderr
 
@@ -82,8 +125,9 @@ def one_line(proc) -> str:
 def test_input_errors_are_one_line_exit_2(run_cli, tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "bad.json").write_text("{oops")
-    (tmp_path / "scan.json").write_text('{"schema": "neuron-migrate/scan/1", "root": ".", "findings": [], '
-                                        '"files_scanned": 0}')
+    (tmp_path / "scan.json").write_text(
+        '{"schema": "neuron-migrate/scan/1", "root": ".", "findings": [], "files_scanned": 0}'
+    )
     assert "bad.json" in one_line(run_cli("check", ".", "--baseline", "bad.json"))
     assert "bad.json" in one_line(run_cli("check", ".", "--trace", "bad.json"))
     assert "not a neuron-migrate trace" in one_line(run_cli("check", ".", "--trace", "scan.json"))
@@ -112,8 +156,9 @@ def test_internal_error_is_exit_3(monkeypatch, tmp_path, capsys):
     assert "internal error: ZeroDivisionError" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args", [["--debug", "check", "."], ["check", ".", "--debug"],
-                                  ["check", "--debug", "."]])
+@pytest.mark.parametrize(
+    "args", [["--debug", "check", "."], ["check", ".", "--debug"], ["check", "--debug", "."]]
+)
 def test_debug_anywhere_shows_the_traceback(monkeypatch, tmp_path, args):
     from neuron_migrate import cli
 

@@ -15,16 +15,28 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cuda_project"
 def test_fixed_example_trains_on_cpu_and_second_fix_is_clean(run_cli, tmp_path):
     project = tmp_path / "cuda_project"
     shutil.copytree(EXAMPLE, project)
-    original = subprocess.run([sys.executable, "train.py", "--steps", "2", "--num-workers", "0"], cwd=project,
-                              capture_output=True, text=True, timeout=300)
+    original = subprocess.run(
+        [sys.executable, "train.py", "--steps", "2", "--num-workers", "0"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert original.returncode != 0 and "step 1 loss" not in original.stdout  # it insists on CUDA
 
     first = run_cli("fix", str(project), "--write")
     assert first.returncode == 1, first.stderr  # findings are left for a person
-    assert re.search(r"\d+ files changed, \d+ findings fixed, \d+ left for a person", first.stdout + first.stderr)
+    assert re.search(
+        r"\d+ files changed, \d+ findings fixed, \d+ left for a person", first.stdout + first.stderr
+    )
 
-    trained = subprocess.run([sys.executable, "train.py", "--steps", "2", "--num-workers", "0"], cwd=project,
-                             capture_output=True, text=True, timeout=300)
+    trained = subprocess.run(
+        [sys.executable, "train.py", "--steps", "2", "--num-workers", "0"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
     losses = re.findall(r"step (\d+) loss ([\d.]+)", trained.stdout)
     assert [step for step, _ in losses] == ["1", "2"], trained.stdout

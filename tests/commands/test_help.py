@@ -21,12 +21,22 @@ COMMANDS = list(_tree(app_command()))
 
 def test_the_tree_holds_every_command():
     names = {" ".join(path) for path, _ in COMMANDS}
-    assert {"scan", "fix", "rules", "trace", "check", "report", "opdb import compat-table", "fleet hf",
-            "fleet merge"} <= names
+    assert {
+        "scan",
+        "fix",
+        "rules",
+        "trace",
+        "check",
+        "report",
+        "opdb import compat-table",
+        "fleet hf",
+        "fleet merge",
+    } <= names
 
 
-@pytest.mark.parametrize(("path", "command"), COMMANDS,
-                         ids=[" ".join(path) or "neuron-migrate" for path, _ in COMMANDS])
+@pytest.mark.parametrize(
+    ("path", "command"), COMMANDS, ids=[" ".join(path) or "neuron-migrate" for path, _ in COMMANDS]
+)
 def test_help_renders_without_placeholders_on_flags(path, command):
     result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output

@@ -40,8 +40,10 @@ def test_sarif_of_the_example_is_valid_for_github(run_cli):
     log = json.loads(proc.stdout)
     assert sarif_problems(log) == []
     results = log["runs"][0]["results"]
-    assert results and all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith(
-        "examples/cuda_project/") for r in results)
+    assert results and all(
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith("examples/cuda_project/")
+        for r in results
+    )
     rule = log["runs"][0]["tool"]["driver"]["rules"][0]
     assert rule["helpUri"].endswith("#" + rule["id"].lower()) and rule["help"]["markdown"]
     assert any("fixes" in r for r in results)
@@ -49,10 +51,29 @@ def test_sarif_of_the_example_is_valid_for_github(run_cli):
 
 def test_sarif_check_catches_broken_logs():
     assert sarif_problems({"version": "2.0.0", "runs": []})
-    bad = {"$schema": "x/sarif-2.1.0.json", "version": "2.1.0", "runs": [{"tool": {"driver": {
-        "name": "t", "rules": [{"id": "A", "shortDescription": {"text": "a"}}]}}, "results": [
-        {"ruleId": "B", "message": {"text": "m"}, "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": "/abs.py"}, "region": {"startLine": 0}}}]}]}]}
+    bad = {
+        "$schema": "x/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {"name": "t", "rules": [{"id": "A", "shortDescription": {"text": "a"}}]}},
+                "results": [
+                    {
+                        "ruleId": "B",
+                        "message": {"text": "m"},
+                        "locations": [
+                            {
+                                "physicalLocation": {
+                                    "artifactLocation": {"uri": "/abs.py"},
+                                    "region": {"startLine": 0},
+                                }
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     problems = sarif_problems(bad)
     assert any("ruleId B" in p for p in problems) and any("relative" in p for p in problems)
     assert any("startLine" in p for p in problems) and any("partialFingerprints" in p for p in problems)
@@ -100,7 +121,9 @@ def test_bad_input_is_one_line_exit_2(run_cli, tmp_path):
 
 
 def test_config_exclude_and_select(run_cli, tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\nexclude = ["vendor"]\nselect = ["NM4"]\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.neuron-migrate]\nexclude = ["vendor"]\nselect = ["NM4"]\n'
+    )
     (tmp_path / "vendor").mkdir()
     (tmp_path / "vendor" / "v.py").write_text(SYNC)
     (tmp_path / "a.py").write_text(SYNC + "ok = torch.cuda.is_available()\n")

@@ -26,15 +26,27 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & heavy)), file=s
 
 
 def _heavy_loaded(args: list[str], cwd) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT)},
+    )
     return json.loads(proc.stderr.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("args", "allowed"), [
-    (["--version"], []),
-    (["--help"], ["rich"]),  # typer draws its help with rich
-    (["scan", ".", "--no-cache"], ["libcst", "rich"]),  # the scanner parses with libcst, the summary is rich
-])
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        (["--version"], []),
+        (["--help"], ["rich"]),  # typer draws its help with rich
+        (
+            ["scan", ".", "--no-cache"],
+            ["libcst", "rich"],
+        ),  # the scanner parses with libcst, the summary is rich
+    ],
+)
 def test_commands_load_only_what_they_use(tmp_path, args, allowed):
     assert _heavy_loaded(args, tmp_path) == allowed

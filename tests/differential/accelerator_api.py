@@ -21,10 +21,24 @@ from tests.differential.calls import device_key
 from tests.differential.cuda_state import active
 
 #: dtypes a CUDA device can allocate (what `get_device_capability()["supported_dtypes"]` lists on CUDA)
-SUPPORTED_DTYPES = frozenset({
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-    torch.float32, torch.float64, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
-})
+SUPPORTED_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    }
+)
 
 
 def _device(index: int) -> int:
@@ -87,10 +101,13 @@ C_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "_accelerator_emptyHostCache": lambda: None,
     "_accelerator_getDeviceStats": lambda index: active().memory[_device(index)].stats(),
     "_accelerator_resetPeakStats": _reset_peak,
-    "_accelerator_resetAccumulatedStats": lambda index: setattr(active().memory[_device(index)], "allocations", 0),
+    "_accelerator_resetAccumulatedStats": lambda index: setattr(
+        active().memory[_device(index)], "allocations", 0
+    ),
     "_accelerator_getMemoryInfo": _free_and_total,
-    "_accelerator_getDeviceCapability": lambda index: {"supported_dtypes": set(SUPPORTED_DTYPES)}
-    if _device(index) >= 0 else {},
+    "_accelerator_getDeviceCapability": lambda index: (
+        {"supported_dtypes": set(SUPPORTED_DTYPES)} if _device(index) >= 0 else {}
+    ),
     "_accelerator_hooks_device_count": lambda: active().device_count,
 }
 

@@ -20,7 +20,9 @@ def rewrite(source: str, unsafe: bool) -> str:
     from neuron_migrate.migrate.fixes import FixStyle
     from neuron_migrate.migrate.rule import load_rules
 
-    text, _applied, _left = fix_until_stable(source, "snippet.py", tuple(load_rules()), FixStyle(unsafe=unsafe))
+    text, _applied, _left = fix_until_stable(
+        source, "snippet.py", tuple(load_rules()), FixStyle(unsafe=unsafe)
+    )
     return text
 
 

@@ -38,7 +38,11 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
             for alias in node.names:
                 if alias.name.split(".")[0] == "torch":
                     names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "torch"
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" and not node.level:
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "torch"
+            and not node.level
+        ):
             for alias in node.names:
                 names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     return names
@@ -63,9 +67,17 @@ def torch_calls(source: str) -> set[TorchCall]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and (name := _dotted(node.func, aliases)):
-            unpacked = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-            found.add(TorchCall(name, sum(not isinstance(a, ast.Starred) for a in node.args),
-                                tuple(k.arg for k in node.keywords if k.arg), unpacked))
+            unpacked = any(isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords
+            )
+            found.add(
+                TorchCall(
+                    name,
+                    sum(not isinstance(a, ast.Starred) for a in node.args),
+                    tuple(k.arg for k in node.keywords if k.arg),
+                    unpacked,
+                )
+            )
     return found
 
 

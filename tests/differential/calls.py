@@ -70,7 +70,9 @@ class Recorder:
         """Append a call, unless it happens inside another recorded call (`nested`: record it anyway, for
         effects that stay visible after the outer call, such as the generators `torch.manual_seed` seeds)."""
         if self.depth == 0 or nested:
-            self.calls.append(Call(api, tuple(a if isinstance(a, str) else repr(a) for a in args), spelled or api))
+            self.calls.append(
+                Call(api, tuple(a if isinstance(a, str) else repr(a) for a in args), spelled or api)
+            )
 
     def outer(self) -> _Outer:
         return _Outer(self)

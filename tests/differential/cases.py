@@ -33,15 +33,21 @@ def rule_cases() -> list[Case]:
     """Every INVALID example that declares a fix, as `NM101-invalid-0`."""
     from neuron_migrate.migrate.rule import load_rules
 
-    return [Case(f"{code}-invalid-{i}", example.code, True, code)
-            for code, rule in load_rules().items() for i, example in enumerate(rule.INVALID)
-            if example.fixed is not None]
+    return [
+        Case(f"{code}-invalid-{i}", example.code, True, code)
+        for code, rule in load_rules().items()
+        for i, example in enumerate(rule.INVALID)
+        if example.fixed is not None
+    ]
 
 
 def corpus_cases() -> list[Case]:
     """Every snippet in corpus/, as `corpus/<name>`."""
-    return [Case(f"corpus/{path.stem}", path.read_text(), False)
-            for path in sorted(CORPUS.glob("*.py")) if path.name != "__init__.py"]
+    return [
+        Case(f"corpus/{path.stem}", path.read_text(), False)
+        for path in sorted(CORPUS.glob("*.py"))
+        if path.name != "__init__.py"
+    ]
 
 
 def all_cases() -> list[Case]:

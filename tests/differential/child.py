@@ -79,7 +79,7 @@ def _run_in_fork(job: dict, env: str) -> dict:
                 os.environ["MASTER_PORT"] = str(_free_port())
             workdir = os.path.join(job["workdir"], str(os.getpid()))
             data = json.dumps(run_snippet(job["source"], env, job["fragment"], job["id"], workdir).to_json())
-        except BaseException as err:  # noqa: BLE001 (any failure of the job is its result)
+        except BaseException as err:
             data = json.dumps(Outcome(error=f"harness failure: {type(err).__name__}: {err}").to_json())
         with os.fdopen(write_end, "w") as pipe:
             pipe.write(data)
@@ -99,7 +99,9 @@ def _run_in_fork(job: dict, env: str) -> dict:
             chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
     if not chunks:
-        reason = f"timed out after {TIMEOUT:.0f} s" if status == signal.SIGKILL else f"died (wait status {status})"
+        reason = (
+            f"timed out after {TIMEOUT:.0f} s" if status == signal.SIGKILL else f"died (wait status {status})"
+        )
         return Outcome(error=f"harness failure: the job {reason}").to_json()
     return json.loads(b"".join(chunks))
 

@@ -42,6 +42,7 @@ def _record(api: str, *args: Any, spelled: str) -> None:
 
 # --- devices -----------------------------------------------------------------------------------------------
 
+
 def is_available() -> bool:
     return True
 
@@ -114,6 +115,7 @@ def can_device_access_peer(device, peer_device):
 
 # --- memory ------------------------------------------------------------------------------------------------
 
+
 def empty_cache():
     memory = active().memory
     for counters in memory:
@@ -151,8 +153,10 @@ def memory_stats(device=None):
 
 def memory_summary(device=None, abbreviated=False):
     counters = _memory(device)
-    return (f"|  emulated CUDA memory summary, device {_index(device)}  |\n"
-            f"|  allocated {counters.allocated} B, peak {counters.peak} B, reserved {counters.reserved} B  |")
+    return (
+        f"|  emulated CUDA memory summary, device {_index(device)}  |\n"
+        f"|  allocated {counters.allocated} B, peak {counters.peak} B, reserved {counters.reserved} B  |"
+    )
 
 
 def mem_get_info(device=None):
@@ -190,6 +194,7 @@ def ipc_collect():
 
 
 # --- random number generators -------------------------------------------------------------------------------
+
 
 def manual_seed(seed):
     cuda = active()
@@ -251,6 +256,7 @@ def set_rng_state_all(new_states):
 
 # --- streams -----------------------------------------------------------------------------------------------
 
+
 def current_stream(device=None):
     return streams.current_stream(active().check(_index(device)))
 
@@ -291,6 +297,7 @@ def stream(stream):
 
 # --- NVTX ranges (torch.cuda.nvtx) --------------------------------------------------------------------------
 
+
 def range_push(msg):
     active().recorder.record("nvtx.range_push", msg, spelled="torch.cuda.nvtx.range_push")
     return 0
@@ -306,16 +313,54 @@ def mark(msg):
 
 
 #: name -> emulation, for `torch.cuda` (and the submodules that export the same object)
-FUNCTIONS: dict[str, Any] = {name: globals()[name] for name in (
-    "is_available", "device_count", "current_device", "set_device", "synchronize", "is_initialized", "init",
-    "_lazy_init", "get_device_properties", "get_device_capability", "get_device_name", "is_bf16_supported",
-    "is_tf32_supported", "get_arch_list", "can_device_access_peer", "empty_cache", "memory_allocated",
-    "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached", "max_memory_cached",
-    "memory_stats", "memory_summary", "mem_get_info", "reset_peak_memory_stats", "reset_max_memory_allocated",
-    "reset_max_memory_cached", "reset_accumulated_memory_stats", "ipc_collect", "manual_seed", "manual_seed_all",
-    "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state", "get_rng_state_all",
-    "set_rng_state_all", "current_stream", "default_stream", "set_stream", "stream",
-)}
+FUNCTIONS: dict[str, Any] = {
+    name: globals()[name]
+    for name in (
+        "is_available",
+        "device_count",
+        "current_device",
+        "set_device",
+        "synchronize",
+        "is_initialized",
+        "init",
+        "_lazy_init",
+        "get_device_properties",
+        "get_device_capability",
+        "get_device_name",
+        "is_bf16_supported",
+        "is_tf32_supported",
+        "get_arch_list",
+        "can_device_access_peer",
+        "empty_cache",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "memory_cached",
+        "max_memory_cached",
+        "memory_stats",
+        "memory_summary",
+        "mem_get_info",
+        "reset_peak_memory_stats",
+        "reset_max_memory_allocated",
+        "reset_max_memory_cached",
+        "reset_accumulated_memory_stats",
+        "ipc_collect",
+        "manual_seed",
+        "manual_seed_all",
+        "seed",
+        "seed_all",
+        "initial_seed",
+        "get_rng_state",
+        "set_rng_state",
+        "get_rng_state_all",
+        "set_rng_state_all",
+        "current_stream",
+        "default_stream",
+        "set_stream",
+        "stream",
+    )
+}
 FUNCTIONS.update(Stream=streams.CudaStream, Event=streams.CudaEvent, StreamContext=StreamContext)
 #: torch.cuda.nvtx
 NVTX: dict[str, Any] = {"range_push": range_push, "range_pop": range_pop, "mark": mark}

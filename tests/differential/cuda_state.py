@@ -71,15 +71,22 @@ class DeviceProperties:
     uuid: str = field(default="GPU-emulated")
 
     def __repr__(self) -> str:
-        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
-                f"total_memory={self.total_memory // MIB}MB, multi_processor_count={self.multi_processor_count})")
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // MIB}MB, multi_processor_count={self.multi_processor_count})"
+        )
 
 
 class EmulatedCuda:
     """One emulated machine with `device_count` CUDA devices of compute capability `capability`."""
 
-    def __init__(self, recorder: Recorder, device_count: int = 2, capability: tuple[int, int] = (8, 0),
-                 total_memory: int = 80 * 1024 * MIB) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        device_count: int = 2,
+        capability: tuple[int, int] = (8, 0),
+        total_memory: int = 80 * 1024 * MIB,
+    ) -> None:
         self.recorder = recorder
         self.device_count = device_count
         self.capability = capability

@@ -39,7 +39,9 @@ def placement() -> Placement:
     return _PLACEMENT[-1]
 
 
-def _parameter_new(cls: type, data: torch.Tensor | None = None, requires_grad: bool = True) -> torch.nn.Parameter:
+def _parameter_new(
+    cls: type, data: torch.Tensor | None = None, requires_grad: bool = True
+) -> torch.nn.Parameter:
     # Parameter(t) makes a new tensor object in C++, out of the mode's sight: it lives where `t` lives
     param = REAL_PARAMETER_NEW(cls, data, requires_grad)
     if _PLACEMENT and data is not None:
@@ -89,10 +91,14 @@ def restart() -> Recorder:
 def _install(patches: Patches) -> None:
     replacements = [(getattr(torch.cuda, name), fake) for name, fake in cuda_api.FUNCTIONS.items()]
     replacements += [(getattr(torch.cuda.nvtx, name), fake) for name, fake in cuda_api.NVTX.items()]
-    replacements += [(getattr(torch.accelerator, name), accelerator_api.recorded(getattr(torch.accelerator, name), name))
-                     for name in accelerator_api.RECORDED]
+    replacements += [
+        (getattr(torch.accelerator, name), accelerator_api.recorded(getattr(torch.accelerator, name), name))
+        for name in accelerator_api.RECORDED
+    ]
     replacements += fake_dist.replacements()
-    patches.everywhere(replacements, ("torch.cuda", "torch.accelerator", "torch.distributed", "torch.nn.parallel"))
+    patches.everywhere(
+        replacements, ("torch.cuda", "torch.accelerator", "torch.distributed", "torch.nn.parallel")
+    )
     patches.set(torch.cuda, "_exchange_device", accelerator_api._exchange)
     patches.set(torch.cuda, "_maybe_exchange_device", accelerator_api._maybe_exchange)
     patches.set(torch.version, "cuda", cuda_api.CUDA_VERSION)

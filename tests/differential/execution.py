@@ -38,10 +38,17 @@ import torch
 from tests.differential.standins import ARGUMENTS, standins, start_process_group
 
 #: messages of errors that only the CPU-only build raises: the emulation does not cover the API that raised
-GAP_MARKERS = ("Torch not compiled with CUDA enabled", "Cannot initialize CUDA without ATen_cuda library",
-               "PyTorch was compiled without CUDA support", "NVTX functions not installed",
-               "Found no NVIDIA driver", "doesn't have NCCL built in", "no CUDA GPUs are available",
-               "CUDA driver initialization failed", "Unsupported device type cuda")
+GAP_MARKERS = (
+    "Torch not compiled with CUDA enabled",
+    "Cannot initialize CUDA without ATen_cuda library",
+    "PyTorch was compiled without CUDA support",
+    "NVTX functions not installed",
+    "Found no NVIDIA driver",
+    "doesn't have NCCL built in",
+    "no CUDA GPUs are available",
+    "CUDA driver initialization failed",
+    "Unsupported device type cuda",
+)
 _CHECKPOINT_NAME = re.compile(r"""["']([\w./-]+\.(?:pt|pth|ckpt|bin|tar))["']""")
 
 
@@ -67,7 +74,9 @@ class Outcome:
         return cls(**data)
 
 
-def run_snippet(source: str, env: str, fragment: bool, name: str = "snippet", workdir: str | None = None) -> Outcome:
+def run_snippet(
+    source: str, env: str, fragment: bool, name: str = "snippet", workdir: str | None = None
+) -> Outcome:
     """Run `source` once in `env` ("cuda": under the emulation, "cpu", "neuron": whatever is installed), in
     `workdir` (a new temporary directory when None)."""
     outcome = Outcome()
@@ -87,23 +96,29 @@ def run_snippet(source: str, env: str, fragment: bool, name: str = "snippet", wo
             from tests.differential.cuda_state import _ACTIVE
 
             recorder = emulation.restart() if _ACTIVE else stack.enter_context(emulation.emulate_cuda())
-        namespace: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.join(workdir, f"{name}.py"),
-                                     "__builtins__": builtins}
+        namespace: dict[str, Any] = {
+            "__name__": "__main__",
+            "__file__": os.path.join(workdir, f"{name}.py"),
+            "__builtins__": builtins,
+        }
         initial = standins(env) if fragment else {}
         namespace.update(initial)
         if fragment and "DistributedDataParallel" in source and "init_process_group" not in source:
-            start_process_group(env, namespace)  # a DDP fragment runs where the script has already joined its job
+            start_process_group(
+                env, namespace
+            )  # a DDP fragment runs where the script has already joined its job
         torch.manual_seed(0)
         if recorder is not None:
             recorder.calls.clear()  # making the stand-ins and the start seed are not the program's calls
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             try:
-                exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (running the snippet is the point)
+                exec(compile(source, filename, "exec"), namespace)
                 if fragment:
-                    _call_functions(namespace, filename, {k: namespace.get(k, v) for k, v in initial.items()},
-                                    outcome)
-            except BaseException as err:  # noqa: BLE001 (the program's own error is a result, whatever it is)
+                    _call_functions(
+                        namespace, filename, {k: namespace.get(k, v) for k, v in initial.items()}, outcome
+                    )
+            except BaseException as err:
                 outcome.error, outcome.error_at = _describe_error(err, filename, source)
         if recorder is not None:  # before describing the values (reading a device tensor is a transfer)
             outcome.calls = [[call.key, str(call)] for call in recorder.calls]
@@ -111,10 +126,15 @@ def run_snippet(source: str, env: str, fragment: bool, name: str = "snippet", wo
         outcome.values.update(_describe_namespace(namespace))
         outcome.settings = _settings()
     raised = [f"{outcome.error_at}: {outcome.error}"] if outcome.error else []
-    raised += [f"{name}: {value[len('raised '):]}" for name, value in outcome.values.items()
-               if value.startswith("raised ")]
+    raised += [
+        f"{name}: {value[len('raised ') :]}"
+        for name, value in outcome.values.items()
+        if value.startswith("raised ")
+    ]
     if env == "cuda":
-        outcome.gap = next((error for error in raised if any(marker in error for marker in GAP_MARKERS)), None)
+        outcome.gap = next(
+            (error for error in raised if any(marker in error for marker in GAP_MARKERS)), None
+        )
     if fragment:  # a fragment whose own names are undefined cannot say anything about its rewrite
         outcome.missing = next((error for error in raised if "NameError" in error), None)
     return outcome
@@ -146,7 +166,9 @@ def _fixed_clock():
             setattr(time, name, function)
 
 
-def _call_functions(namespace: dict[str, Any], filename: str, values: dict[str, Any], outcome: Outcome) -> None:
+def _call_functions(
+    namespace: dict[str, Any], filename: str, values: dict[str, Any], outcome: Outcome
+) -> None:
     """Call each function the fragment defines, with stand-in arguments (parameters with a default keep it)."""
     for fname, function in list(namespace.items()):
         code = getattr(getattr(function, "__wrapped__", function), "__code__", None)
@@ -154,8 +176,10 @@ def _call_functions(namespace: dict[str, Any], filename: str, values: dict[str, 
             continue
         positional, missing = [], []
         for param in inspect.signature(function).parameters.values():
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.KEYWORD_ONLY) \
-                    or param.default is not param.empty:
+            if (
+                param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.KEYWORD_ONLY)
+                or param.default is not param.empty
+            ):
                 continue
             if param.name in ARGUMENTS or param.name in values:
                 positional.append(ARGUMENTS[param.name] if param.name in ARGUMENTS else values[param.name])
@@ -165,8 +189,10 @@ def _call_functions(namespace: dict[str, Any], filename: str, values: dict[str, 
             outcome.not_called.append(f"{fname}: no stand-in for {', '.join(missing)}")
             continue
         try:
-            outcome.values[f"{fname}()"] = describe(function(*positional))  # positionally, as decorators expect
-        except Exception as err:  # noqa: BLE001 (a call's error is its result)
+            outcome.values[f"{fname}()"] = describe(
+                function(*positional)
+            )  # positionally, as decorators expect
+        except Exception as err:
             outcome.values[f"{fname}()"] = "raised " + _describe_error(err, filename, "")[0]
 
 
@@ -175,7 +201,9 @@ def _describe_error(err: BaseException, filename: str, source: str) -> tuple[str
     where = ""
     if frames:
         line = frames[-1].lineno or 0
-        text = source.splitlines()[line - 1].strip() if source and 0 < line <= len(source.splitlines()) else ""
+        text = (
+            source.splitlines()[line - 1].strip() if source and 0 < line <= len(source.splitlines()) else ""
+        )
         where = f"line {line}: {text}" if text else f"line {line}"
     message = str(err).split("\n")[0][:300]
     return f"{type(err).__name__}: {message}", where
@@ -184,8 +212,12 @@ def _describe_error(err: BaseException, filename: str, source: str) -> tuple[str
 def _describe_namespace(namespace: dict[str, Any]) -> dict[str, str]:
     described = {}
     for name, value in namespace.items():
-        if name.startswith("__") or isinstance(value, (types.ModuleType, types.FunctionType, type)) \
-                or inspect.isbuiltin(value) or inspect.ismethod(value):
+        if (
+            name.startswith("__")
+            or isinstance(value, (types.ModuleType, types.FunctionType, type))
+            or inspect.isbuiltin(value)
+            or inspect.ismethod(value)
+        ):
             continue
         described[name] = describe(value)
     return described
@@ -197,10 +229,15 @@ def describe(value: Any, depth: int = 0) -> str:
         return "..."
     if isinstance(value, torch.Tensor):
         data = value.detach().flatten()[:8]
-        numbers = [round(float(v), 5) if value.is_floating_point() else int(v) for v in data.cpu().tolist()] \
-            if not value.is_complex() and value.dtype != torch.bool else data.tolist()
-        return (f"tensor(shape={list(value.shape)}, dtype={value.dtype}, device={value.device}, "
-                f"requires_grad={value.requires_grad}, values={numbers})")
+        numbers = (
+            [round(float(v), 5) if value.is_floating_point() else int(v) for v in data.cpu().tolist()]
+            if not value.is_complex() and value.dtype != torch.bool
+            else data.tolist()
+        )
+        return (
+            f"tensor(shape={list(value.shape)}, dtype={value.dtype}, device={value.device}, "
+            f"requires_grad={value.requires_grad}, values={numbers})"
+        )
     if isinstance(value, torch.nn.Module):
         params = list(value.parameters())
         where = sorted({str(p.device) for p in params})
@@ -225,8 +262,14 @@ def describe(value: Any, depth: int = 0) -> str:
     if isinstance(value, torch.utils.data.DataLoader):
         return f"DataLoader(batch_size={value.batch_size}, pin_memory={value.pin_memory})"
     if isinstance(value, types.SimpleNamespace):
-        return "namespace(" + ", ".join(f"{k}={describe(v, depth + 1)}" for k, v in sorted(vars(value).items())) + ")"
-    if type(value).__repr__ is not object.__repr__ and type(value).__module__.startswith(("tests.differential", "torch")):
+        return (
+            "namespace("
+            + ", ".join(f"{k}={describe(v, depth + 1)}" for k, v in sorted(vars(value).items()))
+            + ")"
+        )
+    if type(value).__repr__ is not object.__repr__ and type(value).__module__.startswith(
+        ("tests.differential", "torch")
+    ):
         text = repr(value)
         return text if " at 0x" not in text else type(value).__qualname__
     return type(value).__qualname__
@@ -248,12 +291,15 @@ def _settings() -> dict[str, str]:
         "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
         "cudnn.enabled": lambda: torch.backends.cudnn.enabled,
         "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
-        "cuda.matmul.allow_fp16_reduced_precision_reduction":
-            lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": lambda: (
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
         "float32_matmul_precision": torch.get_float32_matmul_precision,
         "mkldnn.matmul.fp32_precision (effective)": _cpu_matmul_precision,
-        "deterministic_algorithms": lambda: (torch.are_deterministic_algorithms_enabled(),
-                                             torch.is_deterministic_algorithms_warn_only_enabled()),
+        "deterministic_algorithms": lambda: (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
         "default_dtype": torch.get_default_dtype,
         "default_device": torch.get_default_device,
     }
@@ -261,6 +307,6 @@ def _settings() -> dict[str, str]:
     for name, read in readers.items():
         try:
             settings[name] = repr(read())
-        except Exception as err:  # noqa: BLE001 (a setting that cannot be read: the error is its value)
+        except Exception as err:
             settings[name] = f"raises {type(err).__name__}: {err}"
     return settings

@@ -26,12 +26,27 @@ from tests.differential.calls import device_key
 from tests.differential.cuda_state import active
 from tests.differential.libraries import bind
 
-REAL = {name: getattr(dist, name) for name in (
-    "init_process_group", "is_initialized", "get_rank", "get_world_size", "barrier", "all_reduce", "broadcast",
-    "destroy_process_group", "is_nccl_available", "get_backend", "new_group", "all_gather",
-)}
+REAL = {
+    name: getattr(dist, name)
+    for name in (
+        "init_process_group",
+        "is_initialized",
+        "get_rank",
+        "get_world_size",
+        "barrier",
+        "all_reduce",
+        "broadcast",
+        "destroy_process_group",
+        "is_nccl_available",
+        "get_backend",
+        "new_group",
+        "all_gather",
+    )
+}
 REAL_DDP = torch.nn.parallel.DistributedDataParallel
-_NOT_INITIALIZED = "Default process group has not been initialized, please make sure to call init_process_group."
+_NOT_INITIALIZED = (
+    "Default process group has not been initialized, please make sure to call init_process_group."
+)
 
 
 class _Group:
@@ -64,8 +79,10 @@ def _record(api: str, *args: Any) -> None:
 
 def _env_int(name: str) -> int:
     if name not in os.environ:
-        raise ValueError(f"Error initializing torch.distributed using env:// rendezvous: environment variable {name} "
-                         "expected, but not set")
+        raise ValueError(
+            f"Error initializing torch.distributed using env:// rendezvous: environment variable {name} "
+            "expected, but not set"
+        )
     return int(os.environ[name])
 
 
@@ -80,13 +97,17 @@ def init_process_group(*args: Any, **kwargs: Any) -> None:
         device_id = torch.device("cuda", device_id)
     if device_id is not None and device_id.type != "cpu":
         if device_id.type != "cuda":
-            raise ValueError(f"device_id {device_id} does not match the current compilation's accelerator support: "
-                             "cuda. Please use a device_id that matches the current accelerator.")
+            raise ValueError(
+                f"device_id {device_id} does not match the current compilation's accelerator support: "
+                "cuda. Please use a device_id that matches the current accelerator."
+            )
         if device_id.index is None:
             raise ValueError("Please use a device_id with index.")
         if device_id.index >= active().device_count:
-            raise ValueError(f"device_id {device_id} is out of range. Please use a device index less than the number "
-                             f"of accelerators available: {active().device_count}.")
+            raise ValueError(
+                f"device_id {device_id} is out of range. Please use a device index less than the number "
+                f"of accelerators available: {active().device_count}."
+            )
     if backend is None and device_id is not None:
         backend = Backend.default_device_backend_map.get(device_id.type)
     config = BackendConfig(Backend("undefined" if backend is None else backend))
@@ -95,7 +116,9 @@ def init_process_group(*args: Any, **kwargs: Any) -> None:
     _GROUP.world_size = a["world_size"] if a["world_size"] != -1 else _env_int("WORLD_SIZE")
     _GROUP.rank = a["rank"] if a["rank"] != -1 else _env_int("RANK")
     served = ",".join(f"{kind}:{name}" for kind, name in sorted(_GROUP.backends.items()))
-    _record("init_process_group", served, f"device_id={device_key(device_id) if device_id is not None else None}")
+    _record(
+        "init_process_group", served, f"device_id={device_key(device_id) if device_id is not None else None}"
+    )
 
 
 def is_initialized() -> bool:
@@ -131,7 +154,9 @@ class _Done:
         return True
 
 
-def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+def all_reduce(
+    tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False
+) -> Any:
     where = _GROUP.check_device(tensor)
     world = _GROUP.world_size
     if op == dist.ReduceOp.SUM:
@@ -150,8 +175,9 @@ def all_gather(tensor_list: list, tensor: torch.Tensor, group: Any = None, async
     return _Done() if async_op else None
 
 
-def broadcast(tensor: torch.Tensor, src: Any = None, group: Any = None, async_op: bool = False,
-              group_src: Any = None) -> Any:
+def broadcast(
+    tensor: torch.Tensor, src: Any = None, group: Any = None, async_op: bool = False, group_src: Any = None
+) -> Any:
     _record("broadcast", _GROUP.check_device(tensor), f"src={src}")
     return _Done() if async_op else None
 
@@ -162,9 +188,16 @@ def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None, t
     return _Done() if async_op else None
 
 
-def new_group(ranks: Any = None, timeout: Any = None, backend: Any = None, pg_options: Any = None,
-              use_local_synchronization: bool = False, group_desc: Any = None, device_id: Any = None,
-              sort_ranks: bool = True) -> Any:
+def new_group(
+    ranks: Any = None,
+    timeout: Any = None,
+    backend: Any = None,
+    pg_options: Any = None,
+    use_local_synchronization: bool = False,
+    group_desc: Any = None,
+    device_id: Any = None,
+    sort_ranks: bool = True,
+) -> Any:
     _GROUP.require()
     served = str(Backend(backend)) if backend is not None else "default"
     _record("new_group", f"ranks={ranks}", served)
@@ -189,25 +222,35 @@ class DistributedDataParallel(torch.nn.Module):
         params = list(module.parameters())
         kinds = {p.device.type for p in params if p.device.type != "meta"}
         if len(kinds) != 1:
-            raise ValueError("DistributedDataParallel's input module must be on the same type of devices, but input "
-                             f"module parameters locate in {kinds}.")
+            raise ValueError(
+                "DistributedDataParallel's input module must be on the same type of devices, but input "
+                f"module parameters locate in {kinds}."
+            )
         on = {p.device for p in params}
         if not device_ids or kinds == {"cpu"} or len(on) > 1:
             if device_ids or output_device:
-                raise ValueError("DistributedDataParallel device_ids and output_device arguments only work with "
-                                 "single-device/multiple-device GPU modules or CPU modules, but got device_ids "
-                                 f"{device_ids}, output_device {output_device}, and module parameters {on}.")
+                raise ValueError(
+                    "DistributedDataParallel device_ids and output_device arguments only work with "
+                    "single-device/multiple-device GPU modules or CPU modules, but got device_ids "
+                    f"{device_ids}, output_device {output_device}, and module parameters {on}."
+                )
             self.device_ids, self.output_device = None, None
         else:
             from torch._utils import _get_device_index
 
             self.device_ids = [_get_device_index(d, True) for d in device_ids]
-            self.output_device = _get_device_index(device_ids[0] if output_device is None else output_device, True)
+            self.output_device = _get_device_index(
+                device_ids[0] if output_device is None else output_device, True
+            )
         self.module = module
         if params:
             _GROUP.check_device(params[0])
-        _record("DistributedDataParallel", f"device_ids={self.device_ids}", f"output_device={self.output_device}",
-                "module_on=" + ",".join(sorted(device_key(d) for d in on)))
+        _record(
+            "DistributedDataParallel",
+            f"device_ids={self.device_ids}",
+            f"output_device={self.output_device}",
+            "module_on=" + ",".join(sorted(device_key(d) for d in on)),
+        )
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.device_ids:
@@ -223,10 +266,20 @@ class DistributedDataParallel(torch.nn.Module):
 
 def replacements() -> list[tuple[Any, Any]]:
     """(real, emulated) pairs for `torch.distributed` and DDP."""
-    fakes = {"init_process_group": init_process_group, "is_initialized": is_initialized, "get_rank": get_rank,
-             "get_world_size": get_world_size, "barrier": barrier, "all_reduce": all_reduce, "broadcast": broadcast,
-             "destroy_process_group": destroy_process_group, "is_nccl_available": is_nccl_available,
-             "get_backend": get_backend, "new_group": new_group, "all_gather": all_gather}
+    fakes = {
+        "init_process_group": init_process_group,
+        "is_initialized": is_initialized,
+        "get_rank": get_rank,
+        "get_world_size": get_world_size,
+        "barrier": barrier,
+        "all_reduce": all_reduce,
+        "broadcast": broadcast,
+        "destroy_process_group": destroy_process_group,
+        "is_nccl_available": is_nccl_available,
+        "get_backend": get_backend,
+        "new_group": new_group,
+        "all_gather": all_gather,
+    }
     return [(REAL[name], fake) for name, fake in fakes.items()] + [(REAL_DDP, DistributedDataParallel)]
 
 

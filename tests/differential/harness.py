@@ -48,12 +48,21 @@ class Verdict:
 
 def run_jobs(env: str, jobs: dict[str, Job], timeout: float = 600) -> dict[str, Outcome]:
     """Run each job once in `env`, one child interpreter for all of them; outcomes by job id."""
-    payload = json.dumps([{"id": key, "source": job.source, "fragment": job.fragment} for key, job in jobs.items()])
+    payload = json.dumps(
+        [{"id": key, "source": job.source, "fragment": job.fragment} for key, job in jobs.items()]
+    )
     with tempfile.TemporaryDirectory(prefix="nm-diff-") as scratch:
         results = Path(scratch) / "results.json"
-        proc = subprocess.run([sys.executable, "-m", "tests.differential.child", env, str(results)],
-                              input=payload, capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                              env={**os.environ, **CHILD_ENV}, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.differential.child", env, str(results)],
+            input=payload,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=timeout,
+            env={**os.environ, **CHILD_ENV},
+            check=False,
+        )
         if proc.returncode != 0 or not results.exists():
             raise RuntimeError(f"the {env} child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         data = json.loads(results.read_text())

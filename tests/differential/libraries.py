@@ -47,8 +47,14 @@ def bind(real: Callable[..., Any], args: tuple, kwargs: dict) -> inspect.BoundAr
 
 def _autocast_enter(self: Any) -> Any:
     out = REAL_AUTOCAST_ENTER(self)
-    active().recorder.record("autocast", str(self.device), str(self.fast_dtype), f"enabled={self._enabled}",
-                             f"cache_enabled={self._cache_enabled}", spelled=type(self).__module__ + ".autocast")
+    active().recorder.record(
+        "autocast",
+        str(self.device),
+        str(self.fast_dtype),
+        f"enabled={self._enabled}",
+        f"cache_enabled={self._cache_enabled}",
+        spelled=type(self).__module__ + ".autocast",
+    )
     return out
 
 
@@ -58,15 +64,21 @@ def _scaler_init(self: Any, *args: Any, **kwargs: Any) -> None:
     with recorder.outer():
         REAL_SCALER_INIT(self, *args, **kwargs)
     bound = bind(REAL_SCALER_INIT, (self, *args), kwargs).arguments
-    recorder.record("GradScaler", str(bound["device"]), f"enabled={self._enabled}",
-                    *(f"{k}={bound[k]}" for k in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")),
-                    spelled=type(self).__module__ + ".GradScaler")
+    recorder.record(
+        "GradScaler",
+        str(bound["device"]),
+        f"enabled={self._enabled}",
+        *(f"{k}={bound[k]}" for k in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")),
+        spelled=type(self).__module__ + ".GradScaler",
+    )
 
 
 @functools.wraps(REAL_MANUAL_SEED)
 def _manual_seed(seed: Any) -> Any:
     if not torch.equal(torch.default_generator.get_state(), _seeded_state(int(seed))):
-        active().recorder.record("manual_seed", "cpu", str(int(seed)), spelled="torch.manual_seed", nested=True)
+        active().recorder.record(
+            "manual_seed", "cpu", str(int(seed)), spelled="torch.manual_seed", nested=True
+        )
     return REAL_MANUAL_SEED(seed)
 
 
@@ -82,9 +94,11 @@ def _load(*args: Any, **kwargs: Any) -> Any:
     device = torch.device(location)
     index = cuda.current if device.index is None else device.index
     if index >= cuda.device_count:
-        raise RuntimeError(f"Attempting to deserialize object on CUDA device {index} but torch.cuda.device_count() "
-                           f"is {cuda.device_count}. Please use torch.load with map_location to map your storages to "
-                           "an existing device.")
+        raise RuntimeError(
+            f"Attempting to deserialize object on CUDA device {index} but torch.cuda.device_count() "
+            f"is {cuda.device_count}. Please use torch.load with map_location to map your storages to "
+            "an existing device."
+        )
     bound.arguments["map_location"] = "cpu"
     loaded = REAL_LOAD(*bound.args, **bound.kwargs)
     from tests.differential.emulation import placement
@@ -100,15 +114,19 @@ def checked_compile(*args: Any, **kwargs: Any) -> Any:
     arguments = bind(REAL_COMPILE, args, kwargs).arguments
     mode, options = arguments["mode"], arguments["options"]
     if mode is not None and options is not None:
-        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+        raise RuntimeError(
+            "Either mode or options can be specified, but both can't be specified at the same time."
+        )
     if mode is not None and mode not in COMPILE_MODES:
         raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(COMPILE_MODES)}")
     from tests.differential.cuda_state import _ACTIVE
 
     if _ACTIVE:
         _ACTIVE[-1].recorder.record(
-            "torch.compile", *(f"{k}={arguments[k]!r}" for k in ("mode", "backend", "fullgraph", "dynamic", "options")),
-            spelled="torch.compile")
+            "torch.compile",
+            *(f"{k}={arguments[k]!r}" for k in ("mode", "backend", "fullgraph", "dynamic", "options")),
+            spelled="torch.compile",
+        )
     model = arguments["model"]
     return model if model is not None else (lambda fn: fn)
 

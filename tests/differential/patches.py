@@ -16,8 +16,15 @@ class Patches:
 
     def set(self, owner: Any, name: str, value: Any) -> None:
         """`owner.name = value` until `restore()` (an attribute that did not exist is deleted again)."""
-        self._undo.append((owner, name, owner.__dict__.get(name, _MISSING) if hasattr(owner, "__dict__")
-                           else getattr(owner, name, _MISSING)))
+        self._undo.append(
+            (
+                owner,
+                name,
+                owner.__dict__.get(name, _MISSING)
+                if hasattr(owner, "__dict__")
+                else getattr(owner, name, _MISSING),
+            )
+        )
         setattr(owner, name, value)
 
     def everywhere(self, replacements: list[tuple[Any, Any]], prefixes: tuple[str, ...]) -> int:
@@ -27,7 +34,9 @@ class Patches:
         fakes = {id(real): fake for real, fake in replacements}
         replaced = 0
         for module_name, module in list(sys.modules.items()):
-            if module is None or not any(module_name == p or module_name.startswith(p + ".") for p in prefixes):
+            if module is None or not any(
+                module_name == p or module_name.startswith(p + ".") for p in prefixes
+            ):
                 continue
             for name, value in list(vars(module).items()):
                 if id(value) in fakes:

@@ -23,10 +23,21 @@ from tests.differential.calls import device_key
 from tests.differential.cuda_state import EmulatedCuda
 
 #: operations CUDA allows between a device tensor and a CPU tensor (copies, indexing with CPU indices)
-MIXED_DEVICES_OK = frozenset({
-    "copy_", "__getitem__", "__setitem__", "index_put_", "_has_compatible_shallow_copy_type", "data.__set__",
-    "grad.__set__", "__reduce_ex__", "__deepcopy__", "set_", "equal",
-})
+MIXED_DEVICES_OK = frozenset(
+    {
+        "copy_",
+        "__getitem__",
+        "__setitem__",
+        "index_put_",
+        "_has_compatible_shallow_copy_type",
+        "data.__set__",
+        "grad.__set__",
+        "__reduce_ex__",
+        "__deepcopy__",
+        "set_",
+        "equal",
+    }
+)
 #: torch functions that take a `device` keyword without making a tensor there
 NOT_FACTORIES = frozenset({"_parse_to", "device"})
 
@@ -69,7 +80,9 @@ class Placement(TorchFunctionMode):
         device = torch.device(device)
         if device.type != "cuda":
             return device_key(device), None
-        return device_key(device), self.cuda.check(self.cuda.current if device.index is None else device.index)
+        return device_key(device), self.cuda.check(
+            self.cuda.current if device.index is None else device.index
+        )
 
     @contextlib.contextmanager
     def generator_of(self, index: int) -> Iterator[None]:
@@ -102,11 +115,15 @@ class Placement(TorchFunctionMode):
         index = min(on)
         if name not in MIXED_DEVICES_OK:
             if len(on) > 1:
-                raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
-                                   f"cuda:{min(on)} and cuda:{max(on)}!")
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"cuda:{min(on)} and cuda:{max(on)}!"
+                )
             if any(self.where(t) is None and t.dim() > 0 and t.device.type == "cpu" for t in tensors):
-                raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
-                                   f"cuda:{index} and cpu!")
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"cuda:{index} and cpu!"
+                )
         if name == "scaled_dot_product_attention":
             self.cuda.recorder.record("sdpa", _sdp_backends())
         if name.endswith((".__get__", ".__set__")):  # attribute access draws no random numbers
@@ -143,8 +160,17 @@ class Placement(TorchFunctionMode):
             if isinstance(tensor, torch.Tensor):
                 self.cuda.allocate(index, tensor.numel() * tensor.element_size())
 
-    def move(self, tensor: torch.Tensor, key: str, index: int | None, non_blocking: bool, spelled: str,
-             dtype: torch.dtype | None = None, copy: bool = False, memory_format: Any = None) -> torch.Tensor:
+    def move(
+        self,
+        tensor: torch.Tensor,
+        key: str,
+        index: int | None,
+        non_blocking: bool,
+        spelled: str,
+        dtype: torch.dtype | None = None,
+        copy: bool = False,
+        memory_format: Any = None,
+    ) -> torch.Tensor:
         """`tensor` on device `index` (None: the CPU); a transfer between host and device is recorded."""
         source = self.where(tensor)
         options: dict[str, Any] = {"non_blocking": non_blocking}
@@ -180,14 +206,16 @@ class Placement(TorchFunctionMode):
             if _is_index(kwargs.get("device")):
                 kwargs = {**kwargs, "device": torch.device("cuda", kwargs["device"])}
             device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
-                *rest, **{k: v for k, v in kwargs.items() if k != "copy"})
+                *rest, **{k: v for k, v in kwargs.items() if k != "copy"}
+            )
             if device is None:
                 return self.propagate(func, "to", args, kwargs)
             key, index = self.target(device)
             if index is None and device.type != "cpu":
                 return func(*args, **kwargs)
-        return self.move(tensor, key, index, non_blocking, "Tensor.to", dtype, kwargs.get("copy", False),
-                         memory_format)
+        return self.move(
+            tensor, key, index, non_blocking, "Tensor.to", dtype, kwargs.get("copy", False), memory_format
+        )
 
     def on_cuda(self, func: Any, args: tuple, kwargs: dict) -> Any:
         tensor, device, non_blocking, memory_format = _bind_cuda(*args, **kwargs)
@@ -219,8 +247,14 @@ class Placement(TorchFunctionMode):
             name = None
         if isinstance(name, str) and name.startswith("torch.cuda."):
             dtype = getattr(torch, name.rsplit(".", 1)[1]).dtype
-            return self.move(tensor, "cuda", self.cuda.current, bool(kwargs.get("non_blocking", False)),
-                             "Tensor.type", dtype=dtype)
+            return self.move(
+                tensor,
+                "cuda",
+                self.cuda.current,
+                bool(kwargs.get("non_blocking", False)),
+                "Tensor.type",
+                dtype=dtype,
+            )
         return self.propagate(func, "type", args, kwargs)
 
     def on_pin_memory(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -238,8 +272,10 @@ class Placement(TorchFunctionMode):
     def on_numpy(self, func: Any, args: tuple, kwargs: dict) -> Any:
         index = self.where(args[0])
         if index is not None:
-            raise TypeError(f"can't convert cuda:{index} device type tensor to numpy. Use Tensor.cpu() to copy the "
-                            "tensor to host memory first.")
+            raise TypeError(
+                f"can't convert cuda:{index} device type tensor to numpy. Use Tensor.cpu() to copy the "
+                "tensor to host memory first."
+            )
         return func(*args, **kwargs)
 
     def on_device(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -280,8 +316,12 @@ def _is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _bind_cuda(tensor: torch.Tensor, device: Any = None, non_blocking: bool = False,
-               memory_format: Any = torch.preserve_format) -> tuple[torch.Tensor, Any, bool, Any]:
+def _bind_cuda(
+    tensor: torch.Tensor,
+    device: Any = None,
+    non_blocking: bool = False,
+    memory_format: Any = torch.preserve_format,
+) -> tuple[torch.Tensor, Any, bool, Any]:
     """The arguments of `Tensor.cuda(device=None, non_blocking=False, memory_format=torch.preserve_format)`."""
     return tensor, device, non_blocking, memory_format
 
@@ -303,7 +343,9 @@ def _with_device(text: str, index: int) -> str:
 def _sdp_backends() -> str:
     """The scaled-dot-product-attention kernels enabled for CUDA (what `sdpa_kernel` / `sdp_kernel` choose)."""
     flags = {
-        "flash": torch.backends.cuda.flash_sdp_enabled(), "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
-        "math": torch.backends.cuda.math_sdp_enabled(), "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+        "flash": torch.backends.cuda.flash_sdp_enabled(),
+        "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+        "math": torch.backends.cuda.math_sdp_enabled(),
+        "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
     }
     return "+".join(name for name, on in flags.items() if on) or "none"

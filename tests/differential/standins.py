@@ -42,24 +42,58 @@ def standins(env: str) -> dict[str, Any]:
     torch.manual_seed(0)
     model = TinyModel()
     x = torch.arange(8, dtype=torch.float32).reshape(4, 2) / 8
-    options = {"device": kind, "amp": True, "fp16": True, "fp32": False, "tf32": True, "det": True, "gpu": index,
-               "which": index, "local_rank": index, "dist_backend": "nccl" if env == "cuda" else "gloo", "seed": 0,
-               "batch_size": 2}
+    options = {
+        "device": kind,
+        "amp": True,
+        "fp16": True,
+        "fp32": False,
+        "tf32": True,
+        "det": True,
+        "gpu": index,
+        "which": index,
+        "local_rank": index,
+        "dist_backend": "nccl" if env == "cuda" else "gloo",
+        "seed": 0,
+        "batch_size": 2,
+    }
     scaler = torch.cuda.amp.GradScaler() if env == "cuda" else torch.amp.GradScaler(kind)
     return {
-        "model": model, "m": model, "net": model,
-        "x": x, "y": x + 1, "z": x * 2, "a": x[0], "b": x[1], "batch": x.clone(), "inputs": x.clone(),
-        "targets": x.flip(0), "labels": torch.tensor([0, 1, 0, 1]),
+        "model": model,
+        "m": model,
+        "net": model,
+        "x": x,
+        "y": x + 1,
+        "z": x * 2,
+        "a": x[0],
+        "b": x[1],
+        "batch": x.clone(),
+        "inputs": x.clone(),
+        "targets": x.flip(0),
+        "labels": torch.tensor([0, 1, 0, 1]),
         "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
-        "rank": index, "local_rank": index, "i": 0, "step": lambda *a, **k: None, "run": lambda *a, **k: None,
+        "rank": index,
+        "local_rank": index,
+        "i": 0,
+        "step": lambda *a, **k: None,
+        "run": lambda *a, **k: None,
         "raw_forward": lambda *a: a[-1] if a else None,
-        "args": types.SimpleNamespace(**options), "cfg": types.SimpleNamespace(**options),
-        "use_amp": True, "fast": True, "exact": True, "kw": {"enabled": True},
-        "EXTRA": {"cpu": "gloo"}, "ds": torch.utils.data.TensorDataset(x, x + 1),
-        "device": kind, "s": torch.get_rng_state(), "scaler": scaler,
+        "args": types.SimpleNamespace(**options),
+        "cfg": types.SimpleNamespace(**options),
+        "use_amp": True,
+        "fast": True,
+        "exact": True,
+        "kw": {"enabled": True},
+        "EXTRA": {"cpu": "gloo"},
+        "ds": torch.utils.data.TensorDataset(x, x + 1),
+        "device": kind,
+        "s": torch.get_rng_state(),
+        "scaler": scaler,
         "state": {"cpu": torch.get_rng_state(), "cuda": [torch.get_rng_state() for _ in range(count)]},
-        "ctx": types.SimpleNamespace(), "self": types.SimpleNamespace(inp=x.clone()),
-        "e": torch.OutOfMemoryError("CUDA out of memory."), "node": torch.device(kind), "gpu": count > 0,
+        "ctx": types.SimpleNamespace(),
+        "self": types.SimpleNamespace(inp=x.clone()),
+        "e": torch.OutOfMemoryError("CUDA out of memory."),
+        "node": torch.device(kind),
+        "gpu": count > 0,
     }
 
 
@@ -70,4 +104,5 @@ def start_process_group(env: str, namespace: dict[str, Any]) -> None:
     torch.distributed.init_process_group("nccl" if env == "cuda" else "gloo")
     if count:
         namespace["model"] = namespace["m"] = namespace["net"] = namespace["model"].to(
-            torch.device(kind, namespace["rank"]))
+            torch.device(kind, namespace["rank"])
+        )

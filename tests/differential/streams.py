@@ -66,7 +66,9 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        active().recorder.record("Stream.synchronize", self.label, spelled=f"{type(self).__name__}.synchronize")
+        active().recorder.record(
+            "Stream.synchronize", self.label, spelled=f"{type(self).__name__}.synchronize"
+        )
 
     def wait_event(self, event: Event) -> None:
         active().recorder.record("Stream.wait_event", self.label, event.label)
@@ -135,17 +137,32 @@ class Event:
             return REAL_EVENT(device, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, device: Any = None, *, enable_timing: bool = False, blocking: bool = False,
-                 interprocess: bool = False) -> None:
+    def __init__(
+        self,
+        device: Any = None,
+        *,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+    ) -> None:
         self._make(enable_timing, blocking, interprocess, "torch.Event")
 
     def _make(self, enable_timing: bool, blocking: bool, interprocess: bool, spelled: str) -> None:
         cuda = active()
-        self.enable_timing, self.blocking, self.interprocess = bool(enable_timing), bool(blocking), bool(interprocess)
+        self.enable_timing, self.blocking, self.interprocess = (
+            bool(enable_timing),
+            bool(blocking),
+            bool(interprocess),
+        )
         self.label = cuda.label_event()
         self.recorded_at: int | None = None
-        cuda.recorder.record("Event", f"enable_timing={self.enable_timing}", f"blocking={self.blocking}",
-                             f"interprocess={self.interprocess}", spelled=spelled)
+        cuda.recorder.record(
+            "Event",
+            f"enable_timing={self.enable_timing}",
+            f"blocking={self.blocking}",
+            f"interprocess={self.interprocess}",
+            spelled=spelled,
+        )
 
     def record(self, stream: Stream | None = None) -> None:
         cuda = active()
@@ -183,6 +200,11 @@ class CudaEvent(Event):
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         return object.__new__(cls)
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                 external: bool = False) -> None:
+    def __init__(
+        self,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        external: bool = False,
+    ) -> None:
         self._make(enable_timing, blocking, interprocess, "torch.cuda.Event")

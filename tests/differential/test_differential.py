@@ -41,52 +41,73 @@ def _each(checks: str, reason: str, signature: str) -> dict[str, Known]:
 #: "codemod NMxxx:" entries are for the codemod; "stand-in:" entries are limits of the Python stand-in device (neuron_migrate/opdb/device.py), not of the rewrite.
 KNOWN_FAILURES: dict[str, Known] = {
     # --- full rewrites that fail on CPU where the original failed as well -------------------------------------
-    **_each("NM403-invalid-3/cpu NM403-invalid-3/neuron",
-            "codemod NM403: `torch.cuda.mem_get_info()` is left for a person at the default target-torch 2.9 "
-            "(`torch.accelerator.get_memory_info` is torch >= 2.13, and torch.neuron has no mem_get_info); it "
-            "raises off CUDA as the original did",
-            "Torch not compiled with CUDA enabled"),
-    **_each("NM406-invalid-4/cpu",
-            "codemod NM406: `done.record()` is not guarded: `done` is rebound in f, so the rule does not know it "
-            "is an event, and CPU events cannot be recorded (the original's torch.cuda.Event failed on CPU too)",
-            "cpu backend doesn't support events"),
-    **_each("corpus/device_context/cpu",
-            "by design: `torch.accelerator.current_device_index()` raises without an accelerator, as "
-            "torch.cuda.current_device() did; the rewrite adds no CPU path the original did not have",
-            "Cannot access accelerator device when none is available"),
-    **_each("corpus/pinned_loader/cpu corpus/stream_overlap/cpu",
-            "by design: `.pin_memory()` is information (NM412: it works on neuron) and raises without an "
-            "accelerator, as it did before the rewrite",
-            "Cannot access accelerator device when none is available"),
-    **_each("corpus/rng_state_checkpoint/cpu",
-            "codemod NM405: `torch.cuda.get_rng_state()` became `torch.get_device_module().get_rng_state()`; "
-            "torch.cpu has no get_rng_state (the original raised on CPU too: no CUDA)",
-            "module 'torch.cpu' has no attribute 'get_rng_state'"),
-    **_each("corpus/nvtx_ranges/cpu corpus/nvtx_ranges/neuron",
-            "codemod NM408: `torch.cuda.nvtx.range_push/range_pop` are left for a person (there is no "
-            "device-agnostic push/pop pair; only the range context manager and decorator are rewritten); off "
-            "CUDA they raise as before",
-            "NVTX functions not installed"),
+    **_each(
+        "NM403-invalid-3/cpu NM403-invalid-3/neuron",
+        "codemod NM403: `torch.cuda.mem_get_info()` is left for a person at the default target-torch 2.9 "
+        "(`torch.accelerator.get_memory_info` is torch >= 2.13, and torch.neuron has no mem_get_info); it "
+        "raises off CUDA as the original did",
+        "Torch not compiled with CUDA enabled",
+    ),
+    **_each(
+        "NM406-invalid-4/cpu",
+        "codemod NM406: `done.record()` is not guarded: `done` is rebound in f, so the rule does not know it "
+        "is an event, and CPU events cannot be recorded (the original's torch.cuda.Event failed on CPU too)",
+        "cpu backend doesn't support events",
+    ),
+    **_each(
+        "corpus/device_context/cpu",
+        "by design: `torch.accelerator.current_device_index()` raises without an accelerator, as "
+        "torch.cuda.current_device() did; the rewrite adds no CPU path the original did not have",
+        "Cannot access accelerator device when none is available",
+    ),
+    **_each(
+        "corpus/pinned_loader/cpu corpus/stream_overlap/cpu",
+        "by design: `.pin_memory()` is information (NM412: it works on neuron) and raises without an "
+        "accelerator, as it did before the rewrite",
+        "Cannot access accelerator device when none is available",
+    ),
+    **_each(
+        "corpus/rng_state_checkpoint/cpu",
+        "codemod NM405: `torch.cuda.get_rng_state()` became `torch.get_device_module().get_rng_state()`; "
+        "torch.cpu has no get_rng_state (the original raised on CPU too: no CUDA)",
+        "module 'torch.cpu' has no attribute 'get_rng_state'",
+    ),
+    **_each(
+        "corpus/nvtx_ranges/cpu corpus/nvtx_ranges/neuron",
+        "codemod NM408: `torch.cuda.nvtx.range_push/range_pop` are left for a person (there is no "
+        "device-agnostic push/pop pair; only the range context manager and decorator are rewritten); off "
+        "CUDA they raise as before",
+        "NVTX functions not installed",
+    ),
     # --- limits of the stand-in device, not of the rewrite ------------------------------------------------------
-    **_each("NM101-invalid-3/neuron NM106-invalid-4/neuron",
-            "stand-in: it has one neuron device and the harness runs as rank 1 of 2 (a Trn instance has many "
-            "NeuronCores)",
-            "neuron:1 does not exist"),
-    **_each("NM301-invalid-0/neuron NM301-invalid-1/neuron NM301-invalid-2/neuron NM301-invalid-3/neuron "
-            "NM301-invalid-4/neuron corpus/ddp_setup/neuron corpus/ddp_backend_from_args/neuron",
-            "stand-in: it registers no c10d backend for `neuron`, so get_default_backend_for_device raises "
-            "(torch-neuronx registers one: Backend.register_backend('neuron', ..., devices=['neuron']))",
-            "Default backend not registered for device : neuron"),
-    **_each("NM302-invalid-0/neuron NM302-invalid-1/neuron",
-            "stand-in: it registers no c10d backend for `neuron`, so DDP on a neuron module finds none "
-            "(torch-neuronx registers one)",
-            "No backend type associated with device type neuron"),
+    **_each(
+        "NM101-invalid-3/neuron NM106-invalid-4/neuron",
+        "stand-in: it has one neuron device and the harness runs as rank 1 of 2 (a Trn instance has many "
+        "NeuronCores)",
+        "neuron:1 does not exist",
+    ),
+    **_each(
+        "NM301-invalid-0/neuron NM301-invalid-1/neuron NM301-invalid-2/neuron NM301-invalid-3/neuron "
+        "NM301-invalid-4/neuron corpus/ddp_setup/neuron corpus/ddp_backend_from_args/neuron",
+        "stand-in: it registers no c10d backend for `neuron`, so get_default_backend_for_device raises "
+        "(torch-neuronx registers one: Backend.register_backend('neuron', ..., devices=['neuron']))",
+        "Default backend not registered for device : neuron",
+    ),
+    **_each(
+        "NM302-invalid-0/neuron NM302-invalid-1/neuron",
+        "stand-in: it registers no c10d backend for `neuron`, so DDP on a neuron module finds none "
+        "(torch-neuronx registers one)",
+        "No backend type associated with device type neuron",
+    ),
 }
 
 #: check id -> why the harness does not judge it, decided by hand (the other skips follow from the runs)
 NOT_JUDGED: dict[str, str] = {
-    **{f"NM301-invalid-{i}/cpu": "the example makes new_group([0, 1]): two ranks, and the CPU run is a one-process "
-                                 "job" for i in (3, 4)},
+    **{
+        f"NM301-invalid-{i}/cpu": "the example makes new_group([0, 1]): two ranks, and the CPU run is a one-process "
+        "job"
+        for i in (3, 4)
+    },
 }
 
 #: check id -> why the harness cannot judge it (asserted by test_skipped_cases_are_the_known_ones; "the safe
@@ -94,11 +115,13 @@ NOT_JUDGED: dict[str, str] = {
 SKIPPED: dict[str, str] = {
     **NOT_JUDGED,
     "NM109-invalid-0/cuda": "the CUDA emulation does not cover: setup(): TypeError: type torch.cuda.FloatTensor not "
-                            "available. Torch not compiled with CUDA enabled.",
+    "available. Torch not compiled with CUDA enabled.",
     "NM109-invalid-1/cuda": "the CUDA emulation does not cover: line 3: buf = HalfTensor(4, 8): TypeError: type "
-                            "torch.cuda.HalfTensor not available. Torch not compiled with CUDA enabled.",
-    **{f"NM201-invalid-4/{check}": "the example itself is not runnable: step(): NameError: name 'torch' is not defined"
-       for check in ("cuda", "cpu", "neuron")},
+    "torch.cuda.HalfTensor not available. Torch not compiled with CUDA enabled.",
+    **{
+        f"NM201-invalid-4/{check}": "the example itself is not runnable: step(): NameError: name 'torch' is not defined"
+        for check in ("cuda", "cpu", "neuron")
+    },
 }
 
 #: rule example -> what of it the harness cannot exercise, although the rest runs (asserted by
@@ -155,7 +178,10 @@ def test_safe_fix_keeps_cuda_behaviour(results, case_id):
         pytest.skip(reason)
     if results.safe[case_id] == results.cases[case_id].source:
         pytest.skip("the safe tier changes nothing here (its fixes are unsafe or absent)")
-    original, rewritten = results.outcome("cuda", case_id, "original"), results.outcome("cuda", case_id, "safe")
+    original, rewritten = (
+        results.outcome("cuda", case_id, "original"),
+        results.outcome("cuda", case_id, "safe"),
+    )
     _require_harness(original, rewritten)
     source = results.cases[case_id].source
     binds = frozenset(bound_names(results.safe[case_id]) - bound_names(source))
@@ -171,7 +197,9 @@ def _check_runs(results: Results, case_id: str, env: str) -> None:
     run = results.outcome(env, case_id, "full")
     _require_harness(run)
     if run.error:
-        _fail(f"{case_id}/{env}", f"{run.error} ({run.error_at})\n--- full rewrite ---\n{results.full[case_id]}")
+        _fail(
+            f"{case_id}/{env}", f"{run.error} ({run.error_at})\n--- full rewrite ---\n{results.full[case_id]}"
+        )
 
 
 @pytest.mark.parametrize("case_id", _params("cpu"))
@@ -185,9 +213,16 @@ def test_rewrite_runs_on_standin_neuron(results, case_id):
 
 
 def test_skipped_cases_are_the_known_ones(results):
-    skipped = {f"{case.id}/{check}": reason for case in CASES for check in ("cuda", "cpu", "neuron")
-               if (reason := _skip_reason(results, case.id, check))}
-    print("\nskipped by the differential harness:\n" + "\n".join(f"  {k}: {v}" for k, v in sorted(skipped.items())))
+    skipped = {
+        f"{case.id}/{check}": reason
+        for case in CASES
+        for check in ("cuda", "cpu", "neuron")
+        if (reason := _skip_reason(results, case.id, check))
+    }
+    print(
+        "\nskipped by the differential harness:\n"
+        + "\n".join(f"  {k}: {v}" for k, v in sorted(skipped.items()))
+    )
     assert skipped == SKIPPED
 
 
@@ -198,8 +233,9 @@ def test_fragments_are_exercised(results):
         if not case.fragment or _skip_reason(results, case.id, "cuda"):
             continue
         original = results.outcome("cuda", case.id, "original")
-        parts = original.not_called + [f"{name} {value}" for name, value in original.values.items()
-                                       if value.startswith("raised ")]
+        parts = original.not_called + [
+            f"{name} {value}" for name, value in original.values.items() if value.startswith("raised ")
+        ]
         if parts:
             partial[case.id] = "; ".join(parts)
     assert set(partial) == set(NOT_EXERCISED), partial

@@ -18,8 +18,12 @@ pytestmark = pytest.mark.xdist_group("differential")
 
 
 def _texts(results) -> dict[str, str]:
-    texts = {f"{code}-invalid-{i}/fixed": example.fixed for code, rule in load_rules().items()
-             for i, example in enumerate(rule.INVALID) if example.fixed is not None}
+    texts = {
+        f"{code}-invalid-{i}/fixed": example.fixed
+        for code, rule in load_rules().items()
+        for i, example in enumerate(rule.INVALID)
+        if example.fixed is not None
+    }
     texts.update({f"{key}/safe": text for key, text in results.safe.items()})
     texts.update({f"{key}/full": text for key, text in results.full.items()})
     return texts
@@ -41,5 +45,7 @@ def test_emitted_torch_apis_exist_and_bind(results):
     assert "torch.accelerator.current_accelerator(check_available=)" in checked  # the device idiom was seen
     assert len(checked) > 50, sorted(checked)
     known = {key for key in KNOWN_FAILURES if key.startswith("emitted/")}
-    assert not set(problems) - known, "new:\n" + "\n".join(f"{k}: {problems[k]}" for k in sorted(set(problems) - known))
+    assert not set(problems) - known, "new:\n" + "\n".join(
+        f"{k}: {problems[k]}" for k in sorted(set(problems) - known)
+    )
     assert not known - set(problems), f"fixed (remove from KNOWN_FAILURES): {sorted(known - set(problems))}"

@@ -38,19 +38,38 @@ def test_compile_modes_are_torchs():
 
 
 def test_emulation_reports_cuda_and_restores_everything():
-    before = (torch.cuda.is_available, torch.cuda.synchronize, torch.accelerator.synchronize, torch.Stream,
-              torch.manual_seed, torch.load, torch.compile, torch.distributed.init_process_group,
-              torch._C._accelerator_getAccelerator)
+    before = (
+        torch.cuda.is_available,
+        torch.cuda.synchronize,
+        torch.accelerator.synchronize,
+        torch.Stream,
+        torch.manual_seed,
+        torch.load,
+        torch.compile,
+        torch.distributed.init_process_group,
+        torch._C._accelerator_getAccelerator,
+    )
     with emulate_cuda(device_count=2):
         assert torch.cuda.is_available() and torch.accelerator.is_available()
         assert torch.accelerator.current_accelerator() == torch.device("cuda")
         assert torch.accelerator.device_count() == torch.cuda.device_count() == 2
         assert torch.get_device_module() is torch.cuda
         assert torch.cuda.get_device_capability() == (8, 0) and torch.cuda.is_bf16_supported()
-        assert torch.distributed.get_default_backend_for_device(torch.accelerator.current_accelerator()) == "nccl"
-    after = (torch.cuda.is_available, torch.cuda.synchronize, torch.accelerator.synchronize, torch.Stream,
-             torch.manual_seed, torch.load, torch.compile, torch.distributed.init_process_group,
-             torch._C._accelerator_getAccelerator)
+        assert (
+            torch.distributed.get_default_backend_for_device(torch.accelerator.current_accelerator())
+            == "nccl"
+        )
+    after = (
+        torch.cuda.is_available,
+        torch.cuda.synchronize,
+        torch.accelerator.synchronize,
+        torch.Stream,
+        torch.manual_seed,
+        torch.load,
+        torch.compile,
+        torch.distributed.init_process_group,
+        torch._C._accelerator_getAccelerator,
+    )
     assert before == after
     assert not torch.cuda.is_available() and torch.accelerator.current_accelerator() is None
     assert torch.get_device_module() is torch.cpu  # the cached CUDA answer did not leak out
@@ -120,8 +139,12 @@ def test_a_seed_that_changes_nothing_is_not_recorded():
         torch.randn(2, device="cuda")  # draws from cuda:0's generator
         torch.cuda.manual_seed(3)  # now it matters
     assert [call.key for call in recorder.calls] == [
-        "manual_seed(cpu, 3)", "manual_seed(cuda:0, 3)", "manual_seed(cuda:1, 3)", "alloc(cuda)",
-        "manual_seed(cuda:0, 3)"]
+        "manual_seed(cpu, 3)",
+        "manual_seed(cuda:0, 3)",
+        "manual_seed(cuda:1, 3)",
+        "alloc(cuda)",
+        "manual_seed(cuda:0, 3)",
+    ]
 
 
 def test_device_draws_use_the_device_generator():
@@ -134,12 +157,19 @@ def test_device_draws_use_the_device_generator():
 
 
 def test_emitted_api_checker_finds_a_bad_call_style():
-    calls = torch_calls("import torch.distributed as dist\nimport torch\n"
-                        "torch.accelerator.synchronize(device=0)\ndist.init_process_group(backend='gloo')\n"
-                        "torch.get_device_module(d).get_rng_state()\ntorch.accelerator.no_such_api()\n")
+    calls = torch_calls(
+        "import torch.distributed as dist\nimport torch\n"
+        "torch.accelerator.synchronize(device=0)\ndist.init_process_group(backend='gloo')\n"
+        "torch.get_device_module(d).get_rng_state()\ntorch.accelerator.no_such_api()\n"
+    )
     by_name = {call.name: call for call in calls}
-    assert set(by_name) == {"torch.accelerator.synchronize", "torch.distributed.init_process_group",
-                            "torch.get_device_module", "torch.cuda.get_rng_state", "torch.accelerator.no_such_api"}
+    assert set(by_name) == {
+        "torch.accelerator.synchronize",
+        "torch.distributed.init_process_group",
+        "torch.get_device_module",
+        "torch.cuda.get_rng_state",
+        "torch.accelerator.no_such_api",
+    }
     assert "positional only" in check_call(by_name["torch.accelerator.synchronize"])
     assert "does not exist" in check_call(by_name["torch.accelerator.no_such_api"])
     assert check_call(by_name["torch.distributed.init_process_group"]) is None

@@ -26,38 +26,69 @@ print(y.device, round(y.sum().item(), 4))
 #: name -> (rewrite of TIMING or of its own original, what the difference must mention; None: no difference)
 REWRITES = {
     "equivalent": (TIMING.replace("torch.cuda.synchronize()", "torch.accelerator.synchronize()"), None),
-    "guarded": (TIMING.replace("torch.cuda.synchronize()",
-                               "if torch.accelerator.is_available():\n    torch.accelerator.synchronize()"), None),
-    "drops a synchronize": (TIMING.replace("y = model(x)\ntorch.cuda.synchronize()\n", "y = model(x)\n"),
-                            "synchronize(cuda)"),
+    "guarded": (
+        TIMING.replace(
+            "torch.cuda.synchronize()",
+            "if torch.accelerator.is_available():\n    torch.accelerator.synchronize()",
+        ),
+        None,
+    ),
+    "drops a synchronize": (
+        TIMING.replace("y = model(x)\ntorch.cuda.synchronize()\n", "y = model(x)\n"),
+        "synchronize(cuda)",
+    ),
     "loses the index": (TIMING.replace('device="cuda:1"', 'device="cuda"'), "alloc(cuda:1)"),
     "moves to the wrong device": (TIMING.replace('.to("cuda:1")', '.to("cuda:0")'), "to(cuda:1"),
-    "synchronize(device=)": (TIMING.replace("torch.cuda.synchronize()", "torch.accelerator.synchronize(device=None)"),
-                             "positional-only"),
+    "synchronize(device=)": (
+        TIMING.replace("torch.cuda.synchronize()", "torch.accelerator.synchronize(device=None)"),
+        "positional-only",
+    ),
     "changes a result": (TIMING.replace("model(x)", "model(x) * 2"), "printed line 1"),
     "stays on the host": (TIMING.replace('.to("cuda:1")', ""), "to(cuda:1, non_blocking=False)"),
 }
 #: name -> (original, rewrite, what the difference must mention)
 PAIRS = {
-    "seeds the CPU too": ("import torch\ntorch.cuda.manual_seed(1)\n", "import torch\ntorch.manual_seed(1)\n",
-                          "manual_seed(cpu, 1)"),
-    "seeds twice": ("import torch\ntorch.manual_seed(1)\ntorch.cuda.manual_seed_all(1)\n",
-                    "import torch\ntorch.manual_seed(1)\ntorch.manual_seed(1)\n", None),
-    "set_device without index": ("import torch\nd = 'cuda'\nif d.startswith('cuda:'):\n    torch.cuda.set_device(d)\n",
-                                 ("import torch\nd = 'cuda'\nif torch.device(d).type != 'cpu':\n"
-                                  "    torch.accelerator.set_device_index(d)\n"), "ValueError"),
-    "autocast dtype": ("import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    pass\n",
-                       "import torch\nwith torch.autocast('cuda'):\n    pass\n", "torch.bfloat16"),
-    "nccl vs both backends": ("import torch.distributed as d\nd.init_process_group('nccl')\n",
-                              "import torch.distributed as d\nd.init_process_group('cpu:gloo,cuda:nccl')\n",
-                              "cpu:gloo,cuda:nccl"),
-    "nccl vs default": ("import torch.distributed as d\nd.init_process_group('nccl')\n",
-                        "import torch.distributed as d\nd.init_process_group()\n", None),
+    "seeds the CPU too": (
+        "import torch\ntorch.cuda.manual_seed(1)\n",
+        "import torch\ntorch.manual_seed(1)\n",
+        "manual_seed(cpu, 1)",
+    ),
+    "seeds twice": (
+        "import torch\ntorch.manual_seed(1)\ntorch.cuda.manual_seed_all(1)\n",
+        "import torch\ntorch.manual_seed(1)\ntorch.manual_seed(1)\n",
+        None,
+    ),
+    "set_device without index": (
+        "import torch\nd = 'cuda'\nif d.startswith('cuda:'):\n    torch.cuda.set_device(d)\n",
+        (
+            "import torch\nd = 'cuda'\nif torch.device(d).type != 'cpu':\n"
+            "    torch.accelerator.set_device_index(d)\n"
+        ),
+        "ValueError",
+    ),
+    "autocast dtype": (
+        "import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    pass\n",
+        "import torch\nwith torch.autocast('cuda'):\n    pass\n",
+        "torch.bfloat16",
+    ),
+    "nccl vs both backends": (
+        "import torch.distributed as d\nd.init_process_group('nccl')\n",
+        "import torch.distributed as d\nd.init_process_group('cpu:gloo,cuda:nccl')\n",
+        "cpu:gloo,cuda:nccl",
+    ),
+    "nccl vs default": (
+        "import torch.distributed as d\nd.init_process_group('nccl')\n",
+        "import torch.distributed as d\nd.init_process_group()\n",
+        None,
+    ),
     "rank lost in map_location": (
-        ("import torch, os\ntorch.save({'w': torch.ones(1)}, 'c.pt')\n"
-         "s = torch.load('c.pt', map_location=f\"cuda:{os.environ['LOCAL_RANK']}\")\n"),
+        (
+            "import torch, os\ntorch.save({'w': torch.ones(1)}, 'c.pt')\n"
+            "s = torch.load('c.pt', map_location=f\"cuda:{os.environ['LOCAL_RANK']}\")\n"
+        ),
         "import torch, os\ntorch.save({'w': torch.ones(1)}, 'c.pt')\ns = torch.load('c.pt', map_location='cuda')\n",
-        "torch.load(cuda:1)"),
+        "torch.load(cuda:1)",
+    ),
 }
 
 
@@ -99,11 +130,16 @@ def test_same_behaviour_reports_the_first_difference():
 
 
 def test_a_rewrite_that_still_needs_cuda_fails_on_cpu():
-    runs = run_jobs("cpu", {
-        "left": Job("import torch\nx = torch.ones(1).cuda()\n"),
-        "fixed": Job("import torch\nx = torch.ones(1).to(torch.accelerator.current_accelerator(check_available=True)"
-                     " or torch.device('cpu'))\n"),
-    })
+    runs = run_jobs(
+        "cpu",
+        {
+            "left": Job("import torch\nx = torch.ones(1).cuda()\n"),
+            "fixed": Job(
+                "import torch\nx = torch.ones(1).to(torch.accelerator.current_accelerator(check_available=True)"
+                " or torch.device('cpu'))\n"
+            ),
+        },
+    )
     assert runs["left"].error == "AssertionError: Torch not compiled with CUDA enabled", runs["left"]
     assert runs["fixed"].error is None, runs["fixed"]
     assert runs["fixed"].values["x"].startswith("tensor(shape=[1], dtype=torch.float32, device=cpu")

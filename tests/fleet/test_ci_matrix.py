@@ -14,8 +14,12 @@ def test_matrix_shards_cover_the_run_and_merge_waits_for_them(run_cli):
     shards = workflow["env"]["SHARDS"]
     assert workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"] == list(range(1, shards + 1))
     assert workflow["jobs"]["merge"]["needs"] == "shard"
-    commands = [" ".join(s["run"].split()) for job in workflow["jobs"].values() for s in job["steps"]
-                if "run" in s and "neuron-migrate fleet" in s["run"]]
+    commands = [
+        " ".join(s["run"].split())
+        for job in workflow["jobs"].values()
+        for s in job["steps"]
+        if "run" in s and "neuron-migrate fleet" in s["run"]
+    ]
     assert [shlex.split(c)[2] for c in commands] == ["hf", "merge"]
     assert "--shard ${{ matrix.shard }}/${{ env.SHARDS }}" in commands[0]
     for command in commands:

@@ -8,9 +8,11 @@ from neuron_migrate.errors import UsageError
 from neuron_migrate.fleet.cache import FleetCache, entry_key
 from neuron_migrate.fleet.enumerate import Architecture, parse_models, select
 
-MAPPINGS = {"causal-lm": {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel", "bart": "BartForCausalLM"},
-            "seq2seq": {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration"},
-            "masked-lm": {"bert": "BertForMaskedLM"}}
+MAPPINGS = {
+    "causal-lm": {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel", "bart": "BartForCausalLM"},
+    "seq2seq": {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration"},
+    "masked-lm": {"bert": "BertForMaskedLM"},
+}
 
 
 def test_whole_task_is_every_architecture_of_its_mapping_sorted():
@@ -19,9 +21,11 @@ def test_whole_task_is_every_architecture_of_its_mapping_sorted():
 
 def test_models_keep_their_order_and_pick_a_task_per_model():
     chosen = select(MAPPINGS, "causal-lm", parse_models("llama, t5,,llama,bart"))
-    assert chosen == [Architecture("llama", "causal-lm", "LlamaForCausalLM"),
-                      Architecture("t5", "seq2seq", "T5ForConditionalGeneration"),
-                      Architecture("bart", "causal-lm", "BartForCausalLM")]
+    assert chosen == [
+        Architecture("llama", "causal-lm", "LlamaForCausalLM"),
+        Architecture("t5", "seq2seq", "T5ForConditionalGeneration"),
+        Architecture("bart", "causal-lm", "BartForCausalLM"),
+    ]
     assert select(MAPPINGS, "seq2seq", ("bart",))[0].architecture == "BartForConditionalGeneration"
 
 
@@ -33,14 +37,32 @@ def test_unknown_model_and_task_are_one_line_usage_errors():
 
 
 def test_every_key_part_changes_the_key():
-    base = {"model_type": "llama", "task": "causal-lm", "mode": "train", "device": "neuron",
-            "config": {"hidden_size": 64}, "opdb": ["v1", "d1"], "torch": "2.13", "transformers": "5.24",
-            "torch-neuronx": None, "neuron-migrate": "0.1.0"}
+    base = {
+        "model_type": "llama",
+        "task": "causal-lm",
+        "mode": "train",
+        "device": "neuron",
+        "config": {"hidden_size": 64},
+        "opdb": ["v1", "d1"],
+        "torch": "2.13",
+        "transformers": "5.24",
+        "torch-neuronx": None,
+        "neuron-migrate": "0.1.0",
+    }
     keys = {entry_key(base)}
-    for part, other in [("model_type", "gpt2"), ("task", "seq2seq"), ("mode", "inference"), ("device", "x"),
-                        ("config", {"hidden_size": 32}), ("opdb", ["v2", "d1"]), ("opdb", ["v1", "d2"]),
-                        ("torch", "2.14"), ("transformers", "5.25"), ("torch-neuronx", "2.9"),
-                        ("neuron-migrate", "0.2.0")]:
+    for part, other in [
+        ("model_type", "gpt2"),
+        ("task", "seq2seq"),
+        ("mode", "inference"),
+        ("device", "x"),
+        ("config", {"hidden_size": 32}),
+        ("opdb", ["v2", "d1"]),
+        ("opdb", ["v1", "d2"]),
+        ("torch", "2.14"),
+        ("transformers", "5.25"),
+        ("torch-neuronx", "2.9"),
+        ("neuron-migrate", "0.2.0"),
+    ]:
         keys.add(entry_key({**base, part: other}))
     assert len(keys) == 12
     assert entry_key(dict(reversed(list(base.items())))) == entry_key(base)

@@ -34,8 +34,9 @@ REFERENCE = textwrap.dedent("""
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    return subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait(proc: subprocess.Popen) -> str:
@@ -47,16 +48,38 @@ def _wait(proc: subprocess.Popen) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("fleet")
-    fleet = _start(["-m", "neuron_migrate", "fleet", "hf", "--models", ",".join(MODELS), "--inference",
-                    "--jobs", "2", "--cache-dir", str(work / "cache"), "--output-dir", str(work / "pages" / "new")],
-                   work)
+    fleet = _start(
+        [
+            "-m",
+            "neuron_migrate",
+            "fleet",
+            "hf",
+            "--models",
+            ",".join(MODELS),
+            "--inference",
+            "--jobs",
+            "2",
+            "--cache-dir",
+            str(work / "cache"),
+            "--output-dir",
+            str(work / "pages" / "new"),
+        ],
+        work,
+    )
     reference = _start(["-c", REFERENCE, ",".join(MODELS)], work)
     cli_t5 = _start(["-m", "neuron_migrate", "trace", "--hf", "t5", "--inference", "--format", "json"], work)
     fleet_err = fleet.communicate(timeout=600)[1]
     assert fleet.returncode == 0, fleet_err[-3000:]
-    traces = {r["target"].removeprefix("hf:"): r for r in json.loads(_wait(reference).strip().splitlines()[-1])}
-    return {"fleet": json.loads((work / "pages" / "new" / "fleet.json").read_text()), "summary": fleet_err,
-            "traces": traces, "cli_t5": json.loads(_wait(cli_t5)), "work": work}
+    traces = {
+        r["target"].removeprefix("hf:"): r for r in json.loads(_wait(reference).strip().splitlines()[-1])
+    }
+    return {
+        "fleet": json.loads((work / "pages" / "new" / "fleet.json").read_text()),
+        "summary": fleet_err,
+        "traces": traces,
+        "cli_t5": json.loads(_wait(cli_t5)),
+        "work": work,
+    }
 
 
 def _row(trace: dict) -> dict[str, tuple[str, int]]:
@@ -80,8 +103,13 @@ def test_each_architecture_matches_its_own_trace(runs):
         got = {op: (cell["status"], cell["calls"]) for op, cell in fleet[model]["ops"].items()}
         assert got == _row(trace), model
         statuses = {status for status, _ in got.values()}
-        expected = ("fails_on_neuron" if "unsupported" in statuses else
-                    "fallbacks" if statuses & {"cpu_fallback", "unknown"} else "native")
+        expected = (
+            "fails_on_neuron"
+            if "unsupported" in statuses
+            else "fallbacks"
+            if statuses & {"cpu_fallback", "unknown"}
+            else "native"
+        )
         assert fleet[model]["verdict"] == expected, model
         assert fleet[model]["coverage"] == trace["coverage"], model
 
@@ -123,15 +151,28 @@ def test_summary_pages_and_share(runs):
 
 def test_a_rerun_comes_from_the_cache_without_tracing(runs, run_cli):
     work = runs["work"]
-    proc = run_cli("fleet", "hf", "--models", ",".join(MODELS), "--inference", "--cache-dir", work / "cache",
-                   "--format", "json", cwd=work)
+    proc = run_cli(
+        "fleet",
+        "hf",
+        "--models",
+        ",".join(MODELS),
+        "--inference",
+        "--cache-dir",
+        work / "cache",
+        "--format",
+        "json",
+        cwd=work,
+    )
     assert proc.returncode == 0, proc.stderr
     again = json.loads(proc.stdout)
     assert (again["traced"], again["from_cache"]) == (0, len(MODELS))
-    strip = lambda data: [{k: v for k, v in a.items() if k not in ("cached", "seconds")}
-                          for a in data["architectures"]]
+    strip = lambda data: [
+        {k: v for k, v in a.items() if k not in ("cached", "seconds")} for a in data["architectures"]
+    ]
     assert strip(again) == strip(runs["fleet"])
-    proc = run_cli("fleet", "hf", "--models", "llama", "--train", "--cache-dir", work / "cache", "--list", cwd=work)
+    proc = run_cli(
+        "fleet", "hf", "--models", "llama", "--train", "--cache-dir", work / "cache", "--list", cwd=work
+    )
     assert proc.returncode == 0 and proc.stdout.split() == ["llama", "causal-lm", "LlamaForCausalLM"]
 
 
@@ -140,12 +181,17 @@ def test_bad_input_is_one_line(run_cli, tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--jobs 0" in proc.stderr
     proc = run_cli("fleet", "hf", "--format", "pdf")
     assert proc.returncode == 2 and "--format pdf" in proc.stderr
-    for args, words in ((("--shard", "3/2"), "--shard 3/2: write I/N"), (("--mode", "fast"), "--mode fast"),
-                        (("--backend", "slurm"), "--backend slurm")):
+    for args, words in (
+        (("--shard", "3/2"), "--shard 3/2: write I/N"),
+        (("--mode", "fast"), "--mode fast"),
+        (("--backend", "slurm"), "--backend slurm"),
+    ):
         proc = run_cli("fleet", "hf", *args)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
     (tmp_path / "file").write_text("x")
     proc = run_cli("fleet", "hf", "--output-dir", tmp_path / "file")
     assert proc.returncode == 2 and "not a folder" in proc.stderr
     proc = run_cli("fleet", "merge", tmp_path / "missing.json")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "missing.json" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "missing.json" in proc.stderr, (
+        proc.stderr
+    )

@@ -19,8 +19,13 @@ from tests.fleet.records import failed, traced, use
 
 def _moe(**extra):
     """transformers' MoE routing: histc on int32 raised on the stand-in; it steps on CPU."""
-    record = failed("moe", "step", "NotImplementedError", line="\"histogram_cpu\" not implemented for 'Int'",
-                    cpu_checked=True)
+    record = failed(
+        "moe",
+        "step",
+        "NotImplementedError",
+        line="\"histogram_cpu\" not implemented for 'Int'",
+        cpu_checked=True,
+    )
     record.update(error_op="aten::histc", error_dtypes=["int32"], **extra)
     return record
 
@@ -31,11 +36,16 @@ def _moe(**extra):
         (traced("a", [use("aten::mm", "native"), use("aten::add.Tensor", "native")]), "native"),
         (traced("b", [use("aten::mm", "native"), use("aten::softmax.int", "cpu_fallback")]), "fallbacks"),
         (traced("c", [use("aten::mm", "native"), use("aten::weird", "unknown")]), "fallbacks"),
-        (traced("d", [use("aten::histc", "unsupported"), use("aten::softmax.int", "cpu_fallback")]),
-         "fails_on_neuron"),
+        (
+            traced("d", [use("aten::histc", "unsupported"), use("aten::softmax.int", "cpu_fallback")]),
+            "fails_on_neuron",
+        ),
         (failed("e", "build", "ValueError"), "does_not_build"),
         (failed("f", "start", "Timeout", outcome="timeout"), "does_not_build"),
-        (failed("h", "step", cpu_checked=True, cpu_error="IndexError: list index out of range"), "does_not_build"),
+        (
+            failed("h", "step", cpu_checked=True, cpu_error="IndexError: list index out of range"),
+            "does_not_build",
+        ),
         # library code rejecting the device, outside any op, while CPU steps: what a Trainium user sees
         (failed("g", "step", cpu_checked=True, cpu_error=None), "fails_on_neuron"),
         # the stand-in timed out / crashed where CPU steps: the stand-in's problem, not TorchNeuron's
@@ -50,8 +60,15 @@ def _moe(**extra):
         # the stand-in's own word (issue 11) wins over the evidence
         (_moe(error_status="native", error_kind="neuron"), "fails_on_neuron"),
         (failed("k", "step", cpu_checked=True) | {"error_kind": "stand_in"}, "stand_in_limitation"),
-        (failed("m", "step", line=".tolist() is not supported for tensor subclasses, got NeuronTensor",
-                cpu_checked=True), "stand_in_limitation"),
+        (
+            failed(
+                "m",
+                "step",
+                line=".tolist() is not supported for tensor subclasses, got NeuronTensor",
+                cpu_checked=True,
+            ),
+            "stand_in_limitation",
+        ),
     ],
 )
 def test_verdicts(record, verdict):
@@ -68,18 +85,30 @@ def test_reasons_name_the_op_dtype_and_missing_package():
     assert blocked.reason == "unsupported on neuron: aten::histc (int64)"
     stand_in = arch_result(_moe(error_status="native"))
     assert "`aten::histc` (int32)" in stand_in.reason and "opdb calls native" in stand_in.reason
-    timm = failed("gemma3n", "build", "ImportError", line="`pip install timm`. Please note that you may need ...")
+    timm = failed(
+        "gemma3n", "build", "ImportError", line="`pip install timm`. Please note that you may need ..."
+    )
     result = arch_result(timm)
     assert result.verdict == "does_not_build"
     assert result.reason.startswith("needs the optional package `timm`, not installed here")
 
 
 def test_matrix_row_takes_worst_status_and_sums_calls_over_dtypes_and_phases():
-    record = traced("a", [use("aten::mm", "native", 3), use("aten::mm", "cpu_fallback", 2, "backward", "bfloat16"),
-                          use("aten::add.Tensor", "native", 1)])
+    record = traced(
+        "a",
+        [
+            use("aten::mm", "native", 3),
+            use("aten::mm", "cpu_fallback", 2, "backward", "bfloat16"),
+            use("aten::add.Tensor", "native", 1),
+        ],
+    )
     cell = arch_result(record, "train").ops["aten::mm"]
     assert (cell.status, cell.calls, cell.dtypes, cell.phases) == (
-        "cpu_fallback", 5, ("bfloat16", "float32"), ("backward", "forward"))
+        "cpu_fallback",
+        5,
+        ("bfloat16", "float32"),
+        ("backward", "forward"),
+    )
 
 
 def _archs(*records):
@@ -96,7 +125,11 @@ def test_ranking_counts_blocked_and_slowed_architectures_and_sole_blockers():
     )
     ranks = {r.op: r for r in rank_ops(archs)}
     assert set(ranks) == {"aten::x", "aten::y", "aten::z"}  # native ops are not ranked
-    assert (ranks["aten::y"].blocks, ranks["aten::y"].slows, ranks["aten::y"].architectures) == (2, 0, ("b", "c"))
+    assert (ranks["aten::y"].blocks, ranks["aten::y"].slows, ranks["aten::y"].architectures) == (
+        2,
+        0,
+        ("b", "c"),
+    )
     assert (ranks["aten::x"].blocks, ranks["aten::x"].slows, ranks["aten::x"].sole) == (0, 2, 1)
     assert next(r.op for r in rank_ops(archs)) == "aten::y"  # blocking ranks before slowing
 
@@ -114,35 +147,64 @@ def test_greedy_unlock_makes_the_most_architectures_native_first():
 def _run(records, modes=("inference",), shard=None, selection=None):
     archs = [Architecture(r["model_type"], r["task"], r["architecture"]) for r in records]
     keyed = {(r["model_type"], mode): r for r in records for mode in modes}
-    return SimpleNamespace(versions={"torch": "t", "transformers": "tf", "torch-neuronx": None,
-                                     "neuron-migrate": "nm"}, opdb_version="snap", opdb_pre_release=True,
-                           architectures=archs, records=keyed, traced=len(keyed), from_cache=0,
-                           selection=tuple(selection or [r["model_type"] for r in records]), shard=shard,
-                           ran_on="stand-in")
+    return SimpleNamespace(
+        versions={"torch": "t", "transformers": "tf", "torch-neuronx": None, "neuron-migrate": "nm"},
+        opdb_version="snap",
+        opdb_pre_release=True,
+        architectures=archs,
+        records=keyed,
+        traced=len(keyed),
+        from_cache=0,
+        selection=tuple(selection or [r["model_type"] for r in records]),
+        shard=shard,
+        ran_on="stand-in",
+    )
 
 
 def test_summary_shares_follow_the_documented_definition():
-    records = [traced("a", [use("aten::mm", "native")]), traced("b", [use("aten::x", "cpu_fallback")]),
-               traced("c", [use("aten::y", "unsupported")]), _moe(error_status="native"), failed("d", "build")]
+    records = [
+        traced("a", [use("aten::mm", "native")]),
+        traced("b", [use("aten::x", "cpu_fallback")]),
+        traced("c", [use("aten::y", "unsupported")]),
+        _moe(error_status="native"),
+        failed("d", "build"),
+    ]
     result = build_result(_run(records), "causal-lm", ("inference",), "neuron")
     s = result.summary
-    assert s.counts == {"native": 1, "fallbacks": 1, "fails_on_neuron": 1, "stand_in_limitation": 1,
-                        "does_not_build": 1}
+    assert s.counts == {
+        "native": 1,
+        "fallbacks": 1,
+        "fails_on_neuron": 1,
+        "stand_in_limitation": 1,
+        "does_not_build": 1,
+    }
     assert (s.runs, s.runs_share, s.native_share, s.buildable) == (2, 0.4, 0.2, 4)
     assert (s.runs_share_of_buildable, s.native_share_of_buildable) == (0.5, 0.25)
     assert s.native_if_all_unlocked == 3
-    assert "over all 5 architectures and over the 4 that build here" in s.definition and "forward" in s.definition
+    assert (
+        "over all 5 architectures and over the 4 that build here" in s.definition
+        and "forward" in s.definition
+    )
     assert [a.model_type for a in result.architectures] == ["a", "b", "c", "moe", "d"]
 
 
 def test_both_modes_are_summarised_side_by_side():
     records = [traced("a", [use("aten::mm", "native")]), failed("d", "build")]
-    result = build_result(_run(records, ("train", "inference")), "causal-lm", ("train", "inference"), "neuron")
+    result = build_result(
+        _run(records, ("train", "inference")), "causal-lm", ("train", "inference"), "neuron"
+    )
     assert set(result.summaries) == {"train", "inference"}
     assert [(a.model_type, a.mode) for a in result.architectures] == [
-        ("a", "train"), ("a", "inference"), ("d", "train"), ("d", "inference")]
+        ("a", "train"),
+        ("a", "inference"),
+        ("d", "train"),
+        ("d", "inference"),
+    ]
     md = render(result, "md")
-    assert "| | train | inference |" in md and "| **runs** on neuron (of all 2) | **1 (50.0%)** | **1 (50.0%)** |" in md
+    assert (
+        "| | train | inference |" in md
+        and "| **runs** on neuron (of all 2) | **1 (50.0%)** | **1 (50.0%)** |" in md
+    )
 
 
 def test_renderers_escape_html_and_markdown_and_carry_every_architecture():
@@ -178,7 +240,8 @@ def test_markdown_escapes_every_name_a_record_brings():
 def test_reproduce_command_carries_fleet_overrides_and_mode():
     record = traced("codegen", [use("aten::mm", "native")], hf_config={"rotary_dim": 8})
     assert arch_result(record, "inference").reproduce == (
-        "neuron-migrate trace --hf codegen --hf-config rotary_dim=8 --inference")
+        "neuron-migrate trace --hf codegen --hf-config rotary_dim=8 --inference"
+    )
 
 
 def test_only_a_neuron_failure_inside_an_op_blocks_it():
@@ -197,9 +260,10 @@ def _shard_files(tmp_path, records, count):
     selection = [r["model_type"] for r in records]
     paths = []
     for index in range(1, count + 1):
-        part = records[index - 1::count]
-        result = build_result(_run(part, shard=f"{index}/{count}", selection=selection), "causal-lm",
-                              ("inference",), "neuron")
+        part = records[index - 1 :: count]
+        result = build_result(
+            _run(part, shard=f"{index}/{count}", selection=selection), "causal-lm", ("inference",), "neuron"
+        )
         paths.append(tmp_path / f"shard{index}.json")
         paths[-1].write_text(render(result, "json"))
     return paths
@@ -213,8 +277,13 @@ def _stable(text: str) -> dict:
 
 
 def test_merged_shards_equal_the_whole_run(tmp_path):
-    records = [traced("a", [use("aten::x", "cpu_fallback")]), traced("b", [use("aten::y", "unsupported")]),
-               traced("c", [use("aten::mm", "native")]), _moe(error_status="native"), failed("d", "build")]
+    records = [
+        traced("a", [use("aten::x", "cpu_fallback")]),
+        traced("b", [use("aten::y", "unsupported")]),
+        traced("c", [use("aten::mm", "native")]),
+        _moe(error_status="native"),
+        failed("d", "build"),
+    ]
     whole = render(build_result(_run(records), "causal-lm", ("inference",), "neuron"), "json")
     paths = _shard_files(tmp_path, records, 3)
     assert _stable(render(merge(list(reversed(paths))), "json")) == _stable(whole)
@@ -223,7 +292,9 @@ def test_merged_shards_equal_the_whole_run(tmp_path):
 def test_merge_refuses_missing_repeated_or_foreign_shards(tmp_path):
     records = [traced("a", [use("aten::x", "cpu_fallback")]), traced("b", [use("aten::mm", "native")])]
     one, two = _shard_files(tmp_path, records, 2)
-    with pytest.raises(InputFileError, match=r"1 architecture\(s\) have no result \(b\): shard\(s\) 2/2 missing"):
+    with pytest.raises(
+        InputFileError, match=r"1 architecture\(s\) have no result \(b\): shard\(s\) 2/2 missing"
+    ):
         merge([one])
     with pytest.raises(InputFileError, match="shard 1/2 is also in"):
         merge([one, one])

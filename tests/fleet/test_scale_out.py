@@ -10,9 +10,9 @@ import pytest
 
 from neuron_migrate.fleet.matrix import build_result
 from neuron_migrate.fleet.merge import merge
-from neuron_migrate.reports.fleet import render
 from neuron_migrate.fleet.options import FleetOptions
 from neuron_migrate.fleet.runner import run_fleet
+from neuron_migrate.reports.fleet import render
 
 pytestmark = pytest.mark.xdist_group("fleet-scale-out")
 # three that run and one that does not build here (gemma3n's vision tower needs timm, which is not installed)
@@ -53,7 +53,9 @@ def test_merged_shards_are_the_local_run(local, tmp_path):
 
 
 def test_ray_backend_is_the_local_run(local, tmp_path):
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'neuron-migrate[ray]')")
+    ray = pytest.importorskip(
+        "ray", reason="the ray extra is not installed (pip install 'neuron-migrate[ray]')"
+    )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         assert int(ray.cluster_resources()["CPU"]) == 2

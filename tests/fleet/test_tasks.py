@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("diffusers", reason="the diffusers extra is not installed (pip install 'neuron-migrate[diffusers]')")
+pytest.importorskip(
+    "diffusers", reason="the diffusers extra is not installed (pip install 'neuron-migrate[diffusers]')"
+)
 pytestmark = pytest.mark.xdist_group("fleet-tasks")
 ROOT = Path(__file__).resolve().parents[2]
 DIFFUSERS = ("UNet2DConditionModel", "DiTTransformer2DModel", "AutoencoderTiny")
@@ -20,25 +22,62 @@ IMAGES = ("vit", "resnet", "convnext")
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    return subprocess.Popen([sys.executable, "-m", "neuron_migrate", "fleet", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "neuron_migrate", "fleet", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     work = tmp_path_factory.mktemp("tasks")
     procs = {
-        "diffusers": _start(["diffusers", "--models", ",".join(DIFFUSERS), "--mode", "both", "--jobs", "2",
-                             "--cache-dir", str(work / "cache"), "--output-dir", str(work / "diffusers")], work),
-        "images": _start(["hf", "--task", "image-classification", "--models", ",".join(IMAGES), "--jobs", "1",
-                          "--cache-dir", str(work / "cache"), "--format", "json"], work),
+        "diffusers": _start(
+            [
+                "diffusers",
+                "--models",
+                ",".join(DIFFUSERS),
+                "--mode",
+                "both",
+                "--jobs",
+                "2",
+                "--cache-dir",
+                str(work / "cache"),
+                "--output-dir",
+                str(work / "diffusers"),
+            ],
+            work,
+        ),
+        "images": _start(
+            [
+                "hf",
+                "--task",
+                "image-classification",
+                "--models",
+                ",".join(IMAGES),
+                "--jobs",
+                "1",
+                "--cache-dir",
+                str(work / "cache"),
+                "--format",
+                "json",
+            ],
+            work,
+        ),
     }
     out = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
         assert proc.returncode == 0, stderr[-3000:]
-        out[name] = json.loads((work / "diffusers" / "fleet.json").read_text()) if name == "diffusers" else \
-            json.loads(stdout)
+        out[name] = (
+            json.loads((work / "diffusers" / "fleet.json").read_text())
+            if name == "diffusers"
+            else json.loads(stdout)
+        )
         out[f"{name}-summary"] = stderr
     return out
 
@@ -50,8 +89,9 @@ def _by(result: dict) -> dict[tuple[str, str], dict]:
 def test_diffusers_denoise_and_reconstruct_in_both_modes(results):
     result = results["diffusers"]
     archs = _by(result)
-    assert result["modes"] == ["train", "inference"] and set(archs) == {(m, mode) for m in DIFFUSERS
-                                                                        for mode in ("train", "inference")}
+    assert result["modes"] == ["train", "inference"] and set(archs) == {
+        (m, mode) for m in DIFFUSERS for mode in ("train", "inference")
+    }
     for name in DIFFUSERS:
         train, infer = archs[(name, "train")], archs[(name, "inference")]
         assert train["verdict"] in ("native", "fallbacks"), train["reason"]
@@ -69,6 +109,8 @@ def test_image_classification_steps_with_pixel_values_and_labels(results):
     assert {m for m, _ in archs} == set(IMAGES)
     for model in IMAGES:
         arch = archs[(model, "train")]
-        assert arch["task"] == "image-classification" and arch["architecture"].endswith("ForImageClassification")
+        assert arch["task"] == "image-classification" and arch["architecture"].endswith(
+            "ForImageClassification"
+        )
         assert arch["verdict"] in ("native", "fallbacks"), arch["reason"]
         assert "aten::convolution" in arch["ops"] or "aten::addmm" in arch["ops"] or "aten::mm" in arch["ops"]

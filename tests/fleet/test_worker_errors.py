@@ -10,24 +10,32 @@ def _raise_from(filename: str, inner: str | None = None):
     """Call code compiled under fake file names: `filename` calls `inner` (if given) which raises."""
     scope: dict = {}
     if inner:
-        exec(compile("def deep():\n    raise RuntimeError('first line\\nshape mismatch')\n", inner, "exec"), scope)  # noqa: S102
+        exec(
+            compile("def deep():\n    raise RuntimeError('first line\\nshape mismatch')\n", inner, "exec"),
+            scope,
+        )
         body = "def top():\n    deep()\n"
     else:
         body = "def top():\n    raise ValueError('bad config')\n"
-    exec(compile(body, filename, "exec"), scope)  # noqa: S102 - fake file names for frames
+    exec(compile(body, filename, "exec"), scope)
     try:
         scope["top"]()
-    except Exception as err:  # noqa: BLE001 - the exception is the test's subject
+    except Exception as err:
         return err
     raise AssertionError("did not raise")
 
 
 def test_points_at_the_model_line_and_says_where_torch_raised():
-    err = _raise_from("/v/lib/python3.11/site-packages/transformers/models/m/modeling_m.py",
-                      "/v/lib/python3.11/site-packages/torch/_ops.py")
+    err = _raise_from(
+        "/v/lib/python3.11/site-packages/transformers/models/m/modeling_m.py",
+        "/v/lib/python3.11/site-packages/torch/_ops.py",
+    )
     fields = _error_fields(err)
-    assert fields == {"error_class": "RuntimeError", "error_line": "shape mismatch",
-                      "error_where": "transformers/models/m/modeling_m.py:2 (raised in torch/_ops.py:2)"}
+    assert fields == {
+        "error_class": "RuntimeError",
+        "error_line": "shape mismatch",
+        "error_where": "transformers/models/m/modeling_m.py:2 (raised in torch/_ops.py:2)",
+    }
 
 
 def test_unwraps_the_trace_error_to_the_original_exception():

@@ -11,26 +11,32 @@ from neuron_migrate.migrate.scanner import scan_text
 from neuron_migrate.migrate.sources import SourceText
 from neuron_migrate.model import Finding
 
-
 #: the rules' examples (and the documentation made from them) are written for a project with 120 columns
 EXAMPLE_LAYOUT = Layout(line_length=120)
 
 
-def findings(source: str, codes: tuple[str, ...] | None = None, path: str = "example.py",
-             unsafe: bool = False, layout: Layout = EXAMPLE_LAYOUT) -> list[Finding]:
+def findings(
+    source: str,
+    codes: tuple[str, ...] | None = None,
+    path: str = "example.py",
+    unsafe: bool = False,
+    layout: Layout = EXAMPLE_LAYOUT,
+) -> list[Finding]:
     """Findings of `codes` (all rules when None) in `source`, their fixes shaped for a run with(out) unsafe."""
     return scan_text(path, SourceText(source), tuple(codes or load_rules()), FixStyle(layout, unsafe))
 
 
-def fixed(source: str, codes: tuple[str, ...] | None = None, unsafe: bool = False,
-          layout: Layout = EXAMPLE_LAYOUT) -> str:
+def fixed(
+    source: str, codes: tuple[str, ...] | None = None, unsafe: bool = False, layout: Layout = EXAMPLE_LAYOUT
+) -> str:
     """`source` after one pass of the fixes of `codes`."""
     found = findings(source, codes, unsafe=unsafe, layout=layout)
     return fix_text(source, found, unsafe=unsafe, layout=layout).text
 
 
-def fixed_until_stable(source: str, codes: tuple[str, ...] | None = None, unsafe: bool = False,
-                       layout: Layout = EXAMPLE_LAYOUT) -> str:
+def fixed_until_stable(
+    source: str, codes: tuple[str, ...] | None = None, unsafe: bool = False, layout: Layout = EXAMPLE_LAYOUT
+) -> str:
     """`source` after `fix` (passes until nothing changes), as the command writes it."""
     style = FixStyle(layout, unsafe)
     return fix_until_stable(source, "example.py", tuple(codes or load_rules()), style)[0]

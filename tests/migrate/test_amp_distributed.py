@@ -19,7 +19,7 @@ AMP = ("NM201", "NM202", "NM203", "NM204", "NM205")
 DIST = ("NM301", "NM302", "NM303", "NM304")
 MINE = ("NM107", "NM108", "NM110", *AMP, *DIST)
 
-TRAIN = '''
+TRAIN = """
 import torch
 from torch.cuda.amp import GradScaler, autocast, custom_bwd, custom_fwd
 
@@ -55,7 +55,7 @@ def train():
     return out.dtype, scaler.is_enabled(), scaler.get_scale(), model.weight.detach()
 
 result = train()
-'''
+"""
 
 
 def run(source: str) -> dict:
@@ -63,7 +63,7 @@ def run(source: str) -> dict:
     namespace: dict = {"__name__": "snippet"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exec(compile(source, "snippet.py", "exec"), namespace)  # noqa: S102 - our own test snippets
+        exec(compile(source, "snippet.py", "exec"), namespace)
     return namespace
 
 
@@ -111,8 +111,16 @@ def test_amp_fixes_leave_nothing_for_a_second_run():
     assert fixed(after, AMP) == after
 
 
-@pytest.mark.parametrize("backend", ["'nccl'", "backend='nccl'", "'cpu:gloo,cuda:nccl'", "dist.Backend.NCCL",
-                                     "'nccl' if torch.cuda.is_available() else 'gloo'"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "'nccl'",
+        "backend='nccl'",
+        "'cpu:gloo,cuda:nccl'",
+        "dist.Backend.NCCL",
+        "'nccl' if torch.cuda.is_available() else 'gloo'",
+    ],
+)
 def test_fixed_nccl_backend_starts_a_process_group_without_cuda(backend, no_accelerator):
     source = (
         "import torch\nimport torch.distributed as dist\n"
@@ -129,13 +137,19 @@ def test_fixed_nccl_backend_starts_a_process_group_without_cuda(backend, no_acce
     assert namespace["t"].tolist() == [1.0, 1.0]
 
 
-def test_backend_map_rewrite_gives_the_original_map_on_cuda_and_the_cpu_entry_without_an_accelerator(monkeypatch):
-    after = fixed("import torch.distributed as dist\ndist.init_process_group('cpu:gloo,cuda:nccl')\n", ("NM301",))
+def test_backend_map_rewrite_gives_the_original_map_on_cuda_and_the_cpu_entry_without_an_accelerator(
+    monkeypatch,
+):
+    after = fixed(
+        "import torch.distributed as dist\ndist.init_process_group('cpu:gloo,cuda:nccl')\n", ("NM301",)
+    )
     program = after.replace("dist.init_process_group(", "spec = (")
     if not torch.accelerator.is_available():
         assert run(program)["spec"] == "cpu:gloo"
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda"))
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda")
+    )
     assert run(program)["spec"] == "cpu:gloo,cuda:nccl"
 
 
@@ -161,9 +175,18 @@ def test_fixed_ddp_wraps_a_cpu_module(no_accelerator):
 def test_fixed_backend_dict_is_unchanged_here_and_builds_without_error():
     source = "BACKENDS = {'cpu': 'gloo', 'cuda': 'nccl'}\n"
     after = fixed(source, DIST)
-    assert run(after)["BACKENDS"] == {**run(source)["BACKENDS"], **(
-        {torch.accelerator.current_accelerator().type: dist.get_default_backend_for_device(
-            torch.accelerator.current_accelerator())} if torch.accelerator.is_available() else {})}
+    assert run(after)["BACKENDS"] == {
+        **run(source)["BACKENDS"],
+        **(
+            {
+                torch.accelerator.current_accelerator().type: dist.get_default_backend_for_device(
+                    torch.accelerator.current_accelerator()
+                )
+            }
+            if torch.accelerator.is_available()
+            else {}
+        ),
+    }
     assert fixed(after, DIST) == after
 
 
@@ -207,10 +230,13 @@ def test_rules_together_fix_a_script_in_one_pass():
     assert "from torch.cuda.amp" not in after
 
 
-@pytest.mark.parametrize("source", [
-    "import torch\nwith torch.cuda.amp.autocast(\n    enabled=use_amp,  # off for eval\n):\n    pass\n",
-    "import torch\ns = torch.amp.GradScaler(\n    init_scale=1024,  # small model\n)\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nwith torch.cuda.amp.autocast(\n    enabled=use_amp,  # off for eval\n):\n    pass\n",
+        "import torch\ns = torch.amp.GradScaler(\n    init_scale=1024,  # small model\n)\n",
+    ],
+)
 def test_a_rebuilt_call_that_held_comments_is_an_unsafe_fix(source):
     (finding,) = findings(source, AMP)
     assert finding.fix.safety == "unsafe"

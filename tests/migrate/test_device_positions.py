@@ -63,15 +63,27 @@ POSITIONS = {
     "flows-into-local-function": ('def run(m, where):\n    return m.to(where)\nrun(m, "cuda")\n', 1),
     "param-default": ('def f(dev="cuda"):\n    pass\n', 1),
     "param-default-flow": ('def f(m, where="cuda"):\n    return m.to(where)\n', 1),
-    "cli-default": ('import argparse\np = argparse.ArgumentParser()\np.add_argument("--device", default="cuda")\n', 1),
-    "click-default": ('import click\n@click.option("--train-device", default="cuda")\ndef main(train_device):\n    pass\n', 1),
+    "cli-default": (
+        'import argparse\np = argparse.ArgumentParser()\np.add_argument("--device", default="cuda")\n',
+        1,
+    ),
+    "click-default": (
+        'import click\n@click.option("--train-device", default="cuda")\ndef main(train_device):\n    pass\n',
+        1,
+    ),
     "dict-setting": ('cfg = {"device": "cuda"}\n', 1),
     "subscript-setting": ('cfg["device"] = "cuda"\ncfg["name"] = "cuda"\n', 1),
-    "get-default": ('import os\nd = os.environ.get("DEVICE", "cuda")\ne = getattr(args, "device", "cuda")\n', 2),
+    "get-default": (
+        'import os\nd = os.environ.get("DEVICE", "cuda")\ne = getattr(args, "device", "cuda")\n',
+        2,
+    ),
     "returned-by-device-function": ('def get_device():\n    return "cuda"\n', 1),
     "or-default": ('device = args.device or "cuda"\n', 1),
     "user-function-keyword": ('run(model, device="cuda")\n', 1),
-    "format-forms": ('a_device = "cuda:{}".format(r)\nb_device = "cuda:%d" % r\nc_device = "cuda:" + str(r)\n', 3),
+    "format-forms": (
+        'a_device = "cuda:{}".format(r)\nb_device = "cuda:%d" % r\nc_device = "cuda:" + str(r)\n',
+        3,
+    ),
     "unused-name": ('where = "cuda"\nprint(where)\n', 0),
     "inside-torch-device": ('import torch\nd = torch.device("cuda")\n', 0),
     "autocast-is-nm2xx": ('import torch\nwith torch.autocast(device_type="cuda"):\n    pass\n', 0),
@@ -95,12 +107,14 @@ def test_guarded_code_is_still_reported_with_its_guard():
 def test_index_reaching_map_location_is_kept_only_with_an_accelerator(tmp_path):
     """`torch.load` rejects `cpu:N`: an index that reaches `map_location` must not survive on a CPU-only box."""
     torch.save({"w": torch.ones(1)}, tmp_path / "m.pt")
-    source = (f'import torch\nrank = 0\ndevice = f"cuda:{{rank}}"\n'
-              f'state = torch.load({str(tmp_path / "m.pt")!r}, map_location=device)\n')
+    source = (
+        f'import torch\nrank = 0\ndevice = f"cuda:{{rank}}"\n'
+        f"state = torch.load({str(tmp_path / 'm.pt')!r}, map_location=device)\n"
+    )
     (finding,) = findings(source, ("NM101",))
     assert finding.fix.safety == "safe"
     after = fix_text(source, [finding]).text
-    assert "torch.accelerator.is_available() else \"cpu\"" in after
+    assert 'torch.accelerator.is_available() else "cpu"' in after
     if not torch.accelerator.is_available():
         namespace: dict = {}
         exec(after, namespace)
@@ -108,8 +122,10 @@ def test_index_reaching_map_location_is_kept_only_with_an_accelerator(tmp_path):
 
 
 def test_capability_gates_get_no_fix():
-    source = ("import torch\nfused = device.type == 'cuda'\nopt = torch.optim.AdamW(p, fused=x.is_cuda)\n"
-              "if x.is_cuda and torch.cuda.get_device_capability()[0] >= 8:\n    pass\n")
+    source = (
+        "import torch\nfused = device.type == 'cuda'\nopt = torch.optim.AdamW(p, fused=x.is_cuda)\n"
+        "if x.is_cuda and torch.cuda.get_device_capability()[0] >= 8:\n    pass\n"
+    )
     got = [f for f in findings(source, CODES, unsafe=True) if f.code in ("NM104", "NM105")]
     assert [f.code for f in got] == ["NM105", "NM104", "NM104"]
     assert all(f.fix is None and "CUDA-only" in f.message for f in got)
@@ -122,7 +138,7 @@ def test_unknown_type_owner_is_unsafe():
     assert finding.fix.safety == "safe"
 
 
-TRAIN = '''\
+TRAIN = """\
 import argparse
 import io
 import os
@@ -151,14 +167,20 @@ torch.save({"w": model.weight}, blob)
 blob.seek(0)
 state = torch.load(blob, map_location="cuda")
 print(out.device.type, buf.device.type, kind, state["w"].device.type)
-'''
+"""
 
 
 def _run(source: str, tmp_path) -> subprocess.CompletedProcess:
     script = tmp_path / "train.py"
     script.write_text(source)
-    return subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "LOCAL_RANK": "0"})
+    return subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "LOCAL_RANK": "0"},
+    )
 
 
 def test_combined_fixes_do_not_overlap_and_run_on_cpu(tmp_path):
@@ -177,7 +199,7 @@ def test_combined_fixes_do_not_overlap_and_run_on_cpu(tmp_path):
 
 
 def test_rewritten_strings_stay_strings(tmp_path):
-    source = textwrap.dedent('''\
+    source = textwrap.dedent("""\
         import torch
         def pick(device="cuda"):
             return device
@@ -187,7 +209,7 @@ def test_rewritten_strings_stay_strings(tmp_path):
         assert rank_device.split(":")[1] == "0", rank_device
         t = torch.ones(1).to(rank_device)
         print(d, rank_device, t.device.type)
-    ''')
+    """)
     after = fixed(source, CODES, unsafe=True)
     result = _run(after, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -197,5 +219,6 @@ def test_rewritten_strings_stay_strings(tmp_path):
 def test_cuda_in_a_stringified_device_is_a_device_check():
     source = 'import torch\nm = torch.nn.Linear(2, 2)\non_gpu = "cuda" in str(next(m.parameters()).device)\n'
     assert fixed(source, ("NM105",)) == (
-        'import torch\nm = torch.nn.Linear(2, 2)\non_gpu = next(m.parameters()).device.type != "cpu"\n')
+        'import torch\nm = torch.nn.Linear(2, 2)\non_gpu = next(m.parameters()).device.type != "cpu"\n'
+    )
     assert fixed('x = "cuda" in str(name)\n', ("NM105",)) == 'x = "cuda" in str(name)\n'

@@ -12,16 +12,20 @@ def codes_lines(source: str, codes: tuple[str, ...]) -> list[tuple[str, int]]:
 
 
 def test_env_var_in_log_message_and_docstring_is_not_flagged():
-    source = ('"""Set CUDA_VISIBLE_DEVICES and NCCL_DEBUG."""\nimport logging, os\n'
-              'logging.info("CUDA_VISIBLE_DEVICES=%s", os.environ["CUDA_VISIBLE_DEVICES"])\n')
+    source = (
+        '"""Set CUDA_VISIBLE_DEVICES and NCCL_DEBUG."""\nimport logging, os\n'
+        'logging.info("CUDA_VISIBLE_DEVICES=%s", os.environ["CUDA_VISIBLE_DEVICES"])\n'
+    )
     assert codes_lines(source, ("NM601", "NM602")) == [("NM601", 3)]
     assert "NEURON_RT_VISIBLE_CORES" in findings(source, ("NM601",))[0].message
 
 
 def test_env_copy_passed_to_subprocess_through_a_name():
-    source = ("import os, subprocess\ndef run(cmd):\n    env = dict(os.environ)\n"
-              "    env['NCCL_SOCKET_IFNAME'] = 'eth0'\n    extra = {'CUDA_LAUNCH_BLOCKING': '1'}\n"
-              "    subprocess.run(cmd, env={**env, **extra})\n    subprocess.run(cmd, env=extra)\n")
+    source = (
+        "import os, subprocess\ndef run(cmd):\n    env = dict(os.environ)\n"
+        "    env['NCCL_SOCKET_IFNAME'] = 'eth0'\n    extra = {'CUDA_LAUNCH_BLOCKING': '1'}\n"
+        "    subprocess.run(cmd, env={**env, **extra})\n    subprocess.run(cmd, env=extra)\n"
+    )
     assert codes_lines(source, ("NM601", "NM602")) == [("NM602", 4), ("NM601", 5)]
 
 
@@ -31,8 +35,10 @@ def test_unrelated_cuda_names_are_not_env_vars():
 
 
 def test_nvidia_smi_through_command_variable_and_fstring():
-    source = ("import os, subprocess\ncmd = ['nvidia-smi', '-L']\nsubprocess.check_output(cmd)\n"
-              "os.popen(f'nvidia-smi -i {idx}')\nsubprocess.run(['ls'])\nprint('nvidia-smi')\n")
+    source = (
+        "import os, subprocess\ncmd = ['nvidia-smi', '-L']\nsubprocess.check_output(cmd)\n"
+        "os.popen(f'nvidia-smi -i {idx}')\nsubprocess.run(['ls'])\nprint('nvidia-smi')\n"
+    )
     assert codes_lines(source, ("NM603",)) == [("NM603", 3), ("NM603", 4)]
 
 
@@ -64,18 +70,24 @@ def test_triton_kernel_reported_on_def_line_once():
 
 
 def test_cpp_extension_load_with_cpp_only_sources_is_fine():
-    source = ("from torch.utils.cpp_extension import load\na = load('a', ['a.cpp'])\n"
-              "b = load('b', sources=['b.cpp', 'b_kernel.cuh'], verbose=True)\n")
+    source = (
+        "from torch.utils.cpp_extension import load\na = load('a', ['a.cpp'])\n"
+        "b = load('b', sources=['b.cpp', 'b_kernel.cuh'], verbose=True)\n"
+    )
     assert codes_lines(source, ("NM702",)) == [("NM702", 3)]
 
 
 def test_float64_checks_are_not_flagged_but_values_are():
-    source = ("import torch\nif t.dtype is torch.double:\n    t = t.to(dtype=torch.float64)\n"
-              "ok = isinstance(t, torch.DoubleTensor)\n")
+    source = (
+        "import torch\nif t.dtype is torch.double:\n    t = t.to(dtype=torch.float64)\n"
+        "ok = isinstance(t, torch.DoubleTensor)\n"
+    )
     assert codes_lines(source, ("NM801",)) == [("NM801", 3)]
 
 
 def test_complex_certain_uses_only():
-    source = ("import torch\nf = torch.fft.rfftfreq(8)\ns = torch.fft.irfft(z)\nr = torch.view_as_real(z)\n"
-              "c = x.cfloat()\nd = x.float()\n")
+    source = (
+        "import torch\nf = torch.fft.rfftfreq(8)\ns = torch.fft.irfft(z)\nr = torch.view_as_real(z)\n"
+        "c = x.cfloat()\nd = x.float()\n"
+    )
     assert codes_lines(source, ("NM802",)) == [("NM802", 3), ("NM802", 4), ("NM802", 5)]

@@ -21,7 +21,9 @@ def result():
 
 def test_labels_use_known_rule_codes():
     known = set(load_rules())
-    labelled = {item["code"] for key in ("findings", "notebook_findings", "file_findings") for item in EXPECTED[key]}
+    labelled = {
+        item["code"] for key in ("findings", "notebook_findings", "file_findings") for item in EXPECTED[key]
+    }
     assert labelled <= known, sorted(labelled - known)
 
 
@@ -37,13 +39,19 @@ def test_nothing_is_reported_beyond_the_labels(result):
     want = {(i["path"], None, i["line"], i["code"]) for i in EXPECTED["findings"]}
     want |= {(i["path"], i["cell"], i["line"], i["code"]) for i in EXPECTED["notebook_findings"]}
     want |= {(i["path"], None, 1, i["code"]) for i in EXPECTED["file_findings"]}
-    extra = [f"{f.location} {f.code} {f.source}" for f in result.findings if (f.path, f.cell, f.line, f.code) not in want]
+    extra = [
+        f"{f.location} {f.code} {f.source}"
+        for f in result.findings
+        if (f.path, f.cell, f.line, f.code) not in want
+    ]
     assert extra == []
 
 
 def test_no_decoy_is_reported(result):
     decoys = {(d["path"], d["line"]) for d in EXPECTED["decoys"]}
-    hits = [f"{f.location} {f.code}" for f in result.findings if f.cell is None and (f.path, f.line) in decoys]
+    hits = [
+        f"{f.location} {f.code}" for f in result.findings if f.cell is None and (f.path, f.line) in decoys
+    ]
     assert hits == []
 
 

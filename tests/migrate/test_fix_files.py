@@ -26,7 +26,9 @@ def test_diff_by_default_writes_nothing_and_exits_1(run_cli, tmp_path):
     (tmp_path / "a.py").write_text(SYNC)
     proc = run_cli("fix", ".")
     assert proc.returncode == 1
-    assert "-torch.cuda.synchronize()" in proc.stdout and "+    torch.accelerator.synchronize()" in proc.stdout
+    assert (
+        "-torch.cuda.synchronize()" in proc.stdout and "+    torch.accelerator.synchronize()" in proc.stdout
+    )
     assert (tmp_path / "a.py").read_text() == SYNC
 
 
@@ -61,8 +63,10 @@ def test_patch_is_taken_by_git_apply(run_cli, tmp_path):
 def test_crlf_bom_and_missing_final_newline_are_kept(tmp_path):
     data = b"\xef\xbb\xbfimport torch\r\ntorch.cuda.synchronize()"
     new = fix_bytes(tmp_path, data)
-    assert new == (b"\xef\xbb\xbfimport torch\r\nif torch.accelerator.is_available():\r\n"
-                   b"    torch.accelerator.synchronize()")
+    assert new == (
+        b"\xef\xbb\xbfimport torch\r\nif torch.accelerator.is_available():\r\n"
+        b"    torch.accelerator.synchronize()"
+    )
 
 
 def test_declared_encoding_is_kept(tmp_path):
@@ -74,7 +78,8 @@ def test_declared_encoding_is_kept(tmp_path):
 def test_tabs_indentation_is_kept(tmp_path):
     data = b"import torch\ndef f():\n\tx = 1\n\ttorch.cuda.synchronize()\n"
     assert fix_bytes(tmp_path, data) == (
-        b"import torch\ndef f():\n\tx = 1\n\tif torch.accelerator.is_available():\n\t\ttorch.accelerator.synchronize()\n")
+        b"import torch\ndef f():\n\tx = 1\n\tif torch.accelerator.is_available():\n\t\ttorch.accelerator.synchronize()\n"
+    )
 
 
 def test_file_changed_since_read_is_refused(tmp_path):
@@ -104,19 +109,43 @@ def test_unparsable_file_is_left_alone(run_cli, tmp_path):
 
 
 def test_notebook_cells_are_fixed_and_outputs_kept(run_cli, tmp_path):
-    notebook = {"cells": [
-        {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [
-            {"name": "stdout", "output_type": "stream", "text": ["ok\n"]}], "source": ["import torch\n", "print('ok')"]},
-        {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [],
-         "source": ["torch.cuda.synchronize()\n", "y = 2"]},
-        {"cell_type": "code", "execution_count": 3, "metadata": {}, "outputs": [], "source": ["%timeit torch.cuda.synchronize()"]},
-    ], "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "metadata": {},
+                "outputs": [{"name": "stdout", "output_type": "stream", "text": ["ok\n"]}],
+                "source": ["import torch\n", "print('ok')"],
+            },
+            {
+                "cell_type": "code",
+                "execution_count": 2,
+                "metadata": {},
+                "outputs": [],
+                "source": ["torch.cuda.synchronize()\n", "y = 2"],
+            },
+            {
+                "cell_type": "code",
+                "execution_count": 3,
+                "metadata": {},
+                "outputs": [],
+                "source": ["%timeit torch.cuda.synchronize()"],
+            },
+        ],
+        "metadata": {"kernelspec": {"name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     text = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
     (tmp_path / "nb.ipynb").write_text(text)
     assert run_cli("fix", ".", "--write").returncode in (0, 1)
     after = json.loads((tmp_path / "nb.ipynb").read_text())
     assert after["cells"][1]["source"] == [
-        "if torch.accelerator.is_available():\n", "    torch.accelerator.synchronize()\n", "y = 2"]
+        "if torch.accelerator.is_available():\n",
+        "    torch.accelerator.synchronize()\n",
+        "y = 2",
+    ]
     assert after["cells"][0] == notebook["cells"][0] and after["cells"][2] == notebook["cells"][2]
     assert after["metadata"] == notebook["metadata"]
     raw = (tmp_path / "nb.ipynb").read_text()
@@ -127,8 +156,18 @@ def test_unsafe_fixes_need_the_flag(tmp_path):
     from neuron_migrate.migrate.fixer import fix_text
     from neuron_migrate.model import Edit, Finding, Fix
 
-    finding = Finding("NM999", "warning", "device", "a.py", 1, 0, 1, 1, "m",
-                      fix=Fix("t", "unsafe", (Edit(1, 0, 1, 1, "y"),)))
+    finding = Finding(
+        "NM999",
+        "warning",
+        "device",
+        "a.py",
+        1,
+        0,
+        1,
+        1,
+        "m",
+        fix=Fix("t", "unsafe", (Edit(1, 0, 1, 1, "y"),)),
+    )
     assert fix_text("x\n", [finding]).text == "x\n"
     assert fix_text("x\n", [finding], unsafe=True).text == "y\n"
 
@@ -149,9 +188,11 @@ def test_statements_guarded_one_after_another_share_one_guard():
     from neuron_migrate.migrate.fixer import fix_text
     from tests.migrate.helpers import findings
 
-    source = ("import torch\ndef f(a):\n    torch.cuda.empty_cache()\n    torch.cuda.synchronize()\n"
-              "    if a:\n        torch.cuda.synchronize()\n    torch.cuda.synchronize()  # why\n"
-              "    torch.cuda.synchronize()\n")
+    source = (
+        "import torch\ndef f(a):\n    torch.cuda.empty_cache()\n    torch.cuda.synchronize()\n"
+        "    if a:\n        torch.cuda.synchronize()\n    torch.cuda.synchronize()  # why\n"
+        "    torch.cuda.synchronize()\n"
+    )
     after = fix_text(source, findings(source, ("NM401", "NM402"))).text
     assert after == (
         "import torch\ndef f(a):\n    if torch.accelerator.is_available():\n        torch.accelerator.empty_cache()\n"
@@ -166,18 +207,36 @@ def test_notebook_cells_with_ipython_magics_are_fixed_around_them(run_cli, tmp_p
     """Magic and shell lines are not Python: they are masked while the cell is fixed and come back unchanged;
     a `%%` cell magic is skipped, and the run says so."""
     cells = [
-        ["!pip install -q torch\n", "import torch\n", "%matplotlib inline\n", "x = torch.ones(2).cuda()\n",
-         "files = !ls\n", "if x.sum() > 0:\n", "    %time torch.cuda.synchronize()\n", "    y = 1"],
+        [
+            "!pip install -q torch\n",
+            "import torch\n",
+            "%matplotlib inline\n",
+            "x = torch.ones(2).cuda()\n",
+            "files = !ls\n",
+            "if x.sum() > 0:\n",
+            "    %time torch.cuda.synchronize()\n",
+            "    y = 1",
+        ],
         ["%%bash\n", "nvidia-smi"],
     ]
-    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                           "source": cell} for cell in cells],
-                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": cell}
+            for cell in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (tmp_path / "nb.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
     proc = run_cli("fix", ".", "--write")
     after = json.loads((tmp_path / "nb.ipynb").read_text())
     first = after["cells"][0]["source"]
-    assert first[:3] == cells[0][:3] and "files = !ls\n" in first and "    %time torch.cuda.synchronize()\n" in first
+    assert (
+        first[:3] == cells[0][:3]
+        and "files = !ls\n" in first
+        and "    %time torch.cuda.synchronize()\n" in first
+    )
     assert "x = torch.ones(2).to(device)\n" in first, first
     assert after["cells"][1]["source"] == cells[1]
     assert "cell 2: a `%%` cell magic, not Python" in proc.stderr
@@ -191,7 +250,9 @@ def test_target_torch_decides_which_apis_a_fix_may_write(run_cli, tmp_path):
     assert (tmp_path / "a.py").read_text() == source and "needs torch >= 2.13" in proc.stderr
     (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget-torch = "2.13"\n')
     run_cli("fix", "a.py", "--write", "--no-cache")
-    assert (tmp_path / "a.py").read_text() == "import torch\nfree, total = torch.accelerator.get_memory_info()\n"
+    assert (
+        tmp_path / "a.py"
+    ).read_text() == "import torch\nfree, total = torch.accelerator.get_memory_info()\n"
     (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget-torch = "2.1"\n')
     bad = run_cli("fix", "a.py", "--no-cache")
     assert bad.returncode == 2 and "target-torch '2.1'" in bad.stderr and "Traceback" not in bad.stderr

@@ -44,7 +44,12 @@ def _parses(text: str) -> bool:
 program = st.lists(st.sampled_from(IDIOMS + UNRELATED), min_size=1, max_size=6).map("".join).filter(_parses)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 @given(source=program, unsafe=st.booleans())
 def test_fix_invariants(source, unsafe):
     found = findings(source, unsafe=unsafe)
@@ -54,20 +59,30 @@ def test_fix_invariants(source, unsafe):
     style = FixStyle(unsafe=unsafe)
     final, _, _ = fix_until_stable(source, "example.py", CODES, style)
     assert _parses(final)
-    assert fix_until_stable(final, "example.py", CODES, style)[0] == final, "a second fix run changed something"
+    assert fix_until_stable(final, "example.py", CODES, style)[0] == final, (
+        "a second fix run changed something"
+    )
     lines = source.splitlines()
     removed_comments = set()
     for finding in outcome.applied:
         for edit in finding.fix.edits:
-            inserted = edit.line == edit.end_line and edit.col == edit.end_col == 0 and edit.text.endswith("\n")
-            above = edit.text == "" and all(lines[n - 1].strip().startswith("#") for n in range(
-                edit.line, finding.line))
+            inserted = (
+                edit.line == edit.end_line and edit.col == edit.end_col == 0 and edit.text.endswith("\n")
+            )
+            above = edit.text == "" and all(
+                lines[n - 1].strip().startswith("#") for n in range(edit.line, finding.line)
+            )
             if above:
                 removed_comments.update(range(edit.line, finding.line))
             assert inserted or above or finding.line <= edit.line <= edit.end_line <= finding.end_line, (
-                finding, edit)
+                finding,
+                edit,
+            )
     touched = {n for f in outcome.applied for n in range(f.line, f.end_line + 1)} | removed_comments
-    kept = [line for n, line in enumerate(lines, start=1)
-            if n not in touched and not line.lstrip().startswith(("import ", "from "))]
+    kept = [
+        line
+        for n, line in enumerate(lines, start=1)
+        if n not in touched and not line.lstrip().startswith(("import ", "from "))
+    ]
     remaining = iter(after.splitlines())
     assert all(any(line == other for other in remaining) for line in kept), "an untouched line changed"

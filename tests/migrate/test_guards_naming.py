@@ -10,63 +10,80 @@ from .helpers import fixed
 SYNC = ("NM401",)
 
 
-@pytest.mark.parametrize("source", [
-    "import torch\nif torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
-    "import torch\nif not torch.cuda.is_available():\n    pass\nelse:\n    torch.cuda.synchronize()\n",
-    "import torch\ndef f():\n    if not torch.cuda.is_available():\n        return\n    torch.cuda.synchronize()\n",
-    "import torch\ndef f():\n    if torch.cuda.device_count() == 0:\n        raise SystemExit('no gpu')\n"
-    "    torch.cuda.synchronize()\n",
-    "import torch\ndef f():\n    assert torch.accelerator.is_available()\n    torch.cuda.synchronize()\n",
-    "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\n",
-    "import torch\nuse = args.amp and torch.cuda.is_available()\nif use:\n    torch.cuda.synchronize()\n",
-    "import torch\nok = torch.cuda.is_available() and x.is_cuda and torch.cuda.synchronize()\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nif torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
+        "import torch\nif not torch.cuda.is_available():\n    pass\nelse:\n    torch.cuda.synchronize()\n",
+        "import torch\ndef f():\n    if not torch.cuda.is_available():\n        return\n    torch.cuda.synchronize()\n",
+        "import torch\ndef f():\n    if torch.cuda.device_count() == 0:\n        raise SystemExit('no gpu')\n"
+        "    torch.cuda.synchronize()\n",
+        "import torch\ndef f():\n    assert torch.accelerator.is_available()\n    torch.cuda.synchronize()\n",
+        "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\n",
+        "import torch\nuse = args.amp and torch.cuda.is_available()\nif use:\n    torch.cuda.synchronize()\n",
+        "import torch\nok = torch.cuda.is_available() and x.is_cuda and torch.cuda.synchronize()\n",
+    ],
+)
 def test_no_guard_where_an_accelerator_is_certain(source):
     after = fixed(source, SYNC)
     assert "torch.accelerator.synchronize()" in after
     assert after.count("is_available()") == source.count("is_available()"), after
 
 
-@pytest.mark.parametrize("source", [
-    "import torch\ntorch.cuda.synchronize()\n",
-    "import torch\nif torch.cuda.is_available():\n    pass\ntorch.cuda.synchronize()\n",
-    "import torch\nif not torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
-    "import torch\nif torch.cuda.is_available():\n    def later():\n        torch.cuda.synchronize()\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ntorch.cuda.synchronize()\n",
+        "import torch\nif torch.cuda.is_available():\n    pass\ntorch.cuda.synchronize()\n",
+        "import torch\nif not torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
+        "import torch\nif torch.cuda.is_available():\n    def later():\n        torch.cuda.synchronize()\n",
+    ],
+)
 def test_guard_where_an_accelerator_is_only_possible(source):
     after = fixed(source, SYNC)
     assert "if torch.accelerator.is_available():\n" in after.replace("    if", "if"), after
 
 
-@pytest.mark.parametrize("source", [
-    "import torch\nif hasattr(torch, 'accelerator'):\n    torch.accelerator.synchronize()\nelse:\n"
-    "    torch.cuda.synchronize()\n",
-    "import torch\ntry:\n    torch.accelerator.synchronize()\nexcept AttributeError:\n    torch.cuda.synchronize()\n",
-    "import torch\ns = torch.Stream() if _is_torch_greater_or_equal_than_2_7 else torch.cuda.Stream()\n",
-    "import torch\nif version.parse(torch.__version__) < version.parse('2.6'):\n    torch.cuda.synchronize()\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nif hasattr(torch, 'accelerator'):\n    torch.accelerator.synchronize()\nelse:\n"
+        "    torch.cuda.synchronize()\n",
+        "import torch\ntry:\n    torch.accelerator.synchronize()\nexcept AttributeError:\n    torch.cuda.synchronize()\n",
+        "import torch\ns = torch.Stream() if _is_torch_greater_or_equal_than_2_7 else torch.cuda.Stream()\n",
+        "import torch\nif version.parse(torch.__version__) < version.parse('2.6'):\n    torch.cuda.synchronize()\n",
+    ],
+)
 def test_old_torch_fallbacks_keep_their_cuda_calls(source):
     assert fixed(source, ("NM401", "NM406")) == source
 
 
 def test_a_newer_version_test_is_not_a_fallback():
-    source = "import torch\nif is_torch_greater_or_equal('2.12'):\n    pass\nelse:\n    s = torch.cuda.Stream()\n"
+    source = (
+        "import torch\nif is_torch_greater_or_equal('2.12'):\n    pass\nelse:\n    s = torch.cuda.Stream()\n"
+    )
     assert "torch.Stream()" in fixed(source, ("NM406",))
 
 
 def test_the_device_is_named_once_per_function_and_reused():
-    source = ("import torch\ndef main(args):\n    model = Net().cuda()\n    x = torch.zeros(2, device='cuda')\n"
-              "    return model(x.to('cuda'))\n")
+    source = (
+        "import torch\ndef main(args):\n    model = Net().cuda()\n    x = torch.zeros(2, device='cuda')\n"
+        "    return model(x.to('cuda'))\n"
+    )
     after = fixed(source, ("NM101", "NM103"))
     assert after.count("current_accelerator(") == 1
-    assert "    device = torch.accelerator.current_accelerator(check_available=True) or torch.device(\"cpu\")\n" \
-           "    model = Net().to(device)\n" in after
+    assert (
+        '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+        "    model = Net().to(device)\n" in after
+    )
     assert "torch.zeros(2, device=device)" in after and "x.to(device)" in after
 
 
 def test_an_existing_device_name_is_reused_not_rebound():
-    source = ("import torch\ndef main():\n    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
-              "    x = torch.ones(2).cuda()\n    y = torch.zeros(2, device='cuda')\n")
+    source = (
+        "import torch\ndef main():\n    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "    x = torch.ones(2).cuda()\n    y = torch.zeros(2, device='cuda')\n"
+    )
     after = fixed(source, ("NM101", "NM103", "NM105"))
     assert after.count("current_accelerator(") == 1
     assert "x = torch.ones(2).to(device)" in after and "device=device)" in after
@@ -80,8 +97,10 @@ def test_a_name_the_function_uses_is_not_taken():
 
 
 def test_the_binding_goes_above_the_first_use_in_the_block_holding_every_use():
-    source = ("import os\nimport torch\ndef main():\n    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
-              "    if a:\n        x = x.cuda()\n    else:\n        y = y.cuda()\n")
+    source = (
+        "import os\nimport torch\ndef main():\n    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
+        "    if a:\n        x = x.cuda()\n    else:\n        y = y.cuda()\n"
+    )
     after = fixed(source, ("NM103",))
     lines = after.splitlines()
     binding = next(i for i, line in enumerate(lines) if "current_accelerator(" in line)
@@ -90,8 +109,10 @@ def test_the_binding_goes_above_the_first_use_in_the_block_holding_every_use():
 
 def test_one_short_use_stays_inline():
     after = fixed("import torch\nx = x.cuda()\n", ("NM103",))
-    assert after == ("import torch\nx = x.to(torch.accelerator.current_accelerator(check_available=True) or "
-                     "torch.device(\"cpu\"))\n")
+    assert after == (
+        "import torch\nx = x.to(torch.accelerator.current_accelerator(check_available=True) or "
+        'torch.device("cpu"))\n'
+    )
 
 
 def test_an_f_string_gets_a_name_never_nested_quotes():
@@ -100,8 +121,13 @@ def test_an_f_string_gets_a_name_never_nested_quotes():
 
 
 def test_a_class_body_use_binds_above_the_class():
-    source = ("import torch\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
-              "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n        return x\n")
+    source = (
+        "import torch\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
+        "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n        return x\n"
+    )
     after = fixed(source, ("NM203",))
-    assert after.startswith("import torch\n\n\ndevice_type = (") or "\ndevice_type = " in after.split("class F")[0]
+    assert (
+        after.startswith("import torch\n\n\ndevice_type = (")
+        or "\ndevice_type = " in after.split("class F")[0]
+    )
     assert "custom_fwd(device_type=device_type, cast_inputs=torch.float32)" in after

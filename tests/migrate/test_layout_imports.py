@@ -31,8 +31,13 @@ LONG_LINES = [
 
 
 def _ruff_format(text: str, line_length: int) -> str:
-    done = subprocess.run([RUFF, "format", f"--line-length={line_length}", "-"], input=text, capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [RUFF, "format", f"--line-length={line_length}", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout
 
 
@@ -59,17 +64,26 @@ def test_line_length_comes_from_the_nearest_config(tmp_path):
     assert layout_for(tmp_path / "other") == Layout(120, "ruff", tmp_path / "other" / "ruff.toml")
 
 
-@pytest.mark.parametrize(("before", "after"), [
-    # third-party group, sorted: `import torch` among the plain imports, before `from` imports
-    ("import os\n\nimport numpy as np\nfrom tqdm import tqdm\n\nx = y.cuda()\n",
-     "import os\n\nimport numpy as np\nimport torch\nfrom tqdm import tqdm\n\n"),
-    # no third-party group yet: a new one after the standard library, before the project's own
-    ("import os\nimport sys\n\nfrom . import util\n\nx = y.cuda()\n",
-     "import os\nimport sys\n\nimport torch\n\nfrom . import util\n\n"),
-    # docstring and __future__ first, always
-    ('"""Doc."""\nfrom __future__ import annotations\n\nx = y.cuda()\n',
-     '"""Doc."""\nfrom __future__ import annotations\nimport torch\n\n'),
-])
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # third-party group, sorted: `import torch` among the plain imports, before `from` imports
+        (
+            "import os\n\nimport numpy as np\nfrom tqdm import tqdm\n\nx = y.cuda()\n",
+            "import os\n\nimport numpy as np\nimport torch\nfrom tqdm import tqdm\n\n",
+        ),
+        # no third-party group yet: a new one after the standard library, before the project's own
+        (
+            "import os\nimport sys\n\nfrom . import util\n\nx = y.cuda()\n",
+            "import os\nimport sys\n\nimport torch\n\nfrom . import util\n\n",
+        ),
+        # docstring and __future__ first, always
+        (
+            '"""Doc."""\nfrom __future__ import annotations\n\nx = y.cuda()\n',
+            '"""Doc."""\nfrom __future__ import annotations\nimport torch\n\n',
+        ),
+    ],
+)
 def test_new_import_goes_into_its_group(before, after):
     text = fixed(before, ("NM103",))
     assert text.startswith(after), text
@@ -81,8 +95,10 @@ def test_repeats_a_fix_creates_are_dropped():
 
 
 def test_a_removed_statement_takes_the_comment_above_it():
-    source = ("import torch\ntorch.manual_seed(s)\n# and CUDA's generators too\nif torch.cuda.is_available():\n"
-              "    torch.cuda.manual_seed_all(s)\nprint('ok')\n")
+    source = (
+        "import torch\ntorch.manual_seed(s)\n# and CUDA's generators too\nif torch.cuda.is_available():\n"
+        "    torch.cuda.manual_seed_all(s)\nprint('ok')\n"
+    )
     assert fixed(source, ("NM404", "NM106")) == "import torch\ntorch.manual_seed(s)\nprint('ok')\n"
 
 
@@ -116,7 +132,9 @@ if __name__ == "__main__":
 
 
 def test_a_project_that_passes_ruff_before_fix_passes_it_after(tmp_path, run_cli):
-    (tmp_path / "pyproject.toml").write_text('[tool.ruff]\nline-length = 88\n[tool.ruff.lint]\nselect = ["E", "F", "I", "W"]\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.ruff]\nline-length = 88\n[tool.ruff.lint]\nselect = ["E", "F", "I", "W"]\n'
+    )
     script = tmp_path / "train.py"
     script.write_text(PROJECT)
     check = [RUFF, "check", "--no-cache", str(tmp_path)]

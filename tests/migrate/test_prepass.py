@@ -25,7 +25,9 @@ EXAMPLES = [(code, i, ex.code) for code, rule in RULES.items() for i, ex in enum
 SOURCES = EXAMPLES + [(code, i, src) for code, rule in RULES.items() for i, src in enumerate(rule.VALID)]
 
 
-@pytest.mark.parametrize(("code", "index", "source"), EXAMPLES, ids=[f"{c}-invalid-{i}" for c, i, _ in EXAMPLES])
+@pytest.mark.parametrize(
+    ("code", "index", "source"), EXAMPLES, ids=[f"{c}-invalid-{i}" for c, i, _ in EXAMPLES]
+)
 def test_a_rule_is_kept_for_every_example_it_flags(code, index, source):
     assert code in candidates(source, CODES)
 
@@ -42,9 +44,11 @@ def test_fast_path_finds_what_the_full_path_finds(code, index, source):
 
 
 def test_words_in_comments_docstrings_and_messages_cost_no_libcst_parse(monkeypatch):
-    source = ('"""Trains on cuda; see torch.cuda.synchronize."""\n'
-              "# x = x.cuda()  torch.cuda.amp.autocast()\n"
-              "print('move the model with .cuda() first')\n")
+    source = (
+        '"""Trains on cuda; see torch.cuda.synchronize."""\n'
+        "# x = x.cuda()  torch.cuda.amp.autocast()\n"
+        "print('move the model with .cuda() first')\n"
+    )
     assert candidates(source, CODES) == ()
     monkeypatch.setattr(scanner.cst, "parse_module", lambda text: pytest.fail("libcst parsed the file"))
     assert scan_file("example.py", SourceText(source), CODES) == []

@@ -19,7 +19,9 @@ def test_valid_example_is_not_flagged(code, index, source):
     assert [f.location for f in findings(source, (code,))] == []
 
 
-@pytest.mark.parametrize(("code", "index", "example"), INVALID, ids=[f"{c}-invalid-{i}" for c, i, _ in INVALID])
+@pytest.mark.parametrize(
+    ("code", "index", "example"), INVALID, ids=[f"{c}-invalid-{i}" for c, i, _ in INVALID]
+)
 def test_invalid_example_is_flagged_and_fixed(code, index, example):
     got = findings(example.code, (code,))
     assert len(got) == example.count, [f"{f.location} {f.message}" for f in got]
@@ -46,7 +48,9 @@ def test_rule_is_documented_and_has_examples(code):
         assert has_fix == (rule.fix_safety != "none"), f"{code}: fix_safety and examples disagree"
 
 
-@pytest.mark.parametrize(("code", "index", "example"), INVALID, ids=[f"{c}-invalid-{i}" for c, i, _ in INVALID])
+@pytest.mark.parametrize(
+    ("code", "index", "example"), INVALID, ids=[f"{c}-invalid-{i}" for c, i, _ in INVALID]
+)
 def test_prefilter_never_skips_a_flagged_example(code, index, example):
     """A rule's byte triggers let through every example it flags (too narrow a trigger would hide findings)."""
     from neuron_migrate.migrate.scanner import _triggered

@@ -12,8 +12,22 @@ import torch
 
 from .helpers import findings, fixed
 
-RUNTIME = ("NM402", "NM403", "NM404", "NM405", "NM406", "NM407", "NM408", "NM409", "NM410", "NM411", "NM412",
-           "NM501", "NM502", "NM503")
+RUNTIME = (
+    "NM402",
+    "NM403",
+    "NM404",
+    "NM405",
+    "NM406",
+    "NM407",
+    "NM408",
+    "NM409",
+    "NM410",
+    "NM411",
+    "NM412",
+    "NM501",
+    "NM502",
+    "NM503",
+)
 
 
 def _safety(source: str, code: str) -> list[str | None]:
@@ -23,23 +37,33 @@ def _safety(source: str, code: str) -> list[str | None]:
 def test_manual_seed_is_removed_only_right_after_the_same_torch_seed():
     """Right after `torch.manual_seed(s)` the CUDA call is a repeat and goes; elsewhere it becomes the device
     module's own seeding (never `torch.manual_seed`, which would reseed the CPU generator on CUDA)."""
-    seeded = "import torch, numpy as np\ntorch.manual_seed(s)\nnp.random.seed(s)\ntorch.cuda.manual_seed_all(s)\n"
+    seeded = (
+        "import torch, numpy as np\ntorch.manual_seed(s)\nnp.random.seed(s)\ntorch.cuda.manual_seed_all(s)\n"
+    )
     other_seed = "import torch\ntorch.manual_seed(1)\ntorch.cuda.manual_seed_all(s)\n"
     draws_between = "import torch\ntorch.manual_seed(s)\nw = torch.randn(3)\ntorch.cuda.manual_seed(s)\n"
     alone = "import torch\ndef f(s):\n    torch.cuda.manual_seed(s)\n"
     assert fixed(seeded, ("NM404",)) == "import torch, numpy as np\ntorch.manual_seed(s)\nnp.random.seed(s)\n"
     assert "torch.get_device_module().manual_seed_all(s)" in fixed(other_seed, ("NM404",))
     assert "torch.get_device_module().manual_seed(s)" in fixed(draws_between, ("NM404",))
-    assert fixed(alone, ("NM404",)) == ("import torch\ndef f(s):\n    if torch.accelerator.is_available():\n"
-                                       "        torch.get_device_module().manual_seed(s)\n")
-    assert {s for src in (seeded, other_seed, draws_between, alone) for s in _safety(src, "NM404")} == {"safe"}
+    assert fixed(alone, ("NM404",)) == (
+        "import torch\ndef f(s):\n    if torch.accelerator.is_available():\n"
+        "        torch.get_device_module().manual_seed(s)\n"
+    )
+    assert {s for src in (seeded, other_seed, draws_between, alone) for s in _safety(src, "NM404")} == {
+        "safe"
+    }
 
 
 def test_stream_context_is_safe_only_when_the_argument_is_always_a_stream():
     made_here = "import torch\ns = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    pass\n"
-    attribute = ("import torch\nclass P:\n    def __init__(self):\n        self.s = torch.cuda.Stream()\n"
-                 "    def run(self):\n        with torch.cuda.stream(self.s):\n            pass\n")
-    maybe_none = "import torch\ns = torch.cuda.Stream() if fast else None\nwith torch.cuda.stream(s):\n    pass\n"
+    attribute = (
+        "import torch\nclass P:\n    def __init__(self):\n        self.s = torch.cuda.Stream()\n"
+        "    def run(self):\n        with torch.cuda.stream(self.s):\n            pass\n"
+    )
+    maybe_none = (
+        "import torch\ns = torch.cuda.Stream() if fast else None\nwith torch.cuda.stream(s):\n    pass\n"
+    )
     inline = "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
     assert _safety(made_here, "NM406") == ["safe", "safe"]
     assert _safety(attribute, "NM406") == ["safe", "safe"]
@@ -63,8 +87,10 @@ def test_set_rng_state_all_loop_does_not_rebind_user_names():
 
 def test_backend_switches_are_information_without_edits():
     """cuDNN and CUDA backend switches work on every device: reported as information, never rewritten."""
-    source = ("import torch\ntorch.backends.cudnn.benchmark = True\ntorch.backends.cudnn.deterministic = True\n"
-              "torch.backends.cuda.matmul.allow_tf32 = True\nx = 1; torch.backends.cudnn.enabled = False\n")
+    source = (
+        "import torch\ntorch.backends.cudnn.benchmark = True\ntorch.backends.cudnn.deterministic = True\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True\nx = 1; torch.backends.cudnn.enabled = False\n"
+    )
     got = findings(source, ("NM410", "NM411"), unsafe=True)
     assert len(got) == 4 and {f.severity for f in got} == {"info"} and all(f.fix is None for f in got)
     assert fixed(source, ("NM410", "NM411"), unsafe=True) == source
@@ -83,13 +109,18 @@ def test_compile_mode_stays_and_dynamic_goes_with_unsafe_fixes():
     source = "import torch\nm = torch.compile(model, mode='max-autotune', dynamic=True)\n"
     assert {f.code for f in findings(source, ("NM501", "NM502"))} == {"NM501", "NM502"}
     assert fixed(source, ("NM501", "NM502")) == source
-    assert fixed(source, ("NM501", "NM502"), unsafe=True) == "import torch\nm = torch.compile(model, mode='max-autotune')\n"
+    assert (
+        fixed(source, ("NM501", "NM502"), unsafe=True)
+        == "import torch\nm = torch.compile(model, mode='max-autotune')\n"
+    )
 
 
 def test_strings_and_comments_do_not_count():
-    source = ('"""Uses torch.cuda.empty_cache() and torch.backends.cudnn.benchmark."""\n'
-              "# torch.cuda.manual_seed(0); torch.compile(m, mode='max-autotune')\n"
-              "print('torch.cuda.Stream() with pin_memory=True')\n")
+    source = (
+        '"""Uses torch.cuda.empty_cache() and torch.backends.cudnn.benchmark."""\n'
+        "# torch.cuda.manual_seed(0); torch.compile(m, mode='max-autotune')\n"
+        "print('torch.cuda.Stream() with pin_memory=True')\n"
+    )
     assert findings(source, RUNTIME) == []
 
 
@@ -133,12 +164,16 @@ print("ran")
 
 def test_fixed_cuda_program_runs_on_a_cpu_only_torch(tmp_path):
     after = fixed(CUDA_PROGRAM, RUNTIME, unsafe=True)
-    assert "torch.cuda" not in after.replace("torch.backends.cuda", "")  # backend switches stay: they work anywhere
+    assert "torch.cuda" not in after.replace(
+        "torch.backends.cuda", ""
+    )  # backend switches stay: they work anywhere
     assert fixed(after, RUNTIME, unsafe=True) == after
     script = tmp_path / "program.py"
     script.write_text(after)
     if torch.accelerator.is_available():
         pytest.skip("the program asserts the values the CUDA calls gave without an accelerator")
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert run.returncode == 0, textwrap.shorten(run.stderr, 2000)
     assert run.stdout.strip().endswith("ran")

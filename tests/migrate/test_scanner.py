@@ -33,8 +33,12 @@ def test_bad_files_become_findings_and_the_run_goes_on(tmp_path):
     (tmp_path / "loop.py").symlink_to(tmp_path / "loop.py")
     result = run(tmp_path)
     assert codes(result) == [
-        ("broken.py", "NM902"), ("good.py", "NM401"), ("latin1.py", "NM902"),
-        ("loop.py", "NM902"), ("nul.py", "NM902"), ("py2.py", "NM901"),
+        ("broken.py", "NM902"),
+        ("good.py", "NM401"),
+        ("latin1.py", "NM902"),
+        ("loop.py", "NM902"),
+        ("nul.py", "NM902"),
+        ("py2.py", "NM901"),
     ]
     assert len(result.errors) == 5
     py2 = next(f for f in result.findings if f.path == "py2.py")
@@ -112,12 +116,17 @@ def test_gitignore_is_respected(tmp_path):
 
 
 def test_notebook_locations_are_cell_relative(tmp_path):
-    notebook = {"cells": [
-        {"cell_type": "markdown", "source": ["torch.cuda.synchronize()"]},
-        {"cell_type": "code", "source": ["import torch\n", "x = 1"], "outputs": []},
-        {"cell_type": "code", "source": ["%timeit x\n", "torch.cuda.synchronize()"], "outputs": []},
-        {"cell_type": "code", "source": "%%bash\nnvidia-smi\n", "outputs": []},
-    ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["torch.cuda.synchronize()"]},
+            {"cell_type": "code", "source": ["import torch\n", "x = 1"], "outputs": []},
+            {"cell_type": "code", "source": ["%timeit x\n", "torch.cuda.synchronize()"], "outputs": []},
+            {"cell_type": "code", "source": "%%bash\nnvidia-smi\n", "outputs": []},
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     (tmp_path / "nb.ipynb").write_text(json.dumps(notebook))
     result = run(tmp_path)
     assert [(f.code, f.cell, f.line) for f in result.findings] == [("NM401", 2, 2)]

@@ -14,24 +14,49 @@ RULE = Support("cpu_fallback", None, "boxed-fallback", "rule", "src-rule", "2026
 
 
 def make(ops, unlisted=None, version="t1", pre_release=False):
-    return Snapshot(version=version, torch_neuronx_version="x", pre_release=pre_release, description="d",
-                    ops=ops, unlisted=unlisted, sources=[{"id": "s", "path": "p", "date": "2026-01-01", "what": "w"}])
+    return Snapshot(
+        version=version,
+        torch_neuronx_version="x",
+        pre_release=pre_release,
+        description="d",
+        ops=ops,
+        unlisted=unlisted,
+        sources=[{"id": "s", "path": "p", "date": "2026-01-01", "what": "w"}],
+    )
 
 
 @pytest.fixture
 def snap():
-    return make({
-        "aten::add.Tensor": OpEntry("native", "Native", "python-mlir", "op note", "src-add", "2026-01-02",
-                                    {"float64": DtypeEntry("native", "computed in float32"),
-                                     "complex64": DtypeEntry("unsupported", "no complex")}),
-        "aten::linalg_qr": OpEntry("cpu_fallback", None, "", "qr note", "src-qr", "2026-01-03", all_overloads=True),
-        "aten::relu": OpEntry("native", "Native", "cpp", "", "src-relu", "2026-01-04"),
-    })
+    return make(
+        {
+            "aten::add.Tensor": OpEntry(
+                "native",
+                "Native",
+                "python-mlir",
+                "op note",
+                "src-add",
+                "2026-01-02",
+                {
+                    "float64": DtypeEntry("native", "computed in float32"),
+                    "complex64": DtypeEntry("unsupported", "no complex"),
+                },
+            ),
+            "aten::linalg_qr": OpEntry(
+                "cpu_fallback", None, "", "qr note", "src-qr", "2026-01-03", all_overloads=True
+            ),
+            "aten::relu": OpEntry("native", "Native", "cpp", "", "src-relu", "2026-01-04"),
+        }
+    )
 
 
 def test_dtype_override_wins_and_keeps_op_provenance(snap):
     s = snap.lookup("aten::add.Tensor", "float64")
-    assert (s.status, s.note, s.source, s.route) == ("native", "computed in float32", "src-add", "python-mlir")
+    assert (s.status, s.note, s.source, s.route) == (
+        "native",
+        "computed in float32",
+        "src-add",
+        "python-mlir",
+    )
     assert snap.lookup("aten::add.Tensor", "complex64").status == "unsupported"
     assert snap.lookup("aten::add.Tensor", "float32").note == "op note"  # no override: the op entry
 
@@ -87,11 +112,14 @@ def test_round_trip_is_stable_and_sorted(snap, tmp_path):
     assert again.lookup("aten::atan") == RULE
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{not json", "not valid JSON"),
-    ('{"schema": "other/1"}', "not an opdb snapshot"),
-    ('{"schema": "neuron-migrate/opdb/1", "version": "v"}', "torch_neuronx_version"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"schema": "other/1"}', "not an opdb snapshot"),
+        ('{"schema": "neuron-migrate/opdb/1", "version": "v"}', "torch_neuronx_version"),
+    ],
+)
 def test_malformed_files_are_one_line_errors(tmp_path, content, words):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -136,18 +164,26 @@ def test_shipped_snapshot_is_the_prerelease_one():
 
 def test_diff_reports_changed_added_removed(snap):
     newer = dict(snap.entries())
-    newer["aten::add.Tensor"] = OpEntry("native", "Native", "", "", "s2", "2026-02-01",
-                                        {"complex64": DtypeEntry("native", "now mapped")})
-    newer["aten::relu"] = OpEntry("cpu_fallback", None, "cpp", "", "s2", "2026-02-01",
-                                  {"float64": DtypeEntry("native", "")})  # float64 only stated in B: no row
+    newer["aten::add.Tensor"] = OpEntry(
+        "native", "Native", "", "", "s2", "2026-02-01", {"complex64": DtypeEntry("native", "now mapped")}
+    )
+    newer["aten::relu"] = OpEntry(
+        "cpu_fallback", None, "cpp", "", "s2", "2026-02-01", {"float64": DtypeEntry("native", "")}
+    )  # float64 only stated in B: no row
     del newer["aten::linalg_qr"]
     newer["aten::linalg_qr.out"] = OpEntry("native", "Native", "", "", "s2", "2026-02-01")
     newer["aten::atan"] = OpEntry("native", None, "", "", "s2", "2026-02-01")
     changes = {c.op: c for c in db.diff_snapshots(snap, make(newer, version="t2"))}
     assert "complex64: unsupported -> native" in changes["aten::add.Tensor"].detail
     assert (changes["aten::relu"].kind, changes["aten::relu"].after, changes["aten::relu"].detail) == (
-        "changed", "cpu_fallback", "")
+        "changed",
+        "cpu_fallback",
+        "",
+    )
     assert (changes["aten::linalg_qr"].kind, changes["aten::linalg_qr"].after) == ("removed", "unknown")
-    assert (changes["aten::linalg_qr.out"].kind, changes["aten::linalg_qr.out"].before) == ("added", "cpu_fallback")
+    assert (changes["aten::linalg_qr.out"].kind, changes["aten::linalg_qr.out"].before) == (
+        "added",
+        "cpu_fallback",
+    )
     assert (changes["aten::atan"].kind, changes["aten::atan"].before) == ("added", "unknown")
     assert db.diff_snapshots(snap, snap) == []

@@ -25,8 +25,16 @@ def test_a_llama_keeps_its_shape_at_tiny_sizes():
 
 def test_fixed_sizes_keep_the_config_consistent():
     # the 70B example of the README: values the class computes (head_dim) follow the given sizes
-    config = hf_tiny.tiny_config("llama", {"hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
-                                           "num_hidden_layers": 80, "intermediate_size": 28672})
+    config = hf_tiny.tiny_config(
+        "llama",
+        {
+            "hidden_size": 8192,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 80,
+            "intermediate_size": 28672,
+        },
+    )
     assert (config.head_dim, config.num_key_value_heads, config.num_hidden_layers) == (128, 8, 80)
 
 
@@ -52,15 +60,19 @@ def test_every_kind_of_layer_is_kept_and_per_layer_lists_follow():
     gemma3n = hf_tiny.tiny_config("gemma3n_text")  # per-layer widths and KV-sharing layers
     assert len(gemma3n.intermediate_size) == len(gemma3n.layer_types) == gemma3n.num_hidden_layers
     assert 0 < gemma3n.num_kv_shared_layers < gemma3n.num_hidden_layers
-    assert set(gemma3n.layer_types[:-gemma3n.num_kv_shared_layers]) == set(gemma3n.layer_types)
+    assert set(gemma3n.layer_types[: -gemma3n.num_kv_shared_layers]) == set(gemma3n.layer_types)
 
 
 def test_composite_configs_shrink_each_tower_and_keep_special_tokens_inside():
     config = hf_tiny.tiny_config("gemma3")
     assert config.text_config.hidden_size == 64 and config.vision_config.hidden_size == 64
     assert config.vision_config.image_size == max(2 * config.vision_config.patch_size, hf_tiny.IMAGE)
-    assert hf_tiny.RESERVED_IDS and config.text_config.vocab_size - hf_tiny.RESERVED_IDS <= \
-        config.image_token_index < config.text_config.vocab_size
+    assert (
+        hf_tiny.RESERVED_IDS
+        and config.text_config.vocab_size - hf_tiny.RESERVED_IDS
+        <= config.image_token_index
+        < config.text_config.vocab_size
+    )
 
 
 def test_widths_equal_by_default_stay_equal():

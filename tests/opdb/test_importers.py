@@ -43,7 +43,9 @@ def test_decomposition_or_autocast_alone_never_makes_native(pre):
 
 def test_native_keeps_side_notes(pre):
     entry = pre.entries()["aten::lerp.Scalar"]
-    assert entry.status == "native" and "decomposition" in entry.note and "upstream xfail (hint)" in entry.note
+    assert (
+        entry.status == "native" and "decomposition" in entry.note and "upstream xfail (hint)" in entry.note
+    )
 
 
 def test_collective_is_native_needing_a_process_group(pre):
@@ -101,7 +103,9 @@ def test_short_row_names_its_line(tmp_path):
         prerelease_tsv.read_rows(bad)
 
 
-@pytest.mark.skipif(not prerelease_tsv.DEFAULT_TSV.exists(), reason="shared data TSV is not next to this checkout")
+@pytest.mark.skipif(
+    not prerelease_tsv.DEFAULT_TSV.exists(), reason="shared data TSV is not next to this checkout"
+)
 def test_shipped_snapshot_regenerates_from_the_tsv_and_matches_readme_counts(tmp_path):
     out = tmp_path / "snap.json"
     assert prerelease_tsv.main([str(prerelease_tsv.DEFAULT_TSV), "--out", str(out)]) == 0
@@ -119,13 +123,18 @@ def test_shipped_snapshot_regenerates_from_the_tsv_and_matches_readme_counts(tmp
 
 @pytest.fixture(scope="module")
 def compat():
-    return compat_table.import_compat_table(COMPAT, source="https://example.invalid/compat.md", date="2026-10-19")
+    return compat_table.import_compat_table(
+        COMPAT, source="https://example.invalid/compat.md", date="2026-10-19"
+    )
 
 
 def test_compat_values_and_classes(compat):
     snap, _ = compat
     assert snap.version == "9.9.0" and not snap.pre_release  # version read from the heading
-    assert (snap.lookup("aten::add.Tensor").status, snap.lookup("aten::add.Tensor").klass) == ("native", "Native")
+    assert (snap.lookup("aten::add.Tensor").status, snap.lookup("aten::add.Tensor").klass) == (
+        "native",
+        "Native",
+    )
     assert snap.lookup("aten::fft_fft").status == "unsupported"
     assert snap.lookup("aten::quantize_per_tensor").status == "unsupported"
     assert snap.lookup("aten::linalg_qr.out").status == "cpu_fallback"  # bare aten name: all overloads
@@ -159,7 +168,9 @@ def test_compat_rows_without_aten_op_are_counted_not_invented(compat):
 def test_compat_without_a_value_column_is_one_line_error(tmp_path):
     md = tmp_path / "t.md"
     md.write_text("# t\n\nintro\n\n| API | Notes |\n|---|---|\n| torch.add | fast |\n")
-    with pytest.raises(InputFileError, match=r"t\.md:5: no markdown table with a Y / CPU_FALLBACK / N column"):
+    with pytest.raises(
+        InputFileError, match=r"t\.md:5: no markdown table with a Y / CPU_FALLBACK / N column"
+    ):
         compat_table.parse_table(md)
     md.write_text("no tables at all\n")
     with pytest.raises(InputFileError, match=r"t\.md:1: no markdown table"):
@@ -168,7 +179,9 @@ def test_compat_without_a_value_column_is_one_line_error(tmp_path):
 
 def test_compat_bad_value_names_the_row(tmp_path):
     md = tmp_path / "t.md"
-    md.write_text("| API | Supported |\n|---|---|\n| torch.add | Y |\n| torch.mul | Y |\n| torch.sub | maybe |\n")
+    md.write_text(
+        "| API | Supported |\n|---|---|\n| torch.add | Y |\n| torch.mul | Y |\n| torch.sub | maybe |\n"
+    )
     with pytest.raises(InputFileError, match=r"t\.md:5: value 'maybe'"):
         compat_table.parse_table(md)
 
@@ -182,11 +195,19 @@ def test_compat_needs_a_version(tmp_path):
     assert snap.version == "2.14.3" and snap.entries()["aten::add"].source.endswith("t.md:3")
 
 
-@pytest.mark.parametrize("api, aten", [
-    ("torch.add", "aten::add"), ("torch.Tensor.add_", "aten::add_"), ("torch.nn.functional.gelu", "aten::gelu"),
-    ("torch.linalg.qr", "aten::linalg_qr"), ("torch.special.erf", "aten::special_erf"),
-    ("torch.fft.rfft", "aten::fft_rfft"), ("torch.nn.Linear", None), ("torch.distributed.all_reduce", None),
-])
+@pytest.mark.parametrize(
+    "api, aten",
+    [
+        ("torch.add", "aten::add"),
+        ("torch.Tensor.add_", "aten::add_"),
+        ("torch.nn.functional.gelu", "aten::gelu"),
+        ("torch.linalg.qr", "aten::linalg_qr"),
+        ("torch.special.erf", "aten::special_erf"),
+        ("torch.fft.rfft", "aten::fft_rfft"),
+        ("torch.nn.Linear", None),
+        ("torch.distributed.all_reduce", None),
+    ],
+)
 def test_public_api_mapping(api, aten):
     assert compat_table.aten_name_for_api(api) == aten
 
@@ -200,19 +221,24 @@ def _fixture_registrations():
 
 def test_parse_registrations():
     assert registrations.parse_registrations(_fixture_registrations()) == [
-        "aten::_to_copy", "aten::add.Tensor", "aten::add.out", "aten::empty.memory_format", "aten::mm",
-        "aten::relu"]
+        "aten::_to_copy",
+        "aten::add.Tensor",
+        "aten::add.out",
+        "aten::empty.memory_format",
+        "aten::mm",
+        "aten::relu",
+    ]
 
 
 def test_registrations_are_an_upper_bound():
-    snap = registrations.build_snapshot(_fixture_registrations(), version="2.14.3", torch_version="2.9.0",
-                                        date="2026-11-01")
+    snap = registrations.build_snapshot(
+        _fixture_registrations(), version="2.14.3", torch_version="2.9.0", date="2026-11-01"
+    )
     s = snap.lookup("aten::add.Tensor", "float32")
     assert s.status == "native" and s.note == registrations.UPPER_BOUND_NOTE and "2.14.3" in s.source
     assert snap.lookup("aten::add.Scalar").status == "cpu_fallback"  # not registered: boxed fallback
     assert "UPPER BOUND" in snap.description
     json.loads(db.dump_snapshot(snap))
-
 
 
 def test_registrations_child_reads_the_dispatcher(monkeypatch):

@@ -25,14 +25,17 @@ RUN = ProbeRun("stand-in", "2.13.0", "stand-in", False, "cfg", date="2026-12-02"
 
 
 def test_combine_worst_observation_wins_and_mixed_dtypes_are_unknown():
-    snap = combine([
-        Observation("aten::add.Tensor", "float32", "native"),
-        Observation("aten::add.Tensor", "float32", "cpu_fallback", "fell back"),
-        Observation("aten::add.Tensor", "float32", "native"),
-        Observation("aten::add.Tensor", "bfloat16", "native"),
-        Observation("aten::mm", "float32", "unsupported", "RuntimeError: boom"),
-        Observation("aten::mm", "float32", "native"),
-    ], RUN)
+    snap = combine(
+        [
+            Observation("aten::add.Tensor", "float32", "native"),
+            Observation("aten::add.Tensor", "float32", "cpu_fallback", "fell back"),
+            Observation("aten::add.Tensor", "float32", "native"),
+            Observation("aten::add.Tensor", "bfloat16", "native"),
+            Observation("aten::mm", "float32", "unsupported", "RuntimeError: boom"),
+            Observation("aten::mm", "float32", "native"),
+        ],
+        RUN,
+    )
     add = snap.entries()["aten::add.Tensor"]
     assert add.status == "unknown" and "varies by dtype" in add.note
     assert (add.dtypes["float32"].status, add.dtypes["float32"].note) == ("cpu_fallback", "fell back")
@@ -55,10 +58,15 @@ def test_classify_tracked_fallback_wins():
 
 
 def test_select_opinfos_by_name_aten_name_and_limit():
-    infos = [SimpleNamespace(name="add", aten_name="add", variant_test_name=""),
-             SimpleNamespace(name="nn.functional.relu", aten_name="relu", variant_test_name=""),
-             SimpleNamespace(name="sin", aten_name="sin", variant_test_name="")]
-    assert [o.name for o in select_opinfos(infos, ["aten::relu", "add"], None)] == ["add", "nn.functional.relu"]
+    infos = [
+        SimpleNamespace(name="add", aten_name="add", variant_test_name=""),
+        SimpleNamespace(name="nn.functional.relu", aten_name="relu", variant_test_name=""),
+        SimpleNamespace(name="sin", aten_name="sin", variant_test_name=""),
+    ]
+    assert [o.name for o in select_opinfos(infos, ["aten::relu", "add"], None)] == [
+        "add",
+        "nn.functional.relu",
+    ]
     assert len(select_opinfos(infos, [], 2)) == 2
     with pytest.raises(OpdbError, match="no OpInfo matches --ops nope"):
         select_opinfos(infos, ["nope"], None)
@@ -67,8 +75,14 @@ def test_select_opinfos_by_name_aten_name_and_limit():
 @pytest.fixture(scope="module")
 def probed():
     pytest.importorskip("expecttest")
-    opts = ProbeOptions(ops=("add", "sin", "cos", "atan", "nn.functional.relu"), dtypes=("float32", "float64"),
-                        samples=2, opdb=str(CONFIG), stand_in=True, version="probe-test")
+    opts = ProbeOptions(
+        ops=("add", "sin", "cos", "atan", "nn.functional.relu"),
+        dtypes=("float32", "float64"),
+        samples=2,
+        opdb=str(CONFIG),
+        stand_in=True,
+        version="probe-test",
+    )
     return run_probe(opts, timeout=300)
 
 
@@ -95,6 +109,8 @@ def test_probe_on_stand_in_matches_its_configured_op_set(probed):
 
 def test_probe_snapshot_records_failure_text_and_provenance(probed):
     sin = probed.entries()["aten::sin"]
-    assert sin.dtypes["float32"].note.startswith("RuntimeError: fails on neuron: aten::sin (float32) is not supported")
+    assert sin.dtypes["float32"].note.startswith(
+        "RuntimeError: fails on neuron: aten::sin (float32) is not supported"
+    )
     assert sin.source.startswith("probe:stand-in:") and "torch 2." in sin.source
     assert probed.version == "probe-test" and probed.unlisted is None

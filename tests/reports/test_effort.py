@@ -62,8 +62,10 @@ def test_repeats_of_a_rule_in_one_file_cost_the_repeat_factor():
 
 def test_library_reason_names_the_replacement_the_rule_recorded():
     """The finding's `replacement` field, not its wording: rewording NM701 cannot change the report."""
-    library = replace(finding("NM701", fixable="none", message="reworded: no `use` clause"),
-                      replacement="`torch.nn.functional.sdpa`")
+    library = replace(
+        finding("NM701", fixable="none", message="reworded: no `use` clause"),
+        replacement="`torch.nn.functional.sdpa`",
+    )
     (item,) = estimate_findings([library], DEFAULT)
     assert item.reason == "CUDA-only library: move to `torch.nn.functional.sdpa`"
 
@@ -105,7 +107,9 @@ def test_merging_traces_adds_counts_and_call_sites():
     trace = example_trace()
     merged = merge_ops([trace, trace])
     split = next(u for u in merged if u.op == "aten::split.Tensor")
-    assert split.count == 48 and split.call_sites == (CallSite(MODEL, line_of(".split(C, dim=2)"), "forward", 48),)
+    assert split.count == 48 and split.call_sites == (
+        CallSite(MODEL, line_of(".split(C, dim=2)"), "forward", 48),
+    )
     assert len(merged) == len(trace.ops)
 
 

@@ -58,23 +58,32 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     shutil.copy(original_dir / "ddp_trainer.py", ddp_dir)
 
     # Phase 1: the scripts as written and the references, next to the rewrites (each on its own copy).
-    first = run_all({
-        "batch": partial(_originals_and_references, original_dir, base),
-        "fix": partial(run, fix_args(rewritten_dir), base),
-        "fix/ddp_unsafe": partial(run, fix_args(ddp_dir / "ddp_trainer.py", unsafe=True), base),
-    })
+    first = run_all(
+        {
+            "batch": partial(_originals_and_references, original_dir, base),
+            "fix": partial(run, fix_args(rewritten_dir), base),
+            "fix/ddp_unsafe": partial(run, fix_args(ddp_dir / "ddp_trainer.py", unsafe=True), base),
+        }
+    )
     rewritten_sources = {n: (rewritten_dir / f"{n}.py").read_text() for n in NAMES}
     # Phase 2: each rewritten script in its own interpreter with no extra flags; DDP with a one-process
     # group as torchrun would start it; a second fix run (on a copy) that must change nothing.
     second_dir = base / "second_fix"
     shutil.copytree(rewritten_dir, second_dir)
-    torchrun_env = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(free_port())}
-    second = run_all({
-        **{f"rewritten/{n}": partial(run, [f"{n}.py"], rewritten_dir) for n in NAMES},
-        "ddp_world_size_1": partial(run, ["ddp_trainer.py"], ddp_dir, torchrun_env),
-        "second_fix": partial(run, fix_args(second_dir), base),
-    })
+    torchrun_env = {
+        "WORLD_SIZE": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    second = run_all(
+        {
+            **{f"rewritten/{n}": partial(run, [f"{n}.py"], rewritten_dir) for n in NAMES},
+            "ddp_world_size_1": partial(run, ["ddp_trainer.py"], ddp_dir, torchrun_env),
+            "second_fix": partial(run, fix_args(second_dir), base),
+        }
+    )
     batch = first["batch"]
     return Workspace(
         original_dir=original_dir,

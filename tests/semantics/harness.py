@@ -68,8 +68,10 @@ class Run:
 
     def describe(self) -> str:
         """What to show when an assertion about this run fails."""
-        return (f"\n$ {' '.join(self.args)}\nexit {self.returncode}\n--- stdout ---\n{self.stdout[-2000:]}"
-                f"\n--- stderr ---\n{self.stderr[-3000:]}")
+        return (
+            f"\n$ {' '.join(self.args)}\nexit {self.returncode}\n--- stdout ---\n{self.stdout[-2000:]}"
+            f"\n--- stderr ---\n{self.stderr[-3000:]}"
+        )
 
     @property
     def losses(self) -> list[tuple[int, str]]:
@@ -87,8 +89,15 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     """Run `sys.executable ARGS` in `cwd` with a timeout; never raises for a failing child."""
     command = [sys.executable, *args]
     try:
-        proc = subprocess.run(command, check=False, cwd=cwd, env={**ENV, **(env or {})}, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            command,
+            check=False,
+            cwd=cwd,
+            env={**ENV, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return Run(tuple(args), -1, "", f"timed out after {timeout} s")
     return Run(tuple(args), proc.returncode, proc.stdout, proc.stderr)
@@ -145,7 +154,14 @@ def copy_scripts(target: Path) -> Path:
 
 def fix_args(*paths: Path, unsafe: bool = False) -> list[str]:
     """`python -m neuron_migrate fix --write PATHS` (plus `--unsafe-fixes`)."""
-    return ["-m", "neuron_migrate", "fix", "--write", *(["--unsafe-fixes"] if unsafe else []), *map(str, paths)]
+    return [
+        "-m",
+        "neuron_migrate",
+        "fix",
+        "--write",
+        *(["--unsafe-fixes"] if unsafe else []),
+        *map(str, paths),
+    ]
 
 
 def left_for_a_person(fix: Run) -> dict[str, dict[int, set[str]]]:
@@ -174,17 +190,29 @@ def cuda_constructs(source: str) -> list[tuple[int, str]]:
     and other text do not count."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute) and node.attr == "cuda" and isinstance(node.value, ast.Name) and \
-                node.value.id == "torch":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "cuda"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+        ):
             found.append((node.lineno, "torch.cuda"))
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch.cuda") or \
-                isinstance(node, ast.ImportFrom) and node.module == "torch" and \
-                any(alias.name == "cuda" for alias in node.names):
+        elif (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch.cuda")) or (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "torch"
+            and any(alias.name == "cuda" for alias in node.names)
+        ):
             found.append((node.lineno, f"from {node.module} import ..."))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _CUDA_STRING.match(node.value):
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and _CUDA_STRING.match(node.value)
+        ):
             found.append((node.lineno, repr(node.value)))
-        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) and \
-                str(node.values[0].value).startswith("cuda"):
+        elif (
+            isinstance(node, ast.JoinedStr)
+            and node.values
+            and isinstance(node.values[0], ast.Constant)
+            and str(node.values[0].value).startswith("cuda")
+        ):
             found.append((node.lineno, "f-string naming a CUDA device"))
     return sorted(set(found))
 

@@ -82,8 +82,9 @@ def test_no_cuda_construct_left_unreported(workspace, name):
     """Every `torch.cuda` use and CUDA device string left in the rewritten file was reported for a person."""
     left = left_for_a_person(workspace.fix).get(f"{name}.py", {})
     unexplained = unexplained_cuda(workspace.rewritten_sources[name], set(left))
-    assert not unexplained, f"left for a person: {left}\nstill CUDA:\n" + "\n".join(unexplained) + \
-        workspace.fix.describe()
+    assert not unexplained, (
+        f"left for a person: {left}\nstill CUDA:\n" + "\n".join(unexplained) + workspace.fix.describe()
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -93,7 +94,9 @@ def test_cuda_detector_sees_the_originals(name):
     source = (SCRIPTS / f"{name}.py").read_text()
     found = cuda_constructs(source)
     assert len({line for line, _ in found}) >= 3, found
-    assert all(not source.splitlines()[line - 1].lstrip().startswith(('"""', "#")) for line, _ in found), found
+    assert all(not source.splitlines()[line - 1].lstrip().startswith(('"""', "#")) for line, _ in found), (
+        found
+    )
 
 
 def test_second_fix_changes_nothing(workspace):

@@ -38,9 +38,9 @@ DEVICE_LINE = {"amp_trainer": "device neuron logits torch.float16"}
 
 @pytest.fixture(scope="module")
 def standin_runs(workspace):
-    return run_all({
-        name: partial(run, ["-c", STANDIN_WRAPPER, f"{name}.py"], workspace.rewritten_dir) for name in NAMES
-    })
+    return run_all(
+        {name: partial(run, ["-c", STANDIN_WRAPPER, f"{name}.py"], workspace.rewritten_dir) for name in NAMES}
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,4 +60,5 @@ def test_rewritten_script_runs_on_standin_neuron(workspace, standin_runs, name):
     assert steps == [step for step, _ in reference.losses], on_neuron.describe()
     for (step, got), (_, want) in zip(on_neuron.losses, reference.losses):
         assert math.isclose(float(got), float(want), rel_tol=REL_TOL.get(name, 1e-5), abs_tol=1e-6), (
-            f"step {step}: neuron {got} vs CPU reference {want}{on_neuron.describe()}")
+            f"step {step}: neuron {got} vs CPU reference {want}{on_neuron.describe()}"
+        )

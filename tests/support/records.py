@@ -21,8 +21,22 @@ def example_trace(pre_release: bool = True) -> TraceResult:
     Call sites point at real lines of the example's model.py, so the report can quote them.
     """
     ops = (
-        OpUse("aten::addmm", ("float32",), 480, "forward", (CallSite(MODEL, line_of("self.qkv(x)"), "forward", 480),), "native"),
-        OpUse("aten::mm", ("float32",), 960, "backward", (CallSite(MODEL, line_of("self.qkv(x)"), "forward", 960),), "native"),
+        OpUse(
+            "aten::addmm",
+            ("float32",),
+            480,
+            "forward",
+            (CallSite(MODEL, line_of("self.qkv(x)"), "forward", 480),),
+            "native",
+        ),
+        OpUse(
+            "aten::mm",
+            ("float32",),
+            960,
+            "backward",
+            (CallSite(MODEL, line_of("self.qkv(x)"), "forward", 960),),
+            "native",
+        ),
         OpUse(
             "aten::split.Tensor",
             ("float32",),

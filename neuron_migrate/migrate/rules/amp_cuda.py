@@ -54,7 +54,9 @@ class CudaAmpAutocast(QualifiedNameRule):
 
     code = "NM201"
     name = "cuda-amp-autocast"
-    message = "`torch.cuda.amp.autocast` is CUDA-only and deprecated: use `torch.amp.autocast(device_type, ...)`"
+    message = (
+        "`torch.cuda.amp.autocast` is CUDA-only and deprecated: use `torch.amp.autocast(device_type, ...)`"
+    )
     severity = "error"
     fix_safety = "safe"
     triggers = (b"autocast",)
@@ -129,9 +131,13 @@ class CudaAmpAutocast(QualifiedNameRule):
             overrides["dtype"] = CUDA_AUTOCAST_DTYPE
         args = [DEVICE_TYPE, *keyword_arguments(self.ctx, bound, self.ORDER, overrides)]
         new = f"torch.amp.autocast({', '.join(args)})"
-        return FixSpec("Use `torch.amp.autocast` on the current device (float16 as on CUDA, off without an "
-                       "accelerator as before)", (Replacement(call, new),), imports=("torch",),
-                       safety=rebuilt_safety(call))
+        return FixSpec(
+            "Use `torch.amp.autocast` on the current device (float16 as on CUDA, off without an "
+            "accelerator as before)",
+            (Replacement(call, new),),
+            imports=("torch",),
+            safety=rebuilt_safety(call),
+        )
 
 
 class CudaAmpGradScaler(QualifiedNameRule):
@@ -203,13 +209,19 @@ class CudaAmpGradScaler(QualifiedNameRule):
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         bound = bind_arguments(call, self.PARAMS) if call is not None else None
         if bound is None:
-            return FixSpec(f"Replace `{name}` with `torch.amp.GradScaler`",
-                           (Replacement(node, "torch.amp.GradScaler"),), imports=("torch",))
+            return FixSpec(
+                f"Replace `{name}` with `torch.amp.GradScaler`",
+                (Replacement(node, "torch.amp.GradScaler"),),
+                imports=("torch",),
+            )
         overrides = {"enabled": enabled_value(self.ctx, bound.get("enabled"))}
         args = [DEVICE_TYPE, *keyword_arguments(self.ctx, bound, self.PARAMS, overrides)]
-        return FixSpec("Use `torch.amp.GradScaler` on the current device (disabled without an accelerator "
-                       "as before)", (Replacement(call, f"torch.amp.GradScaler({', '.join(args)})"),),
-                       imports=("torch",), safety=rebuilt_safety(call))
+        return FixSpec(
+            "Use `torch.amp.GradScaler` on the current device (disabled without an accelerator as before)",
+            (Replacement(call, f"torch.amp.GradScaler({', '.join(args)})"),),
+            imports=("torch",),
+            safety=rebuilt_safety(call),
+        )
 
 
 class CudaAmpCustomFwd(QualifiedNameRule):
@@ -286,8 +298,12 @@ class CudaAmpCustomFwd(QualifiedNameRule):
             target, new = node, f"torch.amp.{short}({device})"
         else:
             return None
-        return FixSpec(f"Use `torch.amp.{short}` with the current device type", (Replacement(target, new),),
-                       imports=("torch",), safety=rebuilt_safety(target))
+        return FixSpec(
+            f"Use `torch.amp.{short}` with the current device type",
+            (Replacement(target, new),),
+            imports=("torch",),
+            safety=rebuilt_safety(target),
+        )
 
     def _arg(self, arg: cst.Arg) -> str:
         value = self.ctx.code(arg.value)

@@ -24,8 +24,9 @@ _CUSTOM = {f"torch.amp{m}.custom_{d}" for m in ("", ".autocast_mode") for d in (
 _SCALER = {"torch.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 
 
-def device_first_call(rule: Rule, call: cst.Call, device_param: str, params: tuple[str, ...],
-                      overrides: dict[str, str | None]) -> str | None:
+def device_first_call(
+    rule: Rule, call: cst.Call, device_param: str, params: tuple[str, ...], overrides: dict[str, str | None]
+) -> str | None:
     """`call` rewritten with the current device type as `device_param` (positional if it was, or absent) and
     its other arguments as keywords in `params` order, with `overrides` applied; None if `*args`/`**kw`."""
     bound = bind_arguments(call, (device_param, *params))
@@ -136,12 +137,20 @@ class AutocastCudaDevice(Rule):
                 overrides["dtype"] = CUDA_AUTOCAST_DTYPE
             new = device_first_call(self, call, "device_type", self.ORDER, overrides)
             if new is not None:
-                return FixSpec("Autocast on the current device (float16 as on CUDA, off without an accelerator "
-                               "as before)", (Replacement(call, new),), imports=("torch",),
-                               safety=rebuilt_safety(call))
+                return FixSpec(
+                    "Autocast on the current device (float16 as on CUDA, off without an accelerator "
+                    "as before)",
+                    (Replacement(call, new),),
+                    imports=("torch",),
+                    safety=rebuilt_safety(call),
+                )
         safety = "unsafe" if is_autocast else None
-        return FixSpec("Use the current device type", (Replacement(device.value, DEVICE_TYPE),),
-                       imports=("torch",), safety=safety)
+        return FixSpec(
+            "Use the current device type",
+            (Replacement(device.value, DEVICE_TYPE),),
+            imports=("torch",),
+            safety=safety,
+        )
 
 
 class GradScalerDefaultDevice(Rule):
@@ -171,7 +180,9 @@ class GradScalerDefaultDevice(Rule):
 
     code = "NM205"
     name = "gradscaler-default-device"
-    message = "`GradScaler` defaults to device 'cuda' and is disabled on Trainium: pass the current device type"
+    message = (
+        "`GradScaler` defaults to device 'cuda' and is disabled on Trainium: pass the current device type"
+    )
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"GradScaler",)
@@ -216,9 +227,17 @@ class GradScalerDefaultDevice(Rule):
         if device is not None and string_value(device.value) != "cuda":
             return
         bound = bind_arguments(node, ("device", *self.PARAMS)) or {}
-        new = device_first_call(self, node, "device", self.PARAMS,
-                                {"enabled": enabled_value(self.ctx, bound.get("enabled"))})
-        fix = None if new is None else FixSpec(
-            "Scale on the current device (disabled without an accelerator as before)", (Replacement(node, new),),
-            imports=("torch",), safety=rebuilt_safety(node))
+        new = device_first_call(
+            self, node, "device", self.PARAMS, {"enabled": enabled_value(self.ctx, bound.get("enabled"))}
+        )
+        fix = (
+            None
+            if new is None
+            else FixSpec(
+                "Scale on the current device (disabled without an accelerator as before)",
+                (Replacement(node, new),),
+                imports=("torch",),
+                safety=rebuilt_safety(node),
+            )
+        )
         self.report(node, fix=fix)

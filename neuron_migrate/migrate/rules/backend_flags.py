@@ -23,10 +23,10 @@ class _BackendFlagRule(QualifiedNameRule):
 
 _CUDNN_SWITCHES = {
     "benchmark": "`torch.backends.cudnn.benchmark` tunes cuDNN kernels on CUDA and does nothing on Trainium "
-                 "(the Neuron compiler chooses kernels): no change needed",
+    "(the Neuron compiler chooses kernels): no change needed",
     "deterministic": "`torch.backends.cudnn.deterministic` covers cuDNN only: on Trainium use "
-                     "`torch.use_deterministic_algorithms(True)` if you need determinism there (no change needed "
-                     "for CUDA)",
+    "`torch.use_deterministic_algorithms(True)` if you need determinism there (no change needed "
+    "for CUDA)",
 }
 _CUDNN_OTHER = "`{short}` is a cuDNN setting: harmless on Trainium, where it does nothing; no change needed"
 _CUDNN_QUERY = "`{short}` asks about cuDNN, which Trainium does not have: do not gate device code on it"
@@ -92,15 +92,19 @@ class CudnnFlags(_BackendFlagRule):
 
 _CUDA_MESSAGES = {
     "torch.backends.cuda.matmul.allow_tf32": "`torch.backends.cuda.matmul.allow_tf32` sets cuBLAS TF32 on CUDA "
-                                             "and does nothing on Trainium: no change needed "
-                                             "(`torch.set_float32_matmul_precision` is the device-generic switch)",
+    "and does nothing on Trainium: no change needed "
+    "(`torch.set_float32_matmul_precision` is the device-generic switch)",
     "torch.backends.cuda.sdp_kernel": "`torch.backends.cuda.sdp_kernel` picks CUDA's attention kernels and is "
-                                      "deprecated: it has no effect on Trainium; `torch.nn.attention.sdpa_kernel` "
-                                      "is its successor",
+    "deprecated: it has no effect on Trainium; `torch.nn.attention.sdpa_kernel` "
+    "is its successor",
 }
-_SDP_TOGGLE = ("`{short}` switches CUDA's SDPA kernels globally and has no effect on Trainium: no change needed "
-               "(pick kernels around a call with `torch.nn.attention.sdpa_kernel([...])`)")
-_CUDA_OTHER = "`{short}` is a CUDA backend setting: harmless on Trainium, where it does nothing; no change needed"
+_SDP_TOGGLE = (
+    "`{short}` switches CUDA's SDPA kernels globally and has no effect on Trainium: no change needed "
+    "(pick kernels around a call with `torch.nn.attention.sdpa_kernel([...])`)"
+)
+_CUDA_OTHER = (
+    "`{short}` is a CUDA backend setting: harmless on Trainium, where it does nothing; no change needed"
+)
 
 
 class CudaBackendFlags(_BackendFlagRule):

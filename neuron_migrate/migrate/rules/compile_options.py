@@ -10,8 +10,15 @@ from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 #: torch.compile modes other than "default" (a `.compile(mode=...)` method is only trusted with one of these)
 _MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "lite")
-_INDUCTOR_KEYS = ("epilogue_fusion", "coordinate_descent_tuning", "shape_padding", "aggressive_fusion",
-                  "benchmark_kernel", "freezing", "use_mixed_mm")
+_INDUCTOR_KEYS = (
+    "epilogue_fusion",
+    "coordinate_descent_tuning",
+    "shape_padding",
+    "aggressive_fusion",
+    "benchmark_kernel",
+    "freezing",
+    "use_mixed_mm",
+)
 
 
 def compile_call(rule: Rule, call: cst.Call, torch_specific: bool) -> bool:
@@ -59,8 +66,10 @@ class CompileCudaMode(Rule):
 
     code = "NM501"
     name = "compile-cuda-mode"
-    message = ("`mode={mode}` tunes Inductor and CUDA graphs; the neuron backend warns and compiles with its "
-               "default mode: no change needed")
+    message = (
+        "`mode={mode}` tunes Inductor and CUDA graphs; the neuron backend warns and compiles with its "
+        "default mode: no change needed"
+    )
     severity = "info"
     cuda_only = False
     triggers = ((b"compile", b"mode"),)
@@ -114,7 +123,9 @@ class CompileDynamic(Rule):
 
     code = "NM502"
     name = "compile-dynamic"
-    message = "`dynamic=True` is rejected by the neuron backend: compile for fixed shapes (pad or bucket inputs)"
+    message = (
+        "`dynamic=True` is rejected by the neuron backend: compile for fixed shapes (pad or bucket inputs)"
+    )
     severity = "warning"
     fix_safety = "unsafe"
     triggers = ((b"compile", b"dynamic"),)
@@ -139,7 +150,10 @@ class CompileDynamic(Rule):
         if arg is None or not (isinstance(arg.value, cst.Name) and arg.value.value == "True"):
             return
         if compile_call(self, node, True):
-            self.report(arg, fix=FixSpec("Remove `dynamic=True`", (Replacement(node, without_argument(self, node, arg)),)))
+            self.report(
+                arg,
+                fix=FixSpec("Remove `dynamic=True`", (Replacement(node, without_argument(self, node, arg)),)),
+            )
 
 
 class CompileInductorOptions(QualifiedNameRule):
@@ -168,8 +182,10 @@ class CompileInductorOptions(QualifiedNameRule):
 
     code = "NM503"
     name = "compile-inductor-options"
-    message = ("`{name}` configures Inductor, which the neuron backend does not use: it does nothing there "
-               "(keep it for CUDA)")
+    message = (
+        "`{name}` configures Inductor, which the neuron backend does not use: it does nothing there "
+        "(keep it for CUDA)"
+    )
     severity = "info"
     fix_safety = "none"
     cuda_only = False
@@ -205,10 +221,17 @@ class CompileInductorOptions(QualifiedNameRule):
         cuda_keys = [k for k in keys if k is not None and _is_cuda_key(k)]
         if cuda_keys and compile_call(self, node, True):
             listed = ", ".join(repr(k) for k in cuda_keys)
-            self.report(arg, f"Inductor options {listed} are ignored by the neuron backend (they still tune "
-                             "CUDA runs): no change needed")
+            self.report(
+                arg,
+                f"Inductor options {listed} are ignored by the neuron backend (they still tune "
+                "CUDA runs): no change needed",
+            )
 
 
 def _is_cuda_key(key: str) -> bool:
-    return (key.startswith(("triton.", "cuda.", "cutlass")) or "cudagraph" in key or "autotune" in key
-            or key in _INDUCTOR_KEYS)
+    return (
+        key.startswith(("triton.", "cuda.", "cutlass"))
+        or "cudagraph" in key
+        or "autotune" in key
+        or key in _INDUCTOR_KEYS
+    )

@@ -5,7 +5,13 @@ from __future__ import annotations
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid
 
-_GRAPH_API = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle", "is_current_stream_capturing")
+_GRAPH_API = (
+    "CUDAGraph",
+    "graph",
+    "make_graphed_callables",
+    "graph_pool_handle",
+    "is_current_stream_capturing",
+)
 
 
 class CudaGraphs(QualifiedNameRule):
@@ -37,8 +43,10 @@ class CudaGraphs(QualifiedNameRule):
 
     code = "NM407"
     name = "cuda-graphs"
-    message = ("`{short}` is a CUDA graph API with no Trainium equivalent: remove the capture and replay and "
-               "use `torch.compile(model)` (backend \"neuron\")")
+    message = (
+        "`{short}` is a CUDA graph API with no Trainium equivalent: remove the capture and replay and "
+        'use `torch.compile(model)` (backend "neuron")'
+    )
     severity = "error"
     fix_safety = "none"
     triggers = ((b"cuda", b"graph"), (b"cuda", b"Graph"))

@@ -121,8 +121,12 @@ class CudaDeviceApi(QualifiedNameRule):
             return
         chain = device_chain(self.ctx)
         if chain:
-            self.report(call, f"{self.message_for(name)} (one branch of a per-device chain (`{chain}`): keep "
-                              "it, and add a branch for the `neuron` device)", region=check_region(self.ctx))
+            self.report(
+                call,
+                f"{self.message_for(name)} (one branch of a per-device chain (`{chain}`): keep "
+                "it, and add a branch for the `neuron` device)",
+                region=check_region(self.ctx),
+            )
             return
         region = () if self._flag_assigned() else check_region(self.ctx)
         if region:
@@ -134,8 +138,9 @@ class CudaDeviceApi(QualifiedNameRule):
             return
         fix = self.fix_for(node, call, name)
         statement = check_region(self.ctx)
-        self.ctx.defer(lambda: self.report(call, self.message_for(name), fix,
-                                           region=statement + self._guarded_by(flag)))
+        self.ctx.defer(
+            lambda: self.report(call, self.message_for(name), fix, region=statement + self._guarded_by(flag))
+        )
 
     def _device_index_fix(self, node: cst.CSTNode, call: cst.Call) -> FixSpec | None:
         """`torch.cuda.device(i)` takes an index or a device; `torch.accelerator.device_index` an index only."""
@@ -152,7 +157,9 @@ class CudaDeviceApi(QualifiedNameRule):
             index, title = f"{self.ctx.code(value)}.index", title + " of the device's index"
         elif isinstance(value, cst.Integer) or is_index_name(self.ctx.code(value)):
             index = self.ctx.code(value)
-            if not accelerator_certain(self.ctx):  # `device_index(None)` is the no-op a CPU-only machine needs
+            if not accelerator_certain(
+                self.ctx
+            ):  # `device_index(None)` is the no-op a CPU-only machine needs
                 index = f"{index} if torch.accelerator.is_available() else None"
         else:
             return None
@@ -163,8 +170,17 @@ class CudaDeviceApi(QualifiedNameRule):
         for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1])):
             if isinstance(parent, cst.Assign) and child is parent.value and len(parent.targets) == 1:
                 return key_of(parent.targets[0].target)
-            if not isinstance(parent, (cst.BooleanOperation, cst.UnaryOperation, cst.Comparison,
-                                       cst.ComparisonTarget, cst.Call, cst.Arg)):
+            if not isinstance(
+                parent,
+                (
+                    cst.BooleanOperation,
+                    cst.UnaryOperation,
+                    cst.Comparison,
+                    cst.ComparisonTarget,
+                    cst.Call,
+                    cst.Arg,
+                ),
+            ):
                 return None
         return None
 

@@ -22,16 +22,25 @@ from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import check_region, device_chain
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
-_CHAIN = ("one branch of a per-device chain (`{cue}`): keep it, and add a branch for the `neuron` device "
-          "(a generic test would also take the other devices' branches)")
+_CHAIN = (
+    "one branch of a per-device chain (`{cue}`): keep it, and add a branch for the `neuron` device "
+    "(a generic test would also take the other devices' branches)"
+)
 
 
 def _negated(ctx) -> bool:
     return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
 
 
-def _accelerator_test(rule: Rule, node: cst.CSTNode, type_text: str, positive: bool, title: str,
-                      unsafe: bool = False, index: str | None = None) -> FixSpec:
+def _accelerator_test(
+    rule: Rule,
+    node: cst.CSTNode,
+    type_text: str,
+    positive: bool,
+    title: str,
+    unsafe: bool = False,
+    index: str | None = None,
+) -> FixSpec:
     """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
 
     `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
@@ -58,7 +67,9 @@ def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> N
     accelerator-generic, it would take their branches too."""
     chain = device_chain(rule.ctx)
     if chain:  # no fix, but still a check: the code under it stays CUDA's
-        rule.report(node, f"{message.split(':')[0]}: {_CHAIN.format(cue=chain)}", region=check_region(rule.ctx))
+        rule.report(
+            node, f"{message.split(':')[0]}: {_CHAIN.format(cue=chain)}", region=check_region(rule.ctx)
+        )
         return
     rule.report(node, message, fix, region=check_region(rule.ctx))
 
@@ -89,7 +100,7 @@ class IsCuda(Rule):
 
     code = "NM104"
     name = "is-cuda"
-    message = "`.is_cuda` is False on Trainium: test `x.device.type != \"cpu\"` for any accelerator"
+    message = '`.is_cuda` is False on Trainium: test `x.device.type != "cpu"` for any accelerator'
     severity = "warning"
     fix_safety = "unsafe"
     triggers = (b"is_cuda",)
@@ -129,8 +140,13 @@ class IsCuda(Rule):
         if (self.ctx.qualified_name(node) or "").startswith("torch."):
             return
         owner = self.ctx.code(node.value).strip()
-        fix = _accelerator_test(self, node, f"{owner}.device.type", True,
-                                "Test the device type against `cpu` (also true for meta devices)")
+        fix = _accelerator_test(
+            self,
+            node,
+            f"{owner}.device.type",
+            True,
+            "Test the device type against `cpu` (also true for meta devices)",
+        )
         report_check(self, node, self.message, fix)
 
 
@@ -166,7 +182,7 @@ class CudaDeviceCheck(Rule):
 
     code = "NM105"
     name = "cuda-device-check"
-    message = "CUDA-only device test: test for any accelerator (`device.type != \"cpu\"`)"
+    message = 'CUDA-only device test: test for any accelerator (`device.type != "cpu"`)'
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"cuda",)
@@ -219,30 +235,53 @@ class CudaDeviceCheck(Rule):
         if not device_conditional(self.ctx, node):
             return
         parent = self.ctx.parent
-        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "accelerator":
+        if (
+            isinstance(parent, cst.Arg)
+            and parent.keyword is not None
+            and parent.keyword.value == "accelerator"
+        ):
             return  # Lightning's vocabulary, not a torch device (NM111)
         ctx = self.ctx
         cuda, other = (node.body, node.orelse) if is_cuda_string(node.body) else (node.orelse, node.body)
         available = availability(ctx, node.test)
-        collapse = (string_value(other) == "cpu" and not has_index(cuda) and available is not None
-                    and available == (cuda is node.body))
+        collapse = (
+            string_value(other) == "cpu"
+            and not has_index(cuda)
+            and available is not None
+            and available == (cuda is node.body)
+        )
         message = "CUDA-or-CPU choice: use the current accelerator's type (`cpu` when there is none)"
         if not collapse:
             text, needs_name = agnostic_string(ctx, cuda)
-            fix = FixSpec("Replace the CUDA string with the current accelerator's type",
-                          (Replacement(cuda, text),), imports=("torch",), needs_name=needs_name)
-        elif isinstance(ctx.parent, cst.Arg) and isinstance(ctx.ancestor(2), cst.Call) and (
-                ctx.call_name(ctx.ancestor(2)) == "torch.device" and len(ctx.ancestor(2).args) == 1):
-            fix = FixSpec("Replace with the current accelerator",
-                          (Replacement(ctx.ancestor(2), fit(DEVICE, ctx.ancestor(3))),), imports=("torch",))
+            fix = FixSpec(
+                "Replace the CUDA string with the current accelerator's type",
+                (Replacement(cuda, text),),
+                imports=("torch",),
+                needs_name=needs_name,
+            )
+        elif (
+            isinstance(ctx.parent, cst.Arg)
+            and isinstance(ctx.ancestor(2), cst.Call)
+            and (ctx.call_name(ctx.ancestor(2)) == "torch.device" and len(ctx.ancestor(2).args) == 1)
+        ):
+            fix = FixSpec(
+                "Replace with the current accelerator",
+                (Replacement(ctx.ancestor(2), fit(DEVICE, ctx.ancestor(3))),),
+                imports=("torch",),
+            )
         else:
-            fix = FixSpec("Replace with the current accelerator's type", (Replacement(node, DEVICE_TYPE),),
-                          imports=("torch",))
+            fix = FixSpec(
+                "Replace with the current accelerator's type",
+                (Replacement(node, DEVICE_TYPE),),
+                imports=("torch",),
+            )
         self.report(node, message, fix, region=(node.test,))  # `... and "CUDAExecutionProvider" in p` stays
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
-        if len(node.comparisons) == 1 and any(is_cuda_string(n) or string_value(n) == "cuda" for n in (
-                node.left, node.comparisons[0].comparator, *_elements(node.comparisons[0].comparator))):
+        if len(node.comparisons) == 1 and any(
+            is_cuda_string(n) or string_value(n) == "cuda"
+            for n in (node.left, node.comparisons[0].comparator, *_elements(node.comparisons[0].comparator))
+        ):
             self.ctx.defer(lambda: self._comparison(node))  # whether a name is a device: after the walk
 
     def _comparison(self, node: cst.Comparison) -> None:
@@ -267,39 +306,63 @@ class CudaDeviceCheck(Rule):
         if self._device(func.value):
             self._check(node, device_type_text(self.ctx, func.value), True, index="some" if indexed else None)
 
-    def _equality(self, node: cst.Comparison, other: cst.BaseExpression, value: cst.BaseExpression,
-                  equal: bool) -> None:
+    def _equality(
+        self, node: cst.Comparison, other: cst.BaseExpression, value: cst.BaseExpression, equal: bool
+    ) -> None:
         if isinstance(other, cst.Attribute) and other.attr.value == "type":
             clear = self._device(other.value)
             if has_index(value):
                 return
-            self._check(node, self.ctx.code(other).strip(), equal, unsafe=not clear,
-                        note="" if clear else f"; check that `{self.ctx.code(other.value).strip()}` is a device")
+            self._check(
+                node,
+                self.ctx.code(other).strip(),
+                equal,
+                unsafe=not clear,
+                note="" if clear else f"; check that `{self.ctx.code(other.value).strip()}` is a device",
+            )
         elif self._device(other):
             if has_index(value):
-                self.report(node, "Comparison with an indexed CUDA device: compare `torch.device(...).type` "
-                                  "and `.index` separately")
+                self.report(
+                    node,
+                    "Comparison with an indexed CUDA device: compare `torch.device(...).type` "
+                    "and `.index` separately",
+                )
                 return
             type_text = self._type_text(other)
             bare = "none" if type_text.startswith("torch.device(") else None  # "cuda:1" == "cuda" is False
             self._check(node, type_text, equal, index=bare)
 
-    def _membership(self, node: cst.Comparison, left: cst.BaseExpression, right: cst.BaseExpression,
-                    inside: bool) -> None:
+    def _membership(
+        self, node: cst.Comparison, left: cst.BaseExpression, right: cst.BaseExpression, inside: bool
+    ) -> None:
         if string_value(left) == "cuda" and self._device(right):
             self._check(node, self._type_text(right), inside)
         elif string_value(left) == "cuda" and (inner := self._stringified_device(right)) is not None:
             self._check(node, f"{self.ctx.code(inner).strip()}.type", inside)
-        elif (isinstance(right, (cst.Tuple, cst.List, cst.Set))
-              and any(string_value(e.value) == "cuda" for e in right.elements)
-              and (self._device(left) or (isinstance(left, cst.Attribute) and left.attr.value == "type"))):
-            self.report(node, "CUDA in a list of device types: add the accelerator's type where it supports "
-                                  "this code, or test `!= \"cpu\"` (no automatic fix)")
+        elif (
+            isinstance(right, (cst.Tuple, cst.List, cst.Set))
+            and any(string_value(e.value) == "cuda" for e in right.elements)
+            and (self._device(left) or (isinstance(left, cst.Attribute) and left.attr.value == "type"))
+        ):
+            self.report(
+                node,
+                "CUDA in a list of device types: add the accelerator's type where it supports "
+                'this code, or test `!= "cpu"` (no automatic fix)',
+            )
 
-    def _check(self, node: cst.CSTNode, type_text: str, positive: bool, unsafe: bool = False,
-               note: str = "", index: str | None = None) -> None:
-        title = "Test for any accelerator (type != `cpu`)" + {None: "", "some": " with a device index",
-                                                               "none": " without a device index"}[index]
+    def _check(
+        self,
+        node: cst.CSTNode,
+        type_text: str,
+        positive: bool,
+        unsafe: bool = False,
+        note: str = "",
+        index: str | None = None,
+    ) -> None:
+        title = (
+            "Test for any accelerator (type != `cpu`)"
+            + {None: "", "some": " with a device index", "none": " without a device index"}[index]
+        )
         fix = _accelerator_test(self, node, type_text, positive, title, unsafe, index)
         report_check(self, node, self.message + note, fix)
 

@@ -11,7 +11,7 @@ _INSTEAD = {
     "get_device_name": f"{_MODULE}, else log `device.type`",
     "get_device_properties": f"{_MODULE}; for total memory `torch.accelerator.get_memory_info()[1]`",
     "get_device_capability": "gate on the feature itself (a dtype, an op), not on an SM version; "
-                             "`torch.accelerator.get_device_capability()` lists supported dtypes, not (major, minor)",
+    "`torch.accelerator.get_device_capability()` lists supported dtypes, not (major, minor)",
     "is_bf16_supported": f"{_MODULE}; Trainium supports bfloat16 natively",
 }
 
@@ -99,8 +99,10 @@ class TorchVersionCuda(QualifiedNameRule):
 
     code = "NM108"
     name = "torch-version-cuda"
-    message = ("`torch.version.cuda` is None on Trainium: choose the device with `torch.accelerator`, and keep "
-               "CUDA-version checks behind `device.type == 'cuda'`")
+    message = (
+        "`torch.version.cuda` is None on Trainium: choose the device with `torch.accelerator`, and keep "
+        "CUDA-version checks behind `device.type == 'cuda'`"
+    )
     severity = "warning"
     triggers = (b"version.cuda", b"torch.version")
     NAMES = {"torch.version.cuda": None, "torch.version.cuda.*": None}

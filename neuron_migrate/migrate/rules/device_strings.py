@@ -15,8 +15,10 @@ from neuron_migrate.migrate.device_literals import (
 from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
-_FORK_RNG = ("`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
-             "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`")
+_FORK_RNG = (
+    "`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
+    "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`"
+)
 #: `torch.load(map_location=...)` rejects `cpu:N`: an index is kept only where there is an accelerator
 _MAP_LOCATION_CPU = '"cpu"'
 
@@ -62,20 +64,26 @@ class CudaDeviceString(Rule):
 
     code = "NM101"
     name = "cuda-device-string"
-    message = ("CUDA device string: use the current accelerator "
-               "(`torch.accelerator.current_accelerator()`, CPU when there is none)")
+    message = (
+        "CUDA device string: use the current accelerator "
+        "(`torch.accelerator.current_accelerator()`, CPU when there is none)"
+    )
     severity = "error"
     fix_safety = "safe"
     triggers = (b"cuda",)
     VALID = (
-        ('"""Runs on CUDA."""\n# use cuda here\nimport logging\nlogger = logging.getLogger()\n'
-         'print("cuda device", 0)\nlogger.info("using cuda:%d", 0)\nprint("cuda")\n'),
+        (
+            '"""Runs on CUDA."""\n# use cuda here\nimport logging\nlogger = logging.getLogger()\n'
+            'print("cuda device", 0)\nlogger.info("using cuda:%d", 0)\nprint("cuda")\n'
+        ),
         'import argparse\np = argparse.ArgumentParser()\np.add_argument("--device", help="e.g. cuda:0")\n',
         'x: "cuda" = None\ncfg = {"accelerator": "gpu", "backend": "cuda"}\nbackends = {"cuda": "nccl"}\n',
         'import lightning as L\ntrainer = L.Trainer(accelerator="cuda", devices=1)\n',
         'cuda_note = "see docs"\nprint(cuda_note)\nname = "cuda"\nprint(f"running on {name}")\n',
-        ('import torch\nd = torch.device("cuda")\nwith torch.autocast("cuda"):\n    pass\n'
-         'torch.amp.autocast(device_type="cuda")\n'),
+        (
+            'import torch\nd = torch.device("cuda")\nwith torch.autocast("cuda"):\n    pass\n'
+            'torch.amp.autocast(device_type="cuda")\n'
+        ),
         'import torch\nok = x.device.type == "cuda"\nd = "cuda" if torch.cuda.is_available() else "cpu"\n',
         'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\nkind = "cuda"\nif backend == "nccl":\n    pass\n',
     )
@@ -179,6 +187,10 @@ class CudaDeviceString(Rule):
         if indexed and slot.map_location:  # `cpu:N` cannot be loaded onto: no index without an accelerator
             text = fit(f"{text} if {AVAILABLE} else {_MAP_LOCATION_CPU}", parent, node=node)
             what += ' (`"cpu"` without one: `torch.load` rejects `cpu:N`)'
-        fix = FixSpec(f"Replace the CUDA device string with {what}", (Replacement(node, text),),
-                      imports=("torch",), needs_name=needs_name)
+        fix = FixSpec(
+            f"Replace the CUDA device string with {what}",
+            (Replacement(node, text),),
+            imports=("torch",),
+            needs_name=needs_name,
+        )
         self.report(node, message, fix)

@@ -132,17 +132,31 @@ class NcclBackend(Rule):
             return
         value, prefix = arg.value, self._prefix(node)
         if isinstance(value, cst.IfExp) and self._collapsible(value):
-            self.report(node, fix=FixSpec("Use the current device's default backend (gloo without an accelerator)",
-                                          (Replacement(value, self._default(prefix)),), imports=("torch",)))
+            self.report(
+                node,
+                fix=FixSpec(
+                    "Use the current device's default backend (gloo without an accelerator)",
+                    (Replacement(value, self._default(prefix)),),
+                    imports=("torch",),
+                ),
+            )
             return
         for candidate in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
             new = self._replacement(candidate, prefix)
             if new is not None:
-                self.report(node, fix=FixSpec("Use the current device's default backend",
-                                              (Replacement(candidate, new),), imports=("torch",),
-                                              needs_name="{" in new))
-            elif isinstance(candidate, (cst.Name, cst.Attribute)) and self.ctx.qualified_name(
-                    candidate) != _NCCL_CONSTANT:
+                self.report(
+                    node,
+                    fix=FixSpec(
+                        "Use the current device's default backend",
+                        (Replacement(candidate, new),),
+                        imports=("torch",),
+                        needs_name="{" in new,
+                    ),
+                )
+            elif (
+                isinstance(candidate, (cst.Name, cst.Attribute))
+                and self.ctx.qualified_name(candidate) != _NCCL_CONSTANT
+            ):
                 self.ctx.defer(lambda key=key_of(candidate): self._through_name(key, prefix))
 
     def _through_name(self, key: str | None, prefix: str) -> None:
@@ -153,9 +167,16 @@ class NcclBackend(Rule):
             if new is None:
                 continue
             saved, self.ctx.stack = self.ctx.stack, self.literals[id(literal)]  # report where the string is
-            self.report(literal, f"{self.message} (`{key}` is passed as the process group's backend)",
-                        FixSpec("Use the current device's default backend", (Replacement(literal, new),),
-                                imports=("torch",), needs_name="{" in new))
+            self.report(
+                literal,
+                f"{self.message} (`{key}` is passed as the process group's backend)",
+                FixSpec(
+                    "Use the current device's default backend",
+                    (Replacement(literal, new),),
+                    imports=("torch",),
+                    needs_name="{" in new,
+                ),
+            )
             self.ctx.stack = saved
 
     def _literals_of(self, key: str | None, seen: set[str]) -> list[cst.BaseExpression]:
@@ -210,8 +231,9 @@ class NcclBackend(Rule):
         others = [f"{d}:{b}" for d, b in entries if d != "cuda"]
         if not others:
             return default
-        with_accelerator = ",".join(f"{{{DEVICE_TYPE}}}:{{{default}}}" if d == "cuda" else f"{d}:{b}"
-                                    for d, b in entries)
+        with_accelerator = ",".join(
+            f"{{{DEVICE_TYPE}}}:{{{default}}}" if d == "cuda" else f"{d}:{b}" for d, b in entries
+        )
         return f"f'{with_accelerator}' if {_ON} else '{','.join(others)}'"
 
 
@@ -246,17 +268,24 @@ class DdpDeviceIds(Rule):
 
     code = "NM302"
     name = "ddp-device-ids"
-    message = ("`device_ids`/`output_device` name CUDA devices and fail for CPU modules: pass them only when an "
-               "accelerator is present")
+    message = (
+        "`device_ids`/`output_device` name CUDA devices and fail for CPU modules: pass them only when an "
+        "accelerator is present"
+    )
     severity = "warning"
     fix_safety = "unsafe"
     triggers = (b"DistributedDataParallel",)
-    NAMES = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
+    NAMES = {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }
     VALID = (
         "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n",
         "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(model, device_ids=None)\n",
-        ("import torch\nif torch.accelerator.is_available():\n"
-         "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])\n"),
+        (
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])\n"
+        ),
         "import torch\nmodel = torch.nn.DataParallel(model, device_ids=[0, 1])\n",
     )
     INVALID = (
@@ -281,15 +310,26 @@ class DdpDeviceIds(Rule):
         device_ids = keyword(node, "device_ids") or positional(node, 1)
         output_device = keyword(node, "output_device") or positional(node, 2)
         flagged = []
-        if device_ids is not None and isinstance(device_ids.value, (cst.List, cst.Tuple)) and device_ids.value.elements:
+        if (
+            device_ids is not None
+            and isinstance(device_ids.value, (cst.List, cst.Tuple))
+            and device_ids.value.elements
+        ):
             flagged.append(device_ids.value)
-        if output_device is not None and not isinstance(output_device.value, cst.IfExp) and not (
-                isinstance(output_device.value, cst.Name) and output_device.value.value == "None"):
+        if (
+            output_device is not None
+            and not isinstance(output_device.value, cst.IfExp)
+            and not (isinstance(output_device.value, cst.Name) and output_device.value.value == "None")
+        ):
             flagged.append(output_device.value)
         if flagged:
             edits = tuple(Replacement(v, f"{self.ctx.code(v)} if {_ON} else None") for v in flagged)
-            self.report(node, fix=FixSpec("Pass the device ids only when an accelerator is present", edits,
-                                          imports=("torch",)))
+            self.report(
+                node,
+                fix=FixSpec(
+                    "Pass the device ids only when an accelerator is present", edits, imports=("torch",)
+                ),
+            )
 
 
 class CudaNcclModule(QualifiedNameRule):
@@ -388,9 +428,14 @@ class CudaBackendMap(Rule):
 
     def visit_Dict(self, node: cst.Dict) -> None:
         keyed = [e for e in node.elements if isinstance(e, cst.DictElement)]
-        cuda = [e for e in keyed if string_value(e.key) == "cuda" and (string_value(e.value) or "").lower()
-                in self.BACKENDS]
-        if not cuda or any(string_value(e.key) is None and _names_device(self.ctx.code(e.key)) for e in keyed):
+        cuda = [
+            e
+            for e in keyed
+            if string_value(e.key) == "cuda" and (string_value(e.value) or "").lower() in self.BACKENDS
+        ]
+        if not cuda or any(
+            string_value(e.key) is None and _names_device(self.ctx.code(e.key)) for e in keyed
+        ):
             return  # a computed key for the current device is there already
         first = node.elements[0]
         if not isinstance(first, cst.DictElement):
@@ -401,8 +446,14 @@ class CudaBackendMap(Rule):
         if isinstance(whitespace, cst.ParenthesizedWhitespace):
             separator = "\n" + indentation(self.ctx) + whitespace.last_line.value
         entry = f"{DEVICE_TYPE}: {self.VALUE},{separator}{self.ctx.code(first.key)}"
-        self.report(cuda[0], fix=FixSpec("Add an entry for the current accelerator", (Replacement(first.key, entry),),
-                                         imports=("torch",)))
+        self.report(
+            cuda[0],
+            fix=FixSpec(
+                "Add an entry for the current accelerator",
+                (Replacement(first.key, entry),),
+                imports=("torch",),
+            ),
+        )
 
 
 def _names_device(code: str) -> bool:

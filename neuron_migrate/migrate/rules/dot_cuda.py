@@ -86,6 +86,7 @@ class DotCuda(Rule):
             return
         if (self.ctx.qualified_name(func) or "").startswith("torch.") or self._on_module(func.value):
             return  # torch.Tensor.cuda(x) (unbound, rare); tvm.cuda(0), a module's own function
+
         def decide() -> None:
             if any(arg.star for arg in node.args):  # `.cuda(*args)`: a device index may be in there
                 self.report(node, self.message + "; its arguments are unpacked: pass the device by hand")

@@ -23,10 +23,13 @@ _NAME_FIRST = {"os.getenv", "os.putenv", "os.unsetenv"}
 _ENV_METHODS = {"get", "pop", "setdefault"}  # methods of os.environ (or a copy) taking the name first
 _ENV_LIKE_NAME = re.compile(r"^(env|environ|environment|env_vars|\w+_env)$")
 _LAUNCHERS = {
-    *(f"subprocess.{f}" for f in ("run", "call", "check_call", "check_output", "Popen", "getoutput",
-                                  "getstatusoutput")),
+    *(
+        f"subprocess.{f}"
+        for f in ("run", "call", "check_call", "check_output", "Popen", "getoutput", "getstatusoutput")
+    ),
     *(f"os.{f}" for f in ("system", "popen", "execv", "execvp", "execvpe", "execl", "execlp", "spawnlp")),
-    "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
 }
 _NVIDIA_SMI = re.compile(r"(?<![\w-])nvidia-smi(?![\w-])")
 
@@ -83,17 +86,23 @@ class _EnvVarRule(_ScopedAssignments):
         if isinstance(node, cst.Name):
             value = self.assigned(node)
             return _ENV_LIKE_NAME.match(node.value) is not None or (
-                value is not None and self._is_env(value, depth + 1))
+                value is not None and self._is_env(value, depth + 1)
+            )
         if isinstance(node, cst.Dict):
-            return any(isinstance(e, cst.StarredDictElement) and self._is_env(e.value, depth + 1)
-                       for e in node.elements)
+            return any(
+                isinstance(e, cst.StarredDictElement) and self._is_env(e.value, depth + 1)
+                for e in node.elements
+            )
         if isinstance(node, cst.Call):
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value in ("copy", "keys") and not node.args:
                 return self._is_env(func.value, depth + 1)
             first = positional(node, 0)
-            return self.ctx.call_name(node) in ("dict", "copy.copy", "copy.deepcopy") and first is not None and (
-                self._is_env(first.value, depth + 1))
+            return (
+                self.ctx.call_name(node) in ("dict", "copy.copy", "copy.deepcopy")
+                and first is not None
+                and (self._is_env(first.value, depth + 1))
+            )
         return False
 
     def _mapping_keys(self, node: cst.CSTNode, depth: int = 0) -> Iterator[tuple[cst.CSTNode, str]]:
@@ -118,14 +127,21 @@ class _EnvVarRule(_ScopedAssignments):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         index = node.slice[0].slice if len(node.slice) == 1 else None
-        if isinstance(index, cst.Index) and (var := string_value(index.value)) is not None and self._is_env(
-                node.value):
+        if (
+            isinstance(index, cst.Index)
+            and (var := string_value(index.value)) is not None
+            and self._is_env(node.value)
+        ):
             self._report(index.value, var)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         var = string_value(node.left)
         target = node.comparisons[0]
-        if var is not None and isinstance(target.operator, (cst.In, cst.NotIn)) and self._is_env(target.comparator):
+        if (
+            var is not None
+            and isinstance(target.operator, (cst.In, cst.NotIn))
+            and self._is_env(target.comparator)
+        ):
             self._report(node.left, var)
 
     def visit_Dict(self, node: cst.Dict) -> None:
@@ -137,12 +153,16 @@ class _EnvVarRule(_ScopedAssignments):
         name, func = self.ctx.call_name(node), node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
         first = positional(node, 0) or keyword(node, "key")
-        if name in _NAME_FIRST or method in ("setenv", "delenv") or (
-                method in _ENV_METHODS and self._is_env(func.value)):
+        if (
+            name in _NAME_FIRST
+            or method in ("setenv", "delenv")
+            or (method in _ENV_METHODS and self._is_env(func.value))
+        ):
             if first is not None and (var := string_value(first.value)) is not None:
                 self._report(first.value, var)
         elif (method == "update" and self._is_env(func.value)) or (
-                name == "dict" and first is not None and self._is_env(first.value)):
+            name == "dict" and first is not None and self._is_env(first.value)
+        ):
             for key, var in self._call_keys(node):
                 self._report(key, var)
         if (env := keyword(node, "env")) is not None:
@@ -185,7 +205,7 @@ class CudaEnvVar(_EnvVarRule):
     triggers = (b"CUDA_",)
     ADVICE: ClassVar[dict[str, str]] = {
         "CUDA_VISIBLE_DEVICES": "select NeuronCores with `NEURON_RT_VISIBLE_CORES` (core indices or a range "
-                                "such as `0-3`; cores, not GPUs)",
+        "such as `0-3`; cores, not GPUs)",
         "CUDA_LAUNCH_BLOCKING": "use `NEURON_LAUNCH_BLOCKING=1` for synchronous execution while debugging",
         "PYTORCH_CUDA_ALLOC_CONF": "it tunes the CUDA caching allocator only; " + _NO_EQUIVALENT,
         "PYTORCH_NO_CUDA_MEMORY_CACHING": _NO_EQUIVALENT,

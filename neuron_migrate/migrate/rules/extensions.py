@@ -14,9 +14,15 @@ _CPP_EXTENSION = "torch.utils.cpp_extension"
 _CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
 _NKI = "port its kernels to PyTorch ops or an NKI kernel (`@nki.jit`, registered with `torch_neuronx`'s `nki_op`)"
 _TRITON_DECORATORS = {
-    "triton.jit", "triton.autotune", "triton.heuristics",
-    "triton.runtime.jit", "triton.runtime.autotune", "triton.runtime.heuristics",
-    "triton.runtime.jit.jit", "triton.runtime.autotuner.autotune", "triton.runtime.autotuner.heuristics",
+    "triton.jit",
+    "triton.autotune",
+    "triton.heuristics",
+    "triton.runtime.jit",
+    "triton.runtime.autotune",
+    "triton.runtime.heuristics",
+    "triton.runtime.jit.jit",
+    "triton.runtime.autotuner.autotune",
+    "triton.runtime.autotuner.heuristics",
 }
 
 
@@ -49,7 +55,9 @@ class CudaExtension(QualifiedNameRule):
     effort = "custom-kernel"
     builds_kernels = True
     triggers = (b"cpp_extension", b"CUDAExtension")
-    NAMES: ClassVar[dict[str, str | None]] = {f"{_CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")}
+    NAMES: ClassVar[dict[str, str | None]] = {
+        f"{_CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")
+    }
     VALID = (
         "from torch.utils.cpp_extension import CppExtension\next = CppExtension('op', ['op.cpp'])\n",
         "from torch.utils import cpp_extension\nop = cpp_extension.load('op', sources=['op.cpp'])\n",
@@ -98,7 +106,9 @@ def _compiles_cuda(call: cst.Call, function: str) -> bool:
         sources = keyword(call, "cuda_sources") or positional(call, 2)
         return sources is not None and not _is_literal(sources.value, ("None",))
     sources = keyword(call, "sources") or positional(call, 1)
-    return sources is not None and any(text.endswith(_CUDA_SOURCE_SUFFIXES) for text in _string_texts(sources))
+    return sources is not None and any(
+        text.endswith(_CUDA_SOURCE_SUFFIXES) for text in _string_texts(sources)
+    )
 
 
 def _is_literal(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
@@ -109,7 +119,11 @@ def _string_texts(node: cst.CSTNode):
     """String literals (and the text ends of f-strings) anywhere inside `node`."""
     if isinstance(node, cst.SimpleString) and (value := string_value(node)) is not None:
         yield value
-    elif isinstance(node, cst.FormattedString) and node.parts and isinstance(node.parts[-1], cst.FormattedStringText):
+    elif (
+        isinstance(node, cst.FormattedString)
+        and node.parts
+        and isinstance(node.parts[-1], cst.FormattedStringText)
+    ):
         yield node.parts[-1].value
     else:
         for child in node.children:

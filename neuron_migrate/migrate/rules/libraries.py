@@ -14,7 +14,7 @@ from neuron_migrate.migrate.rule import Invalid, Rule
 _SDPA = "`torch.nn.functional.scaled_dot_product_attention`"
 _NKI = "PyTorch ops or an NKI kernel (`@nki.jit` registered with `torch_neuronx`'s `nki_op`)"
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-_COMPILE = '`torch.compile` (the `neuron` backend is chosen automatically on a Neuron device)'
+_COMPILE = "`torch.compile` (the `neuron` backend is chosen automatically on a Neuron device)"
 
 #: module (and everything below it) -> what to use on Trainium; the longest matching prefix wins
 LIBRARIES: dict[str, str] = {
@@ -27,7 +27,7 @@ LIBRARIES: dict[str, str] = {
     "apex.normalization": "`torch.nn.LayerNorm` / `torch.nn.RMSNorm`",
     "apex.parallel": "`torch.nn.parallel.DistributedDataParallel` or FSDP2 (`fully_shard`)",
     "bitsandbytes": "bfloat16 weights and optimizer states, or a Neuron-supported quantization method "
-                    "(bitsandbytes has no Neuron support)",
+    "(bitsandbytes has no Neuron support)",
     "triton": _NKI,
     "liger_kernel": "the plain `torch.nn` modules and losses (Liger's kernels are Triton)",
     "cupy": f"torch tensor operations, or {_NKI}",
@@ -130,8 +130,11 @@ class CudaOnlyLibrary(Rule):
         if node.relative or node.module is None:
             return
         module = dotted(node.module)
-        names = [] if isinstance(node.names, cst.ImportStar) else [
-            a.name.value for a in node.names if isinstance(a.name, cst.Name)]
+        names = (
+            []
+            if isinstance(node.names, cst.ImportStar)
+            else [a.name.value for a in node.names if isinstance(a.name, cst.Name)]
+        )
         # `from apex import amp` belongs to `apex.amp`; `from deepspeed import ops` to `deepspeed.ops`
         libraries = {lib for lib in (library_of(f"{module}.{name}") for name in names) if lib}
         if not libraries and (library := library_of(module)):
@@ -149,8 +152,11 @@ class CudaOnlyLibrary(Rule):
     def _report(self, node: cst.CSTNode, module: str, libraries: set[str]) -> None:
         replacement = "; ".join(dict.fromkeys(LIBRARIES[lib] for lib in sorted(libraries)))
         optional = self.OPTIONAL if self._optional() else ""
-        self.report(node, self.message.format(module=module, optional=optional, replacement=replacement),
-                    replacement=replacement)
+        self.report(
+            node,
+            self.message.format(module=module, optional=optional, replacement=replacement),
+            replacement=replacement,
+        )
 
     def _optional(self) -> bool:
         """Whether the import sits in the body of a `try` that handles ImportError (or any exception)."""
@@ -167,5 +173,7 @@ def _top(library: str) -> str:
 def _catches_import_error(handler: cst.ExceptHandler | cst.ExceptStarHandler) -> bool:
     if handler.type is None:
         return True
-    kinds = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    kinds = (
+        [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    )
     return any(dotted(kind) in _IMPORT_ERRORS for kind in kinds)

@@ -10,14 +10,22 @@ from neuron_migrate.migrate.rule import Invalid
 
 _ENTRY_POINTS = {
     f"{package}.{name}"
-    for package in ("lightning", "lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric")
+    for package in (
+        "lightning",
+        "lightning.pytorch",
+        "pytorch_lightning",
+        "lightning.fabric",
+        "lightning_fabric",
+    )
     for name in ("Trainer", "Fabric")
 }
 _CUDA_ACCELERATORS = {
     f"{package}.accelerators.CUDAAccelerator"
     for package in ("lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric")
-} | {f"{package}.accelerators.cuda.CUDAAccelerator" for package in ("lightning.pytorch", "pytorch_lightning",
-                                                                     "lightning.fabric", "lightning_fabric")}
+} | {
+    f"{package}.accelerators.cuda.CUDAAccelerator"
+    for package in ("lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric")
+}
 _CUDA_NAMES = ("cuda", "gpu")
 
 
@@ -47,12 +55,14 @@ class LightningCudaAccelerator(QualifiedNameRule):
 
     code = "NM111"
     name = "lightning-cuda-accelerator"
-    message = ("Lightning's `accelerator={value!r}` selects its CUDA accelerator, and Lightning has no `neuron` "
-               "accelerator yet: keep it for CUDA and plan the Trainium run (plain PyTorch, or a custom "
-               "Lightning `Accelerator`)")
+    message = (
+        "Lightning's `accelerator={value!r}` selects its CUDA accelerator, and Lightning has no `neuron` "
+        "accelerator yet: keep it for CUDA and plan the Trainium run (plain PyTorch, or a custom "
+        "Lightning `Accelerator`)"
+    )
     severity = "warning"
     triggers = (b"accelerator", b"CUDAAccelerator")
-    NAMES = {name: None for name in _CUDA_ACCELERATORS}
+    NAMES = dict.fromkeys(_CUDA_ACCELERATORS)
     VALID = (
         "import lightning as L\ntrainer = L.Trainer(accelerator='cpu')\n",
         "import lightning as L\ntrainer = L.Trainer(accelerator='auto', devices=1)\n",
@@ -62,8 +72,10 @@ class LightningCudaAccelerator(QualifiedNameRule):
         Invalid("import lightning as L\ntrainer = L.Trainer(accelerator='gpu', devices=8)\n"),
         Invalid("from lightning.fabric import Fabric\nfabric = Fabric(accelerator='cuda', devices=2)\n"),
         Invalid("from pytorch_lightning.accelerators import CUDAAccelerator\nacc = CUDAAccelerator()\n"),
-        Invalid("import lightning as L\nimport torch\nfabric = L.Fabric(accelerator='cuda' if torch.cuda.is_available() "
-                "else 'cpu')\n"),
+        Invalid(
+            "import lightning as L\nimport torch\nfabric = L.Fabric(accelerator='cuda' if torch.cuda.is_available() "
+            "else 'cpu')\n"
+        ),
     )
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -79,5 +91,7 @@ class LightningCudaAccelerator(QualifiedNameRule):
                 return
 
     def message_for(self, name: str) -> str:
-        return ("Lightning's `CUDAAccelerator` drives CUDA only, and Lightning has no `neuron` accelerator yet: "
-                "keep it for CUDA and plan the Trainium run (plain PyTorch, or a custom Lightning `Accelerator`)")
+        return (
+            "Lightning's `CUDAAccelerator` drives CUDA only, and Lightning has no `neuron` accelerator yet: "
+            "keep it for CUDA and plan the Trainium run (plain PyTorch, or a custom Lightning `Accelerator`)"
+        )

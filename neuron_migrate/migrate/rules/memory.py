@@ -80,27 +80,33 @@ class CudaEmptyCache(QualifiedNameRule):
 # qualified name -> (replacement callee, how the call is rewritten, value the CUDA call gave without CUDA)
 # how: "guard" = torch.accelerator call guarded by is_available(); "plain" = swapped callee, unguarded
 # (the CUDA call raised without CUDA too); "module" = the device module's function of the same name.
-_MEMORY: dict[str, tuple[str, str, str | None] | None] = _both_spellings({
-    "torch.cuda.memory_allocated": ("torch.accelerator.memory_allocated", "guard", "0"),
-    "torch.cuda.max_memory_allocated": ("torch.accelerator.max_memory_allocated", "guard", "0"),
-    "torch.cuda.memory_reserved": ("torch.accelerator.memory_reserved", "guard", "0"),
-    "torch.cuda.max_memory_reserved": ("torch.accelerator.max_memory_reserved", "guard", "0"),
-    "torch.cuda.memory_cached": ("torch.accelerator.memory_reserved", "guard", "0"),
-    "torch.cuda.max_memory_cached": ("torch.accelerator.max_memory_reserved", "guard", "0"),
-    "torch.cuda.memory_stats": ("torch.accelerator.memory_stats", "guard", "{}"),
-    "torch.cuda.reset_peak_memory_stats": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
-    "torch.cuda.reset_max_memory_allocated": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
-    "torch.cuda.reset_max_memory_cached": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
-    "torch.cuda.reset_accumulated_memory_stats": ("torch.accelerator.reset_accumulated_memory_stats", "guard", None),
-    "torch.cuda.mem_get_info": ("torch.accelerator.get_memory_info", "plain", None),
-    "torch.cuda.memory_summary": ("torch.get_device_module().memory_summary", "module", None),
-    "torch.cuda.memory_stats_as_nested_dict": None,
-    "torch.cuda.memory_snapshot": None,
-    "torch.cuda.list_gpu_processes": None,
-    "torch.cuda.set_per_process_memory_fraction": None,
-    "torch.cuda.memory._record_memory_history": None,
-    "torch.cuda.memory._dump_snapshot": None,
-})
+_MEMORY: dict[str, tuple[str, str, str | None] | None] = _both_spellings(
+    {
+        "torch.cuda.memory_allocated": ("torch.accelerator.memory_allocated", "guard", "0"),
+        "torch.cuda.max_memory_allocated": ("torch.accelerator.max_memory_allocated", "guard", "0"),
+        "torch.cuda.memory_reserved": ("torch.accelerator.memory_reserved", "guard", "0"),
+        "torch.cuda.max_memory_reserved": ("torch.accelerator.max_memory_reserved", "guard", "0"),
+        "torch.cuda.memory_cached": ("torch.accelerator.memory_reserved", "guard", "0"),
+        "torch.cuda.max_memory_cached": ("torch.accelerator.max_memory_reserved", "guard", "0"),
+        "torch.cuda.memory_stats": ("torch.accelerator.memory_stats", "guard", "{}"),
+        "torch.cuda.reset_peak_memory_stats": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
+        "torch.cuda.reset_max_memory_allocated": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
+        "torch.cuda.reset_max_memory_cached": ("torch.accelerator.reset_peak_memory_stats", "guard", None),
+        "torch.cuda.reset_accumulated_memory_stats": (
+            "torch.accelerator.reset_accumulated_memory_stats",
+            "guard",
+            None,
+        ),
+        "torch.cuda.mem_get_info": ("torch.accelerator.get_memory_info", "plain", None),
+        "torch.cuda.memory_summary": ("torch.get_device_module().memory_summary", "module", None),
+        "torch.cuda.memory_stats_as_nested_dict": None,
+        "torch.cuda.memory_snapshot": None,
+        "torch.cuda.list_gpu_processes": None,
+        "torch.cuda.set_per_process_memory_fraction": None,
+        "torch.cuda.memory._record_memory_history": None,
+        "torch.cuda.memory._dump_snapshot": None,
+    }
+)
 
 
 class CudaMemoryStats(QualifiedNameRule):

@@ -15,8 +15,14 @@ from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword
 from neuron_migrate.migrate.rule import Invalid
 
 #: calls whose dtype argument is only inspected
-_INSPECTORS = {"torch.finfo", "torch.iinfo", "isinstance", "issubclass", "torch.is_complex",
-               "torch.is_floating_point"}
+_INSPECTORS = {
+    "torch.finfo",
+    "torch.iinfo",
+    "isinstance",
+    "issubclass",
+    "torch.is_complex",
+    "torch.is_floating_point",
+}
 _LOADERS = ("from_pretrained", "from_config")  # Hugging Face loaders take dtype names as strings
 
 
@@ -41,8 +47,9 @@ class _DtypeRule(QualifiedNameRule):
         for arg in node.args:
             if arg.keyword is None or string_value(arg.value) not in self.DTYPE_STRINGS:
                 continue
-            if arg.keyword.value == "torch_dtype" or (arg.keyword.value == "dtype" and (
-                    loader or name.startswith("torch."))):
+            if arg.keyword.value == "torch_dtype" or (
+                arg.keyword.value == "dtype" and (loader or name.startswith("torch."))
+            ):
                 self.report(arg.value, self.message_for(string_value(arg.value)))
 
 
@@ -93,13 +100,16 @@ class Float64(_DtypeRule):
 
     code = "NM801"
     name = "float64"
-    message = "`{name}`: float64 is computed in float32 on Neuron (64-bit inputs are downcast): use float32, " \
-              "or keep precision-sensitive code on the CPU"
+    message = (
+        "`{name}`: float64 is computed in float32 on Neuron (64-bit inputs are downcast): use float32, "
+        "or keep precision-sensitive code on the CPU"
+    )
     severity = "warning"
     cuda_only = False
     triggers = (b"float64", b"double", b"Double", b"from_numpy", (b"numpy", b"device"))
     NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys(
-        ("torch.float64", "torch.double", "torch.DoubleTensor", "torch.Tensor.double"))
+        ("torch.float64", "torch.double", "torch.DoubleTensor", "torch.Tensor.double")
+    )
     METHODS = ("double",)
     DTYPE_STRINGS = frozenset({"float64", "double", "torch.float64", "torch.double"})
     VALID = (
@@ -136,29 +146,53 @@ class Float64(_DtypeRule):
         ),
     )
 
-
     def visit_Call(self, node: cst.Call) -> None:
         super().visit_Call(node)
         array = _array_to_device(self.ctx, node)
         if array is not None and _numpy_float64(self.ctx, array):
-            self.report(node, "a float64 NumPy array becomes a tensor on the device: float64 is computed in float32 "
-                              "on Neuron; convert it on purpose (`.float()` / `dtype=torch.float32`), or keep "
-                              "the precision-sensitive part on the CPU")
+            self.report(
+                node,
+                "a float64 NumPy array becomes a tensor on the device: float64 is computed in float32 "
+                "on Neuron; convert it on purpose (`.float()` / `dtype=torch.float32`), or keep "
+                "the precision-sensitive part on the CPU",
+            )
 
 
 #: NumPy functions that make float64 arrays unless given a `dtype=`
-_NUMPY_FLOAT64 = {f"numpy.{name}" for name in (
-    "zeros", "ones", "empty", "full", "linspace", "logspace", "eye", "identity", "loadtxt", "genfromtxt")} | {
-    f"numpy.random.{name}" for name in ("rand", "randn", "random", "uniform", "normal", "standard_normal",
-                                        "random_sample")}
+_NUMPY_FLOAT64 = {
+    f"numpy.{name}"
+    for name in (
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "linspace",
+        "logspace",
+        "eye",
+        "identity",
+        "loadtxt",
+        "genfromtxt",
+    )
+} | {
+    f"numpy.random.{name}"
+    for name in ("rand", "randn", "random", "uniform", "normal", "standard_normal", "random_sample")
+}
 
 
 def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
     """The NumPy array in `torch.from_numpy(a).to(device)` / `.cuda()`, `torch.tensor(a, device=...)`."""
     func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda") and isinstance(func.value, cst.Call):
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in ("to", "cuda")
+        and isinstance(func.value, cst.Call)
+    ):
         inner = func.value
-        if ctx.call_name(inner) == "torch.from_numpy" and inner.args and (func.attr.value == "cuda" or call.args):
+        if (
+            ctx.call_name(inner) == "torch.from_numpy"
+            and inner.args
+            and (func.attr.value == "cuda" or call.args)
+        ):
             first = call.args[0].value if call.args else None
             if first is None or not _is_dtype(ctx, first):
                 return inner.args[0].value
@@ -169,7 +203,9 @@ def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
 
 
 def _is_dtype(ctx, node: cst.BaseExpression) -> bool:
-    return (ctx.qualified_name(node) or "").startswith("torch.") and "float" in (ctx.qualified_name(node) or "")
+    return (ctx.qualified_name(node) or "").startswith("torch.") and "float" in (
+        ctx.qualified_name(node) or ""
+    )
 
 
 def _numpy_float64(ctx, node: cst.BaseExpression | None, depth: int = 0) -> bool:
@@ -220,19 +256,41 @@ class ComplexDtype(_DtypeRule):
 
     code = "NM802"
     name = "complex-dtype"
-    message = "`{name}` uses complex tensors, which Neuron supports only partly: test this path on Neuron, " \
-              "or carry real and imaginary parts as float tensors"
+    message = (
+        "`{name}` uses complex tensors, which Neuron supports only partly: test this path on Neuron, "
+        "or carry real and imaginary parts as float tensors"
+    )
     severity = "warning"
     cuda_only = False
     triggers = (b"complex", b"cfloat", b"cdouble", b"chalf", b"view_as_real", b"polar", b"fft", b"stft")
-    _FFT = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn",
-            "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn")
-    NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys((
-        *(f"torch.{n}" for n in ("complex64", "complex128", "complex32", "cfloat", "cdouble", "chalf")),
-        *(f"torch.{n}" for n in ("view_as_complex", "view_as_real", "complex", "polar")),
-        *(f"torch.Tensor.{n}" for n in ("cfloat", "cdouble", "chalf")),
-        *(f"torch.fft.{n}" for n in _FFT),
-    ))
+    _FFT = (
+        "fft",
+        "ifft",
+        "fft2",
+        "ifft2",
+        "fftn",
+        "ifftn",
+        "rfft",
+        "irfft",
+        "rfft2",
+        "irfft2",
+        "rfftn",
+        "irfftn",
+        "hfft",
+        "ihfft",
+        "hfft2",
+        "ihfft2",
+        "hfftn",
+        "ihfftn",
+    )
+    NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys(
+        (
+            *(f"torch.{n}" for n in ("complex64", "complex128", "complex32", "cfloat", "cdouble", "chalf")),
+            *(f"torch.{n}" for n in ("view_as_complex", "view_as_real", "complex", "polar")),
+            *(f"torch.Tensor.{n}" for n in ("cfloat", "cdouble", "chalf")),
+            *(f"torch.fft.{n}" for n in _FFT),
+        )
+    )
     METHODS = ("cfloat", "cdouble", "chalf")
     DTYPE_STRINGS = frozenset({"complex64", "complex128", "cfloat", "cdouble"})
     VALID = (
@@ -262,7 +320,8 @@ class ComplexDtype(_DtypeRule):
         super().visit_Call(node)
         func = node.func
         is_stft = (isinstance(func, cst.Attribute) and func.attr.value == "stft") or (
-            self.ctx.call_name(node) == "torch.stft")
+            self.ctx.call_name(node) == "torch.stft"
+        )
         flag = keyword(node, "return_complex")
         if is_stft and flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "True":
             self.report(node, self.message_for("stft(return_complex=True)"))

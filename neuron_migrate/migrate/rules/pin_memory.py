@@ -34,8 +34,10 @@ class PinMemory(Rule):
 
     code = "NM412"
     name = "pin-memory"
-    message = ("pinned memory works for the current accelerator, `neuron` included (without one "
-               "`pin_memory=True` only warns): no change needed")
+    message = (
+        "pinned memory works for the current accelerator, `neuron` included (without one "
+        "`pin_memory=True` only warns): no change needed"
+    )
     severity = "info"
     cuda_only = False
     triggers = (b"pin_memory",)
@@ -45,7 +47,9 @@ class PinMemory(Rule):
         "import torch\nb = torch.utils.data._utils.pin_memory.pin_memory(batch, 'cuda')\n",
     )
     INVALID = (
-        Invalid("from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=8, pin_memory=True)\n"),
+        Invalid(
+            "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=8, pin_memory=True)\n"
+        ),
         Invalid("import torch\nx_dev = x.pin_memory().to(device, non_blocking=True)\n"),
     )
 
@@ -55,8 +59,11 @@ class PinMemory(Rule):
                 self.report(arg)
         func = node.func
         # `torch.utils.data._utils.pin_memory.pin_memory(batch, device)` is a function, not the tensor method
-        if isinstance(func, cst.Attribute) and func.attr.value == "pin_memory" and not (
-                self.ctx.qualified_name(func) or "").startswith("torch."):
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "pin_memory"
+            and not (self.ctx.qualified_name(func) or "").startswith("torch.")
+        ):
             self.report(node)
 
 

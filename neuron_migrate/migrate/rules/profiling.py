@@ -11,13 +11,13 @@ from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 _NVTX_MESSAGES = {
     "range": "NVTX ranges are CUDA-only: use `torch.profiler.record_function(name)`",
     "range_push": "NVTX ranges are CUDA-only: wrap the region in `with torch.profiler.record_function(name):` "
-                  "and drop the matching `range_pop()`",
+    "and drop the matching `range_pop()`",
     "range_pop": "NVTX ranges are CUDA-only: drop `range_pop()` with its `range_push()` and wrap the region in "
-                 "`with torch.profiler.record_function(name):`",
+    "`with torch.profiler.record_function(name):`",
     "range_start": "NVTX ranges are CUDA-only: use `with torch.profiler.record_function(name):` around the region",
     "range_end": "NVTX ranges are CUDA-only: use `with torch.profiler.record_function(name):` around the region",
     "mark": "NVTX marks are CUDA-only and have no Trainium equivalent: remove it, or time a region with "
-            "`torch.profiler.record_function(name)`",
+    "`torch.profiler.record_function(name)`",
 }
 
 
@@ -91,12 +91,19 @@ class CudaNvtx(QualifiedNameRule):
         if arg.star or (arg.keyword is not None and arg.keyword.value != "msg"):
             return None
         text = f"torch.profiler.record_function({self.ctx.code(arg.value)})"
-        return FixSpec("Replace `torch.cuda.nvtx.range` with `torch.profiler.record_function`",
-                       (Replacement(call, text),), imports=("torch",))
+        return FixSpec(
+            "Replace `torch.cuda.nvtx.range` with `torch.profiler.record_function`",
+            (Replacement(call, text),),
+            imports=("torch",),
+        )
 
 
-_ACTIVITY = ("torch.profiler.ProfilerActivity", "torch._C._profiler.ProfilerActivity",
-             "torch.autograd.ProfilerActivity", "torch.autograd.profiler.ProfilerActivity")
+_ACTIVITY = (
+    "torch.profiler.ProfilerActivity",
+    "torch._C._profiler.ProfilerActivity",
+    "torch.autograd.ProfilerActivity",
+    "torch.autograd.profiler.ProfilerActivity",
+)
 
 
 class ProfilerActivityCuda(QualifiedNameRule):
@@ -161,12 +168,22 @@ class ProfilerActivityCuda(QualifiedNameRule):
         display = self.ctx.parent if isinstance(self.ctx.parent, cst.Element) else None
         container = self.ctx.ancestor(2) if display is not None else None
         if isinstance(container, (cst.List, cst.Tuple, cst.Set)) and self._is_cpu_and_cuda(container):
-            return FixSpec("Replace the CPU+CUDA activities with `torch.profiler.supported_activities()`",
-                           (Replacement(container, "torch.profiler.supported_activities()"),), imports=("torch",))
-        owner = self.ctx.code(node.value) if isinstance(node, cst.Attribute) else "torch.profiler.ProfilerActivity"
+            return FixSpec(
+                "Replace the CPU+CUDA activities with `torch.profiler.supported_activities()`",
+                (Replacement(container, "torch.profiler.supported_activities()"),),
+                imports=("torch",),
+            )
+        owner = (
+            self.ctx.code(node.value)
+            if isinstance(node, cst.Attribute)
+            else "torch.profiler.ProfilerActivity"
+        )
         text = f"getattr({owner}, {DEVICE_TYPE}.upper(), {owner}.CPU)"
-        return FixSpec("Replace `ProfilerActivity.CUDA` with the current accelerator's activity",
-                       (Replacement(node, text),), imports=("torch",))
+        return FixSpec(
+            "Replace `ProfilerActivity.CUDA` with the current accelerator's activity",
+            (Replacement(node, text),),
+            imports=("torch",),
+        )
 
     def _is_cpu_and_cuda(self, container: cst.List | cst.Tuple | cst.Set) -> bool:
         members = set()

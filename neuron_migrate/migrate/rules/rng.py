@@ -58,14 +58,18 @@ class CudaManualSeed(QualifiedNameRule):
 
     code = "NM404"
     name = "cuda-manual-seed"
-    message = "`{short}` seeds CUDA only: seed the current accelerator (`torch.manual_seed` seeds every device)"
+    message = (
+        "`{short}` seeds CUDA only: seed the current accelerator (`torch.manual_seed` seeds every device)"
+    )
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"manual_seed"),)
-    NAMES = _with_random_spelling({
-        "torch.cuda.manual_seed": "torch.manual_seed",
-        "torch.cuda.manual_seed_all": "torch.manual_seed",
-    })
+    NAMES = _with_random_spelling(
+        {
+            "torch.cuda.manual_seed": "torch.manual_seed",
+            "torch.cuda.manual_seed_all": "torch.manual_seed",
+        }
+    )
     VALID = (
         "import torch\ntorch.manual_seed(0)\n",
         "import torch\ntorch.mps.manual_seed(0)\n",
@@ -99,18 +103,25 @@ class CudaManualSeed(QualifiedNameRule):
         seed_code = self.ctx.code(seed.value)
         statement = is_expression_statement(self.ctx, call)
         if statement is not None and self._seeded_before(seed_code):
-            return FixSpec(f"Remove `{name}`: `torch.manual_seed` above already seeds every device",
-                           (statement_removal(self.ctx, statement),))
+            return FixSpec(
+                f"Remove `{name}`: `torch.manual_seed` above already seeds every device",
+                (statement_removal(self.ctx, statement),),
+            )
         function = name.rsplit(".", 1)[-1]
-        return guarded_fix(self, call, f"{_DEVICE_MODULE}.{function}({seed_code})",
-                           f"Seed the accelerator's generator (`{function}` of its device module)", cpu_value="None")
+        return guarded_fix(
+            self,
+            call,
+            f"{_DEVICE_MODULE}.{function}({seed_code})",
+            f"Seed the accelerator's generator (`{function}` of its device module)",
+            cpu_value="None",
+        )
 
     def _seeded_before(self, seed_code: str) -> bool:
         """Whether `torch.manual_seed(<same seed>)` runs just before, with only seeding statements between."""
         stack = self.ctx.stack
         for child, parent in zip(reversed(stack), reversed(stack[:-1])):
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                for stmt in reversed(parent.body[:parent.body.index(child)]):
+                for stmt in reversed(parent.body[: parent.body.index(child)]):
                     if self._is_manual_seed(stmt, seed_code):
                         return True
                     if not _is_seeding(stmt):
@@ -191,12 +202,14 @@ class CudaRngState(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"rng_state"),)
-    NAMES = _with_random_spelling({
-        "torch.cuda.get_rng_state": f"{_DEVICE_MODULE}.get_rng_state",
-        "torch.cuda.set_rng_state": f"{_DEVICE_MODULE}.set_rng_state",
-        "torch.cuda.get_rng_state_all": None,
-        "torch.cuda.set_rng_state_all": None,
-    })
+    NAMES = _with_random_spelling(
+        {
+            "torch.cuda.get_rng_state": f"{_DEVICE_MODULE}.get_rng_state",
+            "torch.cuda.set_rng_state": f"{_DEVICE_MODULE}.set_rng_state",
+            "torch.cuda.get_rng_state_all": None,
+            "torch.cuda.set_rng_state_all": None,
+        }
+    )
     VALID = (
         "import torch\nstate = torch.get_rng_state()\n",
         "import torch\ntorch.set_rng_state(state)\n",
@@ -237,7 +250,9 @@ class CudaRngState(QualifiedNameRule):
         title = f"Replace `{name}` with the device module's `{short.removesuffix('_all')}`"
         args = call_args(self, call)
         if short == "get_rng_state":
-            return FixSpec(title, (Replacement(call, f"{_DEVICE_MODULE}.get_rng_state{args}"),), imports=("torch",))
+            return FixSpec(
+                title, (Replacement(call, f"{_DEVICE_MODULE}.get_rng_state{args}"),), imports=("torch",)
+            )
         if short == "set_rng_state":
             return guarded_fix(self, call, f"{_DEVICE_MODULE}.set_rng_state{args}", title, cpu_value="None")
         if short == "get_rng_state_all" and not call.args:

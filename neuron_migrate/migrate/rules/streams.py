@@ -23,15 +23,17 @@ _MESSAGES = {
     "Event": "`torch.cuda.Event` is CUDA-only: use `torch.Event`, which takes the current accelerator",
     "stream": "`torch.cuda.stream(s)` selects a CUDA stream only: use the stream as the context manager (`with s:`)",
     "current_stream": "`torch.cuda.current_stream` is CUDA-only: use the current device module's "
-                      "(`torch.get_device_module().current_stream()`, also on CPU)",
+    "(`torch.get_device_module().current_stream()`, also on CPU)",
     "set_stream": "`torch.cuda.set_stream` is CUDA-only: use `torch.accelerator.set_stream`",
     "default_stream": "`torch.cuda.default_stream` has no accelerator equivalent: keep the stream "
-                      "`torch.accelerator.current_stream()` returns outside any stream context",
+    "`torch.accelerator.current_stream()` returns outside any stream context",
 }
 #: calls that certainly return a stream (so `with torch.cuda.stream(x):` never gets None)
-_STREAM_MAKERS = {"torch.Stream", "torch.accelerator.current_stream", "torch.get_device_module"} | {
-    f"torch.cuda{sub}.{name}" for sub in ("", ".streams") for name in ("Stream", "ExternalStream")
-} | {"torch.cuda.current_stream", "torch.cuda.default_stream"}
+_STREAM_MAKERS = (
+    {"torch.Stream", "torch.accelerator.current_stream", "torch.get_device_module"}
+    | {f"torch.cuda{sub}.{name}" for sub in ("", ".streams") for name in ("Stream", "ExternalStream")}
+    | {"torch.cuda.current_stream", "torch.cuda.default_stream"}
+)
 #: event methods that raise without an accelerator -> the value they stand for there (None: statements only)
 _EVENT_METHODS = {"record": None, "wait": None, "synchronize": None, "elapsed_time": 'float("nan")'}
 # positional parameters of the CUDA constructors that are keyword-only in torch.Stream / torch.Event
@@ -80,12 +82,18 @@ class CudaStreamEvent(QualifiedNameRule):
 
     code = "NM406"
     name = "cuda-stream-event"
-    message = "CUDA streams and events are CUDA-only: use `torch.Stream` / `torch.Event` / `torch.accelerator`"
+    message = (
+        "CUDA streams and events are CUDA-only: use `torch.Stream` / `torch.Event` / `torch.accelerator`"
+    )
     severity = "error"
     fix_safety = "safe"
     triggers = ((b"cuda", b"stream"), (b"cuda", b"Stream"), (b"cuda", b"Event"))
-    NAMES = {f"torch.cuda{sub}.{short}": target for short, target in _TARGETS.items()
-             for sub in ("", ".streams") if sub == "" or short in ("Stream", "Event")}
+    NAMES = {
+        f"torch.cuda{sub}.{short}": target
+        for short, target in _TARGETS.items()
+        for sub in ("", ".streams")
+        if sub == "" or short in ("Stream", "Event")
+    }
     VALID = (
         "import torch\ns = torch.Stream()\nwith s:\n    pass\n",
         "import torch\ne = torch.Event(enable_timing=True)\ncur = torch.accelerator.current_stream()\n",
@@ -144,8 +152,11 @@ class CudaStreamEvent(QualifiedNameRule):
     def visit_Call(self, node: cst.Call) -> None:
         """Remember `name.record()` & co with the guarded rewrite they need if `name` is a CUDA event."""
         func = node.func
-        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-                and func.attr.value in _EVENT_METHODS):
+        if not (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.attr.value in _EVENT_METHODS
+        ):
             return
         spec = guarded_fix(self, node, self.ctx.code(node), "", _EVENT_METHODS[func.attr.value])
         replacement = spec.replacements[0] if spec is not None else None
@@ -170,25 +181,38 @@ class CudaStreamEvent(QualifiedNameRule):
         if call is None:
             if target is None:
                 return None
-            return FixSpec(f"Replace `{name}` with `{target}`", (Replacement(node, target),), imports=("torch",),
-                           safety="unsafe")
+            return FixSpec(
+                f"Replace `{name}` with `{target}`",
+                (Replacement(node, target),),
+                imports=("torch",),
+                safety="unsafe",
+            )
         if short == "stream":
             return self._stream_context_fix(call)
         if short in _KEYWORDS:
             args = self._keyword_args(call, _KEYWORDS[short], keep_first=short == "Stream")
         else:
-            args = call_args(self, call) if short == "current_stream" else call_args(self, call, positional=("stream",))
+            args = (
+                call_args(self, call)
+                if short == "current_stream"
+                else call_args(self, call, positional=("stream",))
+            )
         if target is None or args is None:
             return None
-        return FixSpec(f"Replace `{name}` with `{target}`", (Replacement(call, f"{target}{args}"),),
-                       imports=("torch",))
+        return FixSpec(
+            f"Replace `{name}` with `{target}`", (Replacement(call, f"{target}{args}"),), imports=("torch",)
+        )
 
     def _keyword_args(self, call: cst.Call, names: tuple[str, ...], keep_first: bool) -> str | None:
         """The arguments with positionals turned into keywords (the first kept positional when `keep_first`)."""
         parts = []
         for index, arg in enumerate(call.args):
             value = self.ctx.code(arg.value)
-            if arg.star or (arg.keyword is not None and arg.keyword.value not in names) or index >= len(names):
+            if (
+                arg.star
+                or (arg.keyword is not None and arg.keyword.value not in names)
+                or index >= len(names)
+            ):
                 return None
             if arg.keyword is not None:
                 parts.append(f"{arg.keyword.value}={value}")
@@ -202,8 +226,11 @@ class CudaStreamEvent(QualifiedNameRule):
             return None
         if isinstance(arg.value, cst.Name) and arg.value.value == "None":
             return None
-        return FixSpec("Use the stream itself as the context manager",
-                       (Replacement(call, self.ctx.code(arg.value)),), safety="unsafe")
+        return FixSpec(
+            "Use the stream itself as the context manager",
+            (Replacement(call, self.ctx.code(arg.value)),),
+            safety="unsafe",
+        )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         super().on_use(node, call, name)
@@ -216,14 +243,21 @@ class CudaStreamEvent(QualifiedNameRule):
     def finish(self) -> None:
         """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream; guard event timing."""
         for pending, fix, argument in self.stream_contexts:
-            values = [argument] if isinstance(argument, cst.Call) else self.assigned.get(self.ctx.code(argument), [])
+            values = (
+                [argument]
+                if isinstance(argument, cst.Call)
+                else self.assigned.get(self.ctx.code(argument), [])
+            )
             if values and all(self._makes_stream(v) for v in values):
                 pending.fix = replace(fix, safety="safe")
         for pending, fix, call in self.events:
             guards = self._event_guards(call)
             if guards:
-                pending.fix = replace(fix, title=f"{fix.title}; its timing calls run only with an accelerator",
-                                      replacements=fix.replacements + guards)
+                pending.fix = replace(
+                    fix,
+                    title=f"{fix.title}; its timing calls run only with an accelerator",
+                    replacements=fix.replacements + guards,
+                )
 
     def _event_guards(self, call: cst.Call) -> tuple[Replacement, ...]:
         """The guarded method calls of the name `call` is assigned to, if that name only ever holds events."""
@@ -231,7 +265,9 @@ class CudaStreamEvent(QualifiedNameRule):
         if len(names) != 1 or not names[0].isidentifier():
             return ()
         values = self.assigned[names[0]]
-        if not all(isinstance(v, cst.Call) and (self.ctx.call_name(v) or "").endswith("cuda.Event") for v in values):
+        if not all(
+            isinstance(v, cst.Call) and (self.ctx.call_name(v) or "").endswith("cuda.Event") for v in values
+        ):
             return ()
         guards = self.event_method_fixes.get(names[0], [])
         return () if None in guards else tuple(guards)

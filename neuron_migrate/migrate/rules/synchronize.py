@@ -99,4 +99,6 @@ class CudaSynchronize(QualifiedNameRule):
         if args is None:
             return None
         target = self.NAMES[name]
-        return guarded_fix(self, call, f"{target}{args}", f"Replace `{name}` with `{target}`", cpu_value="None")
+        return guarded_fix(
+            self, call, f"{target}{args}", f"Replace `{name}` with `{target}`", cpu_value="None"
+        )

@@ -11,9 +11,18 @@ from neuron_migrate.migrate.fixes import DEVICE
 from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, is_expression_statement
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
-DTYPES = {"Float": "torch.float32", "Double": "torch.float64", "Half": "torch.float16", "BFloat16": "torch.bfloat16",
-          "Long": "torch.int64", "Int": "torch.int32", "Short": "torch.int16", "Char": "torch.int8",
-          "Byte": "torch.uint8", "Bool": "torch.bool"}
+DTYPES = {
+    "Float": "torch.float32",
+    "Double": "torch.float64",
+    "Half": "torch.float16",
+    "BFloat16": "torch.bfloat16",
+    "Long": "torch.int64",
+    "Int": "torch.int32",
+    "Short": "torch.int16",
+    "Char": "torch.int8",
+    "Byte": "torch.uint8",
+    "Bool": "torch.bool",
+}
 _FLOATING = {"Float", "Double", "Half", "BFloat16"}
 _SET_DEFAULT = "torch.set_default_tensor_type"
 
@@ -21,7 +30,7 @@ _SET_DEFAULT = "torch.set_default_tensor_type"
 def _kind(name: str | None) -> str | None:
     """`Float` for `torch.cuda.FloatTensor` (or the string `'torch.cuda.FloatTensor'`)."""
     if name and name.startswith("torch.cuda.") and name.endswith("Tensor"):
-        kind = name[len("torch.cuda."):-len("Tensor")]
+        kind = name[len("torch.cuda.") : -len("Tensor")]
         return kind if kind in DTYPES else None
     return None
 
@@ -63,8 +72,18 @@ class CudaTensorType(QualifiedNameRule):
     message = "`{name}` is a legacy CUDA-only type: use `dtype=` and `device=` with the current accelerator"
     severity = "error"
     fix_safety = "unsafe"
-    triggers = (b"FloatTensor", b"HalfTensor", b"DoubleTensor", b"LongTensor", b"IntTensor", b"BFloat16Tensor",
-                b"ByteTensor", b"BoolTensor", b"CharTensor", b"ShortTensor")
+    triggers = (
+        b"FloatTensor",
+        b"HalfTensor",
+        b"DoubleTensor",
+        b"LongTensor",
+        b"IntTensor",
+        b"BFloat16Tensor",
+        b"ByteTensor",
+        b"BoolTensor",
+        b"CharTensor",
+        b"ShortTensor",
+    )
     NAMES: ClassVar[dict[str, str | None]] = {f"torch.cuda.{kind}Tensor": None for kind in DTYPES}
     VALID = (
         "import torch\nx = torch.FloatTensor(2)\ntorch.set_default_tensor_type(torch.DoubleTensor)\n",
@@ -96,7 +115,9 @@ class CudaTensorType(QualifiedNameRule):
     def visit_Call(self, node: cst.Call) -> None:
         # the string forms: set_default_tensor_type('torch.cuda.FloatTensor'), x.type('torch.cuda.HalfTensor')
         if len(node.args) == 1 and _kind(string_value(node.args[0].value)):
-            self._use_as_argument(node, _kind(string_value(node.args[0].value)), string_value(node.args[0].value))
+            self._use_as_argument(
+                node, _kind(string_value(node.args[0].value)), string_value(node.args[0].value)
+            )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         kind = _kind(name)
@@ -106,8 +127,11 @@ class CudaTensorType(QualifiedNameRule):
         elif isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and len(grand.args) == 1:
             self._use_as_argument(grand, kind, name)
         else:
-            self.report(node, f"`{name}` is a legacy CUDA-only type: test `x.dtype == {DTYPES[kind]}` and "
-                              "`x.device.type` instead")
+            self.report(
+                node,
+                f"`{name}` is a legacy CUDA-only type: test `x.dtype == {DTYPES[kind]}` and "
+                "`x.device.type` instead",
+            )
 
     def _use_as_argument(self, call: cst.Call, kind: str, name: str) -> None:
         callee = self.ctx.call_name(call)
@@ -116,9 +140,11 @@ class CudaTensorType(QualifiedNameRule):
         if callee == _SET_DEFAULT:
             fix = self._default_type_fix(call, kind)
         elif isinstance(func, cst.Attribute) and func.attr.value == "type":
-            fix = FixSpec(f"Replace `.type({name})` with `.to(device, {DTYPES[kind]})`",
-                          (Replacement(func.attr, "to"), Replacement(call.args[0], f"{DEVICE}, {DTYPES[kind]}")),
-                          imports=("torch",))
+            fix = FixSpec(
+                f"Replace `.type({name})` with `.to(device, {DTYPES[kind]})`",
+                (Replacement(func.attr, "to"), Replacement(call.args[0], f"{DEVICE}, {DTYPES[kind]}")),
+                imports=("torch",),
+            )
         elif not isinstance(func, cst.Name) or func.value != "isinstance":
             return
         self.report(call, self.message_for(name), fix)
@@ -126,10 +152,15 @@ class CudaTensorType(QualifiedNameRule):
     def _default_type_fix(self, call: cst.Call, kind: str) -> FixSpec | None:
         if kind not in _FLOATING or is_expression_statement(self.ctx, call) is None:
             return None  # set_default_tensor_type raises for integer types anyway
-        text = (f"torch.set_default_dtype({DTYPES[kind]})\n"
-                f"{indentation(self.ctx)}torch.set_default_device({DEVICE})")
-        return FixSpec("Replace with `torch.set_default_dtype` and `torch.set_default_device`",
-                       (Replacement(call, text),), imports=("torch",))
+        text = (
+            f"torch.set_default_dtype({DTYPES[kind]})\n"
+            f"{indentation(self.ctx)}torch.set_default_device({DEVICE})"
+        )
+        return FixSpec(
+            "Replace with `torch.set_default_dtype` and `torch.set_default_device`",
+            (Replacement(call, text),),
+            imports=("torch",),
+        )
 
     def _constructor_fix(self, call: cst.Call, kind: str, name: str) -> FixSpec | None:
         args = call.args
@@ -143,5 +174,8 @@ class CudaTensorType(QualifiedNameRule):
             return None  # sizes or data? a person must say
         inner = ", ".join(self.ctx.code(a.value).strip() for a in args) or "0"
         text = f"{factory}({inner}, dtype={DTYPES[kind]}, device={DEVICE})"
-        return FixSpec(f"Replace `{name}(...)` with `{factory}(..., dtype=, device=)`", (Replacement(call, text),),
-                       imports=("torch",))
+        return FixSpec(
+            f"Replace `{name}(...)` with `{factory}(..., dtype=, device=)`",
+            (Replacement(call, text),),
+            imports=("torch",),
+        )

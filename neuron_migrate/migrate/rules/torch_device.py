@@ -49,14 +49,16 @@ class TorchDeviceCuda(Rule):
 
     code = "NM102"
     name = "torch-device-cuda"
-    message = ("`torch.device('cuda')` is CUDA-only: use "
-               "`torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu')`")
+    message = (
+        "`torch.device('cuda')` is CUDA-only: use "
+        "`torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu')`"
+    )
     severity = "error"
     fix_safety = "safe"
     triggers = (b"cuda",)
     VALID = (
         'import torch\nd = torch.device("cpu")\n',
-        'import torch\nd = torch.device(args.device)\n',
+        "import torch\nd = torch.device(args.device)\n",
         'import torch\nd = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n',
         'import torch\nd = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',  # NM105's
         '"""torch.device("cuda") in a docstring."""\n# torch.device("cuda") in a comment\n',
@@ -124,14 +126,20 @@ class TorchDeviceCuda(Rule):
         title = "Replace with the current accelerator" + (", same index" if indexed else "")
         if indexed and self._reaches_map_location():  # `torch.load` rejects `cpu:N`
             text = fit(f'{text} if {AVAILABLE} else torch.device("cpu")', self.ctx.parent, node=call)
-            title += ' (`cpu` without one: `torch.load` rejects `cpu:N`)'
+            title += " (`cpu` without one: `torch.load` rejects `cpu:N`)"
         return FixSpec(title, (Replacement(call, text),), imports=("torch",), needs_name=needs_name)
 
     def _reaches_map_location(self) -> bool:
         parent, grand = self.ctx.parent, self.ctx.ancestor(2)
-        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location":
+        if (
+            isinstance(parent, cst.Arg)
+            and parent.keyword is not None
+            and parent.keyword.value == "map_location"
+        ):
             return True
         if isinstance(parent, cst.Assign) and isinstance(grand, cst.SimpleStatementLine):
-            keys = [dotted(t.target) for t in parent.targets if isinstance(t.target, (cst.Name, cst.Attribute))]
+            keys = [
+                dotted(t.target) for t in parent.targets if isinstance(t.target, (cst.Name, cst.Attribute))
+            ]
             return any(key in device_flow(self.ctx).map_locations for key in keys)
         return False

@@ -26,19 +26,33 @@ from pathlib import Path
 from neuron_migrate.errors import InputFileError
 from neuron_migrate.opdb.db import KLASSES, DtypeEntry, OpEntry, Snapshot, normalize_dtype
 
-VALUES = {"Y": "Y", "YES": "Y", "N": "N", "NO": "N", "CPU_FALLBACK": "CPU_FALLBACK", "CPU FALLBACK": "CPU_FALLBACK",
-          "CPU-FALLBACK": "CPU_FALLBACK"}
+VALUES = {
+    "Y": "Y",
+    "YES": "Y",
+    "N": "N",
+    "NO": "N",
+    "CPU_FALLBACK": "CPU_FALLBACK",
+    "CPU FALLBACK": "CPU_FALLBACK",
+    "CPU-FALLBACK": "CPU_FALLBACK",
+}
 STATUS_OF = {"Y": "native", "CPU_FALLBACK": "cpu_fallback", "N": "unsupported"}
 API_PREFIXES = (  # longest first: public namespace -> ATen name prefix
-    ("torch.nn.functional.", ""), ("torch.Tensor.", ""), ("torch.linalg.", "linalg_"),
-    ("torch.special.", "special_"), ("torch.fft.", "fft_"), ("torch.", ""),
+    ("torch.nn.functional.", ""),
+    ("torch.Tensor.", ""),
+    ("torch.linalg.", "linalg_"),
+    ("torch.special.", "special_"),
+    ("torch.fft.", "fft_"),
+    ("torch.", ""),
 )
 _API_HEAD = ("api", "name", "function", "operator", "op", "symbol", "method")
 _VALUE_HEAD = ("support", "status", "value", "neuron")
 _LIMIT_HEAD = ("limitation", "note", "comment", "remark", "detail", "restriction", "class")
 _ATEN = re.compile(r"aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
-_DTYPE = re.compile(r"\b(float64|float32|float16|bfloat16|fp64|fp32|fp16|bf16|int64|int32|int16|int8|uint8|"
-                    r"complex128|complex64|complex32|bool|double|half)\b", re.IGNORECASE)
+_DTYPE = re.compile(
+    r"\b(float64|float32|float16|bfloat16|fp64|fp32|fp16|bf16|int64|int32|int16|int8|uint8|"
+    r"complex128|complex64|complex32|bool|double|half)\b",
+    re.IGNORECASE,
+)
 _SEP = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 
 
@@ -137,13 +151,18 @@ def parse_table(path: str | Path) -> list[TableRow]:
         for number, cells in body:
             val = _value_of(_cell(cells, value))
             if val is None:
-                raise InputFileError(f"{p}:{number}: value {_cell(cells, value)!r} is not Y, CPU_FALLBACK or N; "
-                                     "fix the row")
-            rows.append(TableRow(_plain(_cell(cells, api)), val, _plain(_cell(cells, limits)), section, number))
+                raise InputFileError(
+                    f"{p}:{number}: value {_cell(cells, value)!r} is not Y, CPU_FALLBACK or N; fix the row"
+                )
+            rows.append(
+                TableRow(_plain(_cell(cells, api)), val, _plain(_cell(cells, limits)), section, number)
+            )
     if not rows:
         where = tables[0][0] if tables else 1
-        raise InputFileError(f"{p}:{where}: no markdown table with a Y / CPU_FALLBACK / N column found; "
-                             "is this torch_api_compatibility.md?")
+        raise InputFileError(
+            f"{p}:{where}: no markdown table with a Y / CPU_FALLBACK / N column found; "
+            "is this torch_api_compatibility.md?"
+        )
     return rows
 
 
@@ -152,7 +171,7 @@ def aten_name_for_api(api: str) -> str | None:
     api = api.removesuffix("()").strip()
     for prefix, aten_prefix in API_PREFIXES:
         if api.startswith(prefix):
-            name = api[len(prefix):]
+            name = api[len(prefix) :]
             return f"aten::{aten_prefix}{name}" if re.fullmatch(r"[A-Za-z0-9_]+", name) else None
     return None
 
@@ -180,8 +199,9 @@ def _entry_for(row: TableRow, source: str, date: str, mapped: bool) -> OpEntry:
     return OpEntry(status, klass, "", note.strip("; "), source, date, per_dtype)
 
 
-def build_snapshot(rows: list[TableRow], *, version: str, source: str, date: str,
-                   check_names: bool = True) -> tuple[Snapshot, ImportStats]:
+def build_snapshot(
+    rows: list[TableRow], *, version: str, source: str, date: str, check_names: bool = True
+) -> tuple[Snapshot, ImportStats]:
     """Snapshot from parsed rows. Explicit ATen names win over mapped API names; the first row for an op wins
     among equals. `source` is a URL (gets `#L<line>`) or a path (gets `:<line>`)."""
     stats = ImportStats(rows=len(rows))
@@ -204,12 +224,21 @@ def build_snapshot(rows: list[TableRow], *, version: str, source: str, date: str
             ops[name] = (explicit, _with_scope(entry, name))
     stats.entries = len(ops)
     snap = Snapshot(
-        version=version, torch_neuronx_version=version, pre_release=False,
+        version=version,
+        torch_neuronx_version=version,
+        pre_release=False,
         description=f"TorchNeuron's published API compatibility table (torch-neuronx {version}): AWS's own "
-                    "classification of public APIs, mapped to ATen ops; ops it does not list are unknown.",
-        ops={k: e for k, (_, e) in ops.items()}, unlisted=None,
-        sources=[{"id": "compat-table", "url" if "://" in source else "path": source, "date": date,
-                  "what": "torch_api_compatibility.md (Y / CPU_FALLBACK / N per public API)"}],
+        "classification of public APIs, mapped to ATen ops; ops it does not list are unknown.",
+        ops={k: e for k, (_, e) in ops.items()},
+        unlisted=None,
+        sources=[
+            {
+                "id": "compat-table",
+                "url" if "://" in source else "path": source,
+                "date": date,
+                "what": "torch_api_compatibility.md (Y / CPU_FALLBACK / N per public API)",
+            }
+        ],
     )
     return snap, stats
 
@@ -228,13 +257,16 @@ def guess_version(path: str | Path) -> str | None:
     return m.group(1).rstrip(".") if m else None
 
 
-def import_compat_table(path: str | Path, *, version: str | None = None, source: str | None = None,
-                        date: str | None = None) -> tuple[Snapshot, ImportStats]:
+def import_compat_table(
+    path: str | Path, *, version: str | None = None, source: str | None = None, date: str | None = None
+) -> tuple[Snapshot, ImportStats]:
     """Parse the table file and build its snapshot; the version comes from `version` or the file's text."""
     rows = parse_table(path)
     version = version or guess_version(path)
     if not version:
-        raise InputFileError(f"{path}: no torch-neuronx version stated in the file; pass --version (e.g. 2.13.3)")
+        raise InputFileError(
+            f"{path}: no torch-neuronx version stated in the file; pass --version (e.g. 2.13.3)"
+        )
     if date is None:
         import datetime as _dt
 

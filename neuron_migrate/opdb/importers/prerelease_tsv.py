@@ -32,7 +32,9 @@ DATE = "2026-04-21"
 VERSION = "2.13.3-prerelease-2026-04-21"
 TORCH_NEURONX_VERSION = "pre-release dev snapshot (source HEAD 98154b86, 2026-04-21), predates 2.13.3"
 # Relative to the repo checkout (the data is not shipped with the package).
-DEFAULT_TSV = (Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "torchneuron-prerelease-ops.tsv").resolve()
+DEFAULT_TSV = (
+    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "torchneuron-prerelease-ops.tsv"
+).resolve()
 HEADER = ["op", "status", "route", "dtype_notes", "evidence"]
 NATIVE_ROUTES = {"cpp", "python-mlir", "python-nki", "python-xla", "python-host-copy", "structured-delegate"}
 COMPLEX = ("complex64", "complex128")
@@ -43,11 +45,14 @@ DESCRIPTION = (
     "verify on a real install (`neuron-migrate opdb import registrations`, `opdb probe`) before relying on it."
 )
 UNLISTED = Support(
-    "cpu_fallback", None, "boxed-fallback",
+    "cpu_fallback",
+    None,
+    "boxed-fallback",
     "not registered for neuron: the boxed PrivateUse1 fallback neuron_cpu_fallback copies the inputs to CPU, "
     "runs the CPU kernel and copies back; an overload with a core composite kernel runs that kernel first and "
     "its callees decide (a trace only sees post-decomposition ops)",
-    BLOB + "torch_neuronx/csrc/core/NeuronBindings.cpp", DATE,
+    BLOB + "torch_neuronx/csrc/core/NeuronBindings.cpp",
+    DATE,
 )
 _DOWNCAST = re.compile(r"f64->f32,\s*i64->i32 (?:input )?downcast(?:, outputs recast)?")
 _XLA_CAST = re.compile(r"f64->f32 pre-cast; JAX type map i64->i32")
@@ -77,10 +82,14 @@ def read_rows(path: str | Path) -> list[Row]:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
-        raise InputFileError(f"{p}: cannot read the pre-release op table ({err.strerror}); pass its path") from None
+        raise InputFileError(
+            f"{p}: cannot read the pre-release op table ({err.strerror}); pass its path"
+        ) from None
     records = list(csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
     if not records or records[0] != HEADER:
-        raise InputFileError(f"{p}:1: header is not {' | '.join(HEADER)}; is this torchneuron-prerelease-ops.tsv?")
+        raise InputFileError(
+            f"{p}:1: header is not {' | '.join(HEADER)}; is this torchneuron-prerelease-ops.tsv?"
+        )
     rows = []
     for n, rec in enumerate(records[1:], start=2):
         if not rec:
@@ -124,7 +133,9 @@ def _dtype_facts(row: Row) -> dict[str, DtypeEntry]:
     if _DOWNCAST.search(row.notes) or _XLA_CAST.search(row.notes):
         facts["float64"] = DtypeEntry("native", "computed in float32 (downcast), output recast to float64")
         facts["int64"] = DtypeEntry("native", "computed in int32 (downcast), output recast to int64")
-    if any(w in row.notes for w in ("complex unsupported", "complex rejected", "complex dtypes are not mapped")):
+    if any(
+        w in row.notes for w in ("complex unsupported", "complex rejected", "complex dtypes are not mapped")
+    ):
         for dt in COMPLEX:
             facts[dt] = DtypeEntry("unsupported", f"{row.route}: complex dtypes are not mapped (per source)")
     return facts
@@ -136,7 +147,9 @@ def _merge_dtypes(native_rows: list[Row]) -> dict[str, DtypeEntry]:
     merged: dict[str, DtypeEntry] = {}
     for facts in per_row:
         for dt, entry in facts.items():
-            if entry.status == "unsupported" and not all(dt in f and f[dt].status == "unsupported" for f in per_row):
+            if entry.status == "unsupported" and not all(
+                dt in f and f[dt].status == "unsupported" for f in per_row
+            ):
                 continue
             merged.setdefault(dt, entry)
     return merged
@@ -145,7 +158,9 @@ def _merge_dtypes(native_rows: list[Row]) -> dict[str, DtypeEntry]:
 def _side_note(row: Row) -> str:
     where = f"{row.evidence}"
     if row.status == "decomposed":
-        scope = "torch.compile only" if "compile-only" in row.notes else "torch.compile and eager MLIR lowering"
+        scope = (
+            "torch.compile only" if "compile-only" in row.notes else "torch.compile and eager MLIR lowering"
+        )
         kind = "dispatch stub" if row.route == "cpp-dispatch-stub" else "decomposition"
         return f"Neuron {kind} ({scope}, not eager dispatch) at {where}"
     policy = re.search(r"policy ([a-z0-9_]+): ([^;]*)", row.notes)
@@ -160,12 +175,18 @@ def _entry_for(rows: list[Row], delegates: dict[str, OpEntry]) -> OpEntry:
     native = [r for r in rows if r.status in ("native", "collective")]
     side = "; ".join(_side_note(r) for r in rows if r.status in ("decomposed", "autocast_only"))
     if not native:
-        note = "; ".join(p for p in ("no eager kernel for neuron: boxed CPU fallback (see 'unlisted')", side) if p)
+        note = "; ".join(
+            p for p in ("no eager kernel for neuron: boxed CPU fallback (see 'unlisted')", side) if p
+        )
         # The status is the unlisted rule's; the provenance is the row that put the op in the table.
         return OpEntry(UNLISTED.status, None, UNLISTED.route, note, evidence_url(rows[0].evidence), DATE)
     first = native[0]
     routes = list(dict.fromkeys(r.route for r in native))
-    notes = list(dict.fromkeys(f"{r.route}: {n}" if len(routes) > 1 else n for r in native if (n := _clean_note(r.notes))))
+    notes = list(
+        dict.fromkeys(
+            f"{r.route}: {n}" if len(routes) > 1 else n for r in native if (n := _clean_note(r.notes))
+        )
+    )
     dtypes = _merge_dtypes(native)
     target = re.search(r"calls (\S+) \(", first.notes) if first.route == "structured-delegate" else None
     if target and target.group(1) in delegates:
@@ -190,13 +211,28 @@ def build_snapshot(rows: list[Row], source_name: str = "torchneuron-prerelease-o
     for op in sorted(by_op, key=lambda o: any(r.route == "structured-delegate" for r in by_op[o])):
         ops[op] = _entry_for(by_op[op], ops)
     sources = [
-        {"id": "prerelease-tsv", "path": f"shared/data/{source_name}", "date": DATE,
-         "what": "registrations read from the pre-release torch-neuronx source tree (see its README)"},
-        {"id": "prerelease-source", "url": BLOB.rstrip("/"), "date": DATE,
-         "what": "torch-neuronx development source, HEAD 98154b86; every entry's source points into it"},
+        {
+            "id": "prerelease-tsv",
+            "path": f"shared/data/{source_name}",
+            "date": DATE,
+            "what": "registrations read from the pre-release torch-neuronx source tree (see its README)",
+        },
+        {
+            "id": "prerelease-source",
+            "url": BLOB.rstrip("/"),
+            "date": DATE,
+            "what": "torch-neuronx development source, HEAD 98154b86; every entry's source points into it",
+        },
     ]
-    return Snapshot(version=VERSION, torch_neuronx_version=TORCH_NEURONX_VERSION, pre_release=True,
-                    description=DESCRIPTION, ops=ops, unlisted=UNLISTED, sources=sources)
+    return Snapshot(
+        version=VERSION,
+        torch_neuronx_version=TORCH_NEURONX_VERSION,
+        pre_release=True,
+        description=DESCRIPTION,
+        ops=ops,
+        unlisted=UNLISTED,
+        sources=sources,
+    )
 
 
 def import_tsv(path: str | Path | None = None) -> Snapshot:

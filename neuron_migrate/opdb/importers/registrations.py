@@ -39,30 +39,55 @@ def parse_registrations(names: list[str]) -> list[str]:
     return sorted(ops)
 
 
-def build_snapshot(names: list[str], *, version: str, torch_version: str, date: str | None = None) -> Snapshot:
+def build_snapshot(
+    names: list[str], *, version: str, torch_version: str, date: str | None = None
+) -> Snapshot:
     """A snapshot where every registered op is native (upper bound) and the rest falls back to CPU."""
     date = date or _dt.date.today().isoformat()
     source = f"registrations:torch_neuronx {version}:torch {torch_version}:{date}"
-    ops = {op: OpEntry("native", None, "registered", UPPER_BOUND_NOTE, source, date)
-           for op in parse_registrations(names)}
-    unlisted = Support("cpu_fallback", None, "boxed-fallback",
-                       "no PrivateUse1 registration: boxed CPU fallback (or a core composite kernel runs first)",
-                       source, date)
+    ops = {
+        op: OpEntry("native", None, "registered", UPPER_BOUND_NOTE, source, date)
+        for op in parse_registrations(names)
+    }
+    unlisted = Support(
+        "cpu_fallback",
+        None,
+        "boxed-fallback",
+        "no PrivateUse1 registration: boxed CPU fallback (or a core composite kernel runs first)",
+        source,
+        date,
+    )
     return Snapshot(
-        version=f"{version}-registrations", torch_neuronx_version=version, pre_release=False,
-        description=("Dispatcher registrations of an installed torch_neuronx for PrivateUse1: an UPPER BOUND on "
-                     "native support (a registered kernel may still fall back to CPU at run time)."),
-        ops=ops, unlisted=unlisted,
-        sources=[{"id": "registrations", "path": "torch._C._dispatch_get_registrations_for_dispatch_key"
-                  "('PrivateUse1')", "date": date, "what": f"torch_neuronx {version} on torch {torch_version}"}],
+        version=f"{version}-registrations",
+        torch_neuronx_version=version,
+        pre_release=False,
+        description=(
+            "Dispatcher registrations of an installed torch_neuronx for PrivateUse1: an UPPER BOUND on "
+            "native support (a registered kernel may still fall back to CPU at run time)."
+        ),
+        ops=ops,
+        unlisted=unlisted,
+        sources=[
+            {
+                "id": "registrations",
+                "path": "torch._C._dispatch_get_registrations_for_dispatch_key('PrivateUse1')",
+                "date": date,
+                "what": f"torch_neuronx {version} on torch {torch_version}",
+            }
+        ],
     )
 
 
 def read_installed(python: str | None = None, timeout: float = 300.0) -> dict:
     """Run the child that imports torch_neuronx; returns its JSON. One OpdbError line if that is impossible."""
     try:
-        proc = subprocess.run([python or sys.executable, "-c", _CHILD], capture_output=True, text=True, check=False,
-                              timeout=timeout)
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _CHILD],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise OpdbError(f"importing torch_neuronx took more than {timeout:.0f}s; check the install") from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -71,13 +96,16 @@ def read_installed(python: str | None = None, timeout: float = 300.0) -> dict:
         raise OpdbError(f"reading torch_neuronx registrations failed in the child process: {tail}")
     data = json.loads(lines[-1])
     if "error" in data:
-        raise OpdbError(f"torch_neuronx is not importable here ({data['error']}); run this on a Trainium "
-                        "host with torch-neuronx installed")
+        raise OpdbError(
+            f"torch_neuronx is not importable here ({data['error']}); run this on a Trainium "
+            "host with torch-neuronx installed"
+        )
     return data
 
 
 def import_registrations(version: str | None = None, python: str | None = None) -> Snapshot:
     """Snapshot of the installed torch_neuronx's registrations (`version` overrides the installed version)."""
     data = read_installed(python)
-    return build_snapshot(data["registrations"], version=version or data["torch_neuronx"],
-                          torch_version=data["torch"])
+    return build_snapshot(
+        data["registrations"], version=version or data["torch_neuronx"], torch_version=data["torch"]
+    )

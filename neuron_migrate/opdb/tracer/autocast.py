@@ -16,27 +16,94 @@ DEVICE_NAME = "neuron"
 # The upstream CUDA policy lists (ATen autocast_mode.cpp), kept as data: ops cast to the autocast dtype, and ops
 # forced to float32. Ops not listed run in whatever dtype their inputs have (the fallthrough below).
 LOWER_PRECISION_OPS = (
-    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
-    "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
-    "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell",
-    "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    "_convolution",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_tbc",
+    "conv_transpose1d",
+    "conv_transpose2d.input",
+    "conv_transpose3d.input",
+    "convolution",
+    "prelu",
+    "addmm",
+    "addmv",
+    "addr",
+    "matmul",
+    "einsum",
+    "mm",
+    "mv",
+    "linear",
+    "addbmm",
+    "baddbmm",
+    "bmm",
+    "chain_matmul",
+    "linalg_multi_dot",
+    "_thnn_fused_lstm_cell",
+    "_thnn_fused_gru_cell",
+    "lstm_cell",
+    "gru_cell",
+    "rnn_tanh_cell",
+    "rnn_relu_cell",
+    "_scaled_dot_product_flash_attention",
+    "scaled_dot_product_attention",
 )
 FP32_OPS = (
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
-    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
-    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
-    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
-    "pdist", "cdist", "renorm", "logsumexp", "cross_entropy_loss",
+    "acos",
+    "asin",
+    "cosh",
+    "erfinv",
+    "exp",
+    "expm1",
+    "log",
+    "log10",
+    "log2",
+    "log1p",
+    "reciprocal",
+    "rsqrt",
+    "sinh",
+    "tan",
+    "pow.Tensor_Scalar",
+    "pow.Tensor_Tensor",
+    "pow.Scalar",
+    "softplus",
+    "layer_norm",
+    "native_layer_norm",
+    "group_norm",
+    "frobenius_norm.dim",
+    "nuclear_norm",
+    "cosine_similarity",
+    "poisson_nll_loss",
+    "cosine_embedding_loss",
+    "nll_loss",
+    "nll_loss2d",
+    "hinge_embedding_loss",
+    "kl_div",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "mse_loss",
+    "margin_ranking_loss",
+    "multilabel_margin_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "multi_margin_loss",
+    "binary_cross_entropy_with_logits",
+    "dist",
+    "pdist",
+    "cdist",
+    "renorm",
+    "logsumexp",
+    "cross_entropy_loss",
 )
 _AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:
     if isinstance(value, torch.Tensor):
-        eligible = value.is_floating_point() and value.device.type == DEVICE_NAME and value.dtype != torch.float64
+        eligible = (
+            value.is_floating_point() and value.device.type == DEVICE_NAME and value.dtype != torch.float64
+        )
         return value.to(dtype) if eligible and value.dtype != dtype else value
     if isinstance(value, (list, tuple)):
         return type(value)(_cast(v, dtype) for v in value)
@@ -64,4 +131,6 @@ def register_autocast(lib: torch.library.Library, fallback_lib: torch.library.Li
             packet = getattr(torch.ops.aten, base, None)
             if packet is None or (overload or "default") not in packet.overloads():
                 continue  # the list spans torch versions; skip what this torch lacks
-            lib.impl(qualified, _autocast_kernel(packet, overload or "default", to_fp32), "AutocastPrivateUse1")
+            lib.impl(
+                qualified, _autocast_kernel(packet, overload or "default", to_fp32), "AutocastPrivateUse1"
+            )

@@ -92,8 +92,10 @@ def select_backend(device: str, fake: bool, snapshot: Any) -> Backend:
         import torch_neuronx
 
         if not (hasattr(torch, "neuron") and torch.neuron.is_available() and torch.neuron.device_count() > 0):
-            raise TargetError("torch-neuronx is installed but no Neuron device is visible (check `neuron-ls`); "
-                              "run on a Trn2/Trn3 instance, or pass --device stand-in")
+            raise TargetError(
+                "torch-neuronx is installed but no Neuron device is visible (check `neuron-ls`); "
+                "run on a Trn2/Trn3 instance, or pass --device stand-in"
+            )
         return Backend("fake", None) if fake else Backend("torch-neuronx", torch_neuronx)
     from neuron_migrate.opdb.tracer import device as stand_in
 
@@ -110,7 +112,7 @@ def _default_loss(out: Any) -> Any:
     loss = getattr(out, "loss", None)
     if isinstance(loss, torch.Tensor):
         return loss
-    for item in (out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else (out,)):
+    for item in out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else (out,):
         if isinstance(item, torch.Tensor):
             return item.sum()
     raise TargetError(f"the model returned {type(out).__name__} with no tensor; give a loss_fn in the target")
@@ -164,15 +166,25 @@ def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepErr
     kind = kind_of(message)
     if kind == "target" and ("NeuronTensor" in message or _inside_python_stand_in(err)):
         # the wrapper tensors of the pure-Python stand-in are not plain tensors (.tolist(), formatting, ...)
-        kind, message = "stand_in", f"{STAND_IN_PREFIX}the pure-Python stand-in failed inside its wrapper: {message}"
+        kind, message = (
+            "stand_in",
+            f"{STAND_IN_PREFIX}the pure-Python stand-in failed inside its wrapper: {message}",
+        )
     if kind == "target" and any(word in message for word in _OOM_WORDS):
-        return StepError(f"{spec.label}: ran out of memory{limit_text(options)} at {where or '?'}; raise "
-                         "--max-memory or trace with --fake", "memory")
+        return StepError(
+            f"{spec.label}: ran out of memory{limit_text(options)} at {where or '?'}; raise "
+            "--max-memory or trace with --fake",
+            "memory",
+        )
     if kind == "target" and any(word in message.lower() for word in _CUDA_WORDS):
         fix = f"neuron-migrate fix {spec.ref}" if spec.kind == "script" else "neuron-migrate fix"
-        return StepError(f"{where or spec.label}: the code asks for CUDA ({message}); make it device-agnostic "
-                         f"with `{fix}` and trace again")
-    return StepError(f"{spec.label}: {type(err).__name__}: {message}" + (f" (at {where})" if where else ""), kind)
+        return StepError(
+            f"{where or spec.label}: the code asks for CUDA ({message}); make it device-agnostic "
+            f"with `{fix}` and trace again"
+        )
+    return StepError(
+        f"{spec.label}: {type(err).__name__}: {message}" + (f" (at {where})" if where else ""), kind
+    )
 
 
 def _inside_python_stand_in(err: BaseException) -> bool:
@@ -182,7 +194,9 @@ def _inside_python_stand_in(err: BaseException) -> bool:
     return bool(frames) and frames[-1].endswith(os.path.join("tracer", "python_device.py"))
 
 
-def trace_one(spec: Any, options: TraceOptions | dict[str, Any], backend: Backend, snapshot: Any) -> TraceResult:
+def trace_one(
+    spec: Any, options: TraceOptions | dict[str, Any], backend: Backend, snapshot: Any
+) -> TraceResult:
     """Trace one target; user errors come back as StepError (a TargetError), data-dependent stops as notes."""
     import torch
 
@@ -204,8 +218,10 @@ def trace_one(spec: Any, options: TraceOptions | dict[str, Any], backend: Backen
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
         _run_target(spec, options, backend, recorder, inference)
     if not recorder.calls:
-        raise TargetError(f"{spec.label}: ran no op on the neuron device; it picks its device some other way "
-                          "(torch.cuda.is_available(), 'cpu'): make it device-agnostic with `neuron-migrate fix`")
+        raise TargetError(
+            f"{spec.label}: ran no op on the neuron device; it picks its device some other way "
+            "(torch.cuda.is_available(), 'cpu'): make it device-agnostic with `neuron-migrate fix`"
+        )
     observed, fallbacks = backend.observed()
     ops = tuple(_with_widening(recorder.uses(snapshot, observed, options.top_sites), backend.widened()))
     if spec.kind == "script":
@@ -215,12 +231,22 @@ def trace_one(spec: Any, options: TraceOptions | dict[str, Any], backend: Backen
     notes = list(recorder.notes)
     unsupported = sorted({u.op for u in ops if u.status == "unsupported"})
     if unsupported:
-        notes.insert(0, f"unsupported on neuron: {', '.join(unsupported)}; on TorchNeuron the run stops at the "
-                        "first call of these (the stand-in computes them so that the trace lists them all)")
+        notes.insert(
+            0,
+            f"unsupported on neuron: {', '.join(unsupported)}; on TorchNeuron the run stops at the "
+            "first call of these (the stand-in computes them so that the trace lists them all)",
+        )
     return TraceResult(
-        target=spec.label, device=backend.kind, phases=phases, opdb_version=snapshot.version,
-        opdb_pre_release=bool(snapshot.pre_release), ops=ops, coverage=Coverage.of(ops),
-        observed_fallbacks=fallbacks, notes=tuple(notes), tool_version=__version__,
+        target=spec.label,
+        device=backend.kind,
+        phases=phases,
+        opdb_version=snapshot.version,
+        opdb_pre_release=bool(snapshot.pre_release),
+        ops=ops,
+        coverage=Coverage.of(ops),
+        observed_fallbacks=fallbacks,
+        notes=tuple(notes),
+        tool_version=__version__,
     )
 
 
@@ -246,12 +272,17 @@ def _run_target(spec: Any, options: TraceOptions, backend: Backend, recorder: An
     try:
         if spec.kind == "script":
             if recorder.fake_mode is not None:
-                raise TargetError("--fake traces a build function or --hf model, not a script (scripts load "
-                                  "data and print values a fake run does not have)")
+                raise TargetError(
+                    "--fake traces a build function or --hf model, not a script (scripts load "
+                    "data and print values a fake run does not have)"
+                )
             recorder.note(run_script(spec, recorder, options.steps).note())
             return
-        work = (targets.build_hf(spec.ref, spec.hf_config, "neuron") if spec.kind == "hf"
-                else targets.build_function(spec.ref, "neuron"))
+        work = (
+            targets.build_hf(spec.ref, spec.hf_config, "neuron")
+            if spec.kind == "hf"
+            else targets.build_function(spec.ref, "neuron")
+        )
         backend.clear()  # construction (weight init) is not part of the step
         run_step(work, recorder, inference)
     except TraceStopped:
@@ -259,17 +290,28 @@ def _run_target(spec: Any, options: TraceOptions, backend: Backend, recorder: An
     except NeuronMigrateError:
         raise
     except MemoryError:
-        raise StepError(f"{spec.label}: ran out of memory{limit_text(options)}; raise --max-memory or trace "
-                        "with --fake", "memory") from None
-    except Exception as err:  # noqa: BLE001 - user code can raise anything; it becomes one line
+        raise StepError(
+            f"{spec.label}: ran out of memory{limit_text(options)}; raise --max-memory or trace with --fake",
+            "memory",
+        ) from None
+    except Exception as err:
         raise _user_error(spec, err, options) from None
 
 
 def failed_result(spec: Any, backend_kind: str, snapshot: Any, err: NeuronMigrateError) -> TraceResult:
     """The TraceResult of a target that did not finish."""
-    return TraceResult(target=spec.label, device=backend_kind, phases=(), opdb_version=snapshot.version,
-                       opdb_pre_release=bool(snapshot.pre_release), ops=(), coverage=Coverage.of(()),
-                       error=str(err), error_kind=getattr(err, "kind", "target"), tool_version=__version__)
+    return TraceResult(
+        target=spec.label,
+        device=backend_kind,
+        phases=(),
+        opdb_version=snapshot.version,
+        opdb_pre_release=bool(snapshot.pre_release),
+        ops=(),
+        coverage=Coverage.of(()),
+        error=str(err),
+        error_kind=getattr(err, "kind", "target"),
+        tool_version=__version__,
+    )
 
 
 def run_request(request: TraceRequest) -> list[dict[str, Any]]:

@@ -88,8 +88,11 @@ def load(verbose: bool = False) -> ModuleType:
     name = f"neuron_standin_{build.name}"
     try:
         _LOADED = cpp_extension.load(
-            name=name, sources=[str(source_dir() / s) for s in SOURCES], build_directory=str(build),
-            extra_cflags=["-O2"], verbose=verbose,
+            name=name,
+            sources=[str(source_dir() / s) for s in SOURCES],
+            build_directory=str(build),
+            extra_cflags=["-O2"],
+            verbose=verbose,
         )
     except (OSError, RuntimeError, ImportError) as err:
         last = " ".join(str(err).split())[-300:]

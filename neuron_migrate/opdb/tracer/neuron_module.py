@@ -38,6 +38,7 @@ def _index(device: Any = None) -> int:
 
 # --- device ----------------------------------------------------------------------------------------------------
 
+
 def is_available() -> bool:
     """True: the stand-in always has its devices."""
     return device_count() > 0
@@ -128,6 +129,7 @@ def is_bf16_supported() -> bool:
 
 # --- random numbers --------------------------------------------------------------------------------------------
 
+
 def default_generator(device: Any = None) -> torch.Generator:
     """The default generator of a neuron device."""
     return _ext().default_generator(_index(device))
@@ -183,6 +185,7 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
 
 # --- streams and events ----------------------------------------------------------------------------------------
 
+
 def current_stream(device: Any = None) -> torch.Stream:
     """The current stream of a device."""
     return torch.accelerator.current_stream(_index(device))
@@ -214,6 +217,7 @@ def stream(value: torch.Stream | None) -> Iterator[None]:
 
 
 # --- memory ----------------------------------------------------------------------------------------------------
+
 
 def memory_allocated(device: Any = None) -> int:
     """Bytes held by live tensors on a device."""
@@ -263,11 +267,17 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     """A table of the allocator statistics, in the spirit of torch.cuda.memory_summary."""
     stats = memory_stats(device)
-    rows = [("Allocated memory", "allocated_bytes"), ("Active memory", "active_bytes"),
-            ("Requested memory", "requested_bytes"), ("Reserved memory", "reserved_bytes")]
+    rows = [
+        ("Allocated memory", "allocated_bytes"),
+        ("Active memory", "active_bytes"),
+        ("Requested memory", "requested_bytes"),
+        ("Reserved memory", "reserved_bytes"),
+    ]
     pools = ("all",) if abbreviated else ("all", "small_pool", "large_pool")
-    lines = [f"neuron:{_index(device)} memory summary (stand-in)",
-             f"{'metric':<28}{'current':>14}{'peak':>14}{'allocated':>14}{'freed':>14}"]
+    lines = [
+        f"neuron:{_index(device)} memory summary (stand-in)",
+        f"{'metric':<28}{'current':>14}{'peak':>14}{'allocated':>14}{'freed':>14}",
+    ]
     for label, key in rows:
         for pool in pools:
             values = [stats.get(f"{key}.{pool}.{m}", 0) for m in ("current", "peak", "allocated", "freed")]

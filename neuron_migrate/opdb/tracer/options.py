@@ -40,7 +40,9 @@ class TraceOptions:
         if self.timeout <= 0:
             raise UsageError(f"--timeout {self.timeout:g}: give a positive number of seconds")
         if self.max_memory_mb is not None and self.max_memory_mb < 256:
-            raise UsageError(f"--max-memory {self.max_memory_mb}: give at least 256 (MB); torch alone needs more")
+            raise UsageError(
+                f"--max-memory {self.max_memory_mb}: give at least 256 (MB); torch alone needs more"
+            )
         if self.steps is not None and self.steps < 0:
             raise UsageError(f"--steps {self.steps}: give 0 (run the script to its end) or a number of steps")
         if not Path(self.root).is_dir():
@@ -65,15 +67,19 @@ class TraceRequest:
 
     def to_json(self) -> str:
         """The request as the child reads it."""
-        return json.dumps({
-            "targets": [dataclasses.asdict(t) for t in self.targets],
-            "options": dataclasses.asdict(self.options), "result": self.result,
-        })
+        return json.dumps(
+            {
+                "targets": [dataclasses.asdict(t) for t in self.targets],
+                "options": dataclasses.asdict(self.options),
+                "result": self.result,
+            }
+        )
 
     @staticmethod
     def from_json(text: str) -> TraceRequest:
         """Rebuild a request written by `to_json`."""
         data = json.loads(text)
-        targets = tuple(TargetSpec(t["kind"], t["ref"], tuple(t["args"]), dict(t["hf_config"]))
-                        for t in data["targets"])
+        targets = tuple(
+            TargetSpec(t["kind"], t["ref"], tuple(t["args"]), dict(t["hf_config"])) for t in data["targets"]
+        )
         return TraceRequest(targets, TraceOptions(**data["options"]), data["result"])

@@ -127,8 +127,14 @@ class NeuronTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, elem: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
         out = torch.Tensor._make_wrapper_subclass(
-            cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(), dtype=elem.dtype,
-            layout=elem.layout, requires_grad=requires_grad, device=_DEVICE,
+            cls,
+            elem.size(),
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            layout=elem.layout,
+            requires_grad=requires_grad,
+            device=_DEVICE,
         )
         out.elem = elem
         return out
@@ -172,10 +178,14 @@ def _dtype_gap(name: str | None, args: Any, kwargs: Any, err: Exception) -> Exce
     status = worst_support(_STATE.snapshot, name, dtypes).status
     shown = "/".join(dtypes) or "no tensor inputs"
     if status == "cpu_fallback":
-        return RuntimeError(f"{NEURON_PREFIX}{name} ({shown}) runs through the CPU fallback on neuron, and the CPU "
-                            f"kernel does not take this dtype: {text}")
-    return NotImplementedError(f"{STAND_IN_PREFIX}{name} ({shown}) is {status} on neuron in the opdb, but the "
-                               f"pure-Python stand-in computes on the CPU, whose kernel does not take this dtype: {text}")
+        return RuntimeError(
+            f"{NEURON_PREFIX}{name} ({shown}) runs through the CPU fallback on neuron, and the CPU "
+            f"kernel does not take this dtype: {text}"
+        )
+    return NotImplementedError(
+        f"{STAND_IN_PREFIX}{name} ({shown}) is {status} on neuron in the opdb, but the "
+        f"pure-Python stand-in computes on the CPU, whose kernel does not take this dtype: {text}"
+    )
 
 
 def get_widened_ops() -> dict[tuple[str, tuple[str, ...]], str]:
@@ -237,7 +247,7 @@ def _factory_ops() -> list[Any]:
         tensors = any("Tensor" in str(a.type) for a in schema.arguments)
         returns = schema.returns and all(str(r.type) == "Tensor" for r in schema.returns)
         if "device" in names and not tensors and returns:
-            packet = getattr(torch.ops.aten, schema.name[len("aten::"):], None)
+            packet = getattr(torch.ops.aten, schema.name[len("aten::") :], None)
             func = getattr(packet, schema.overload_name or "default", None) if packet is not None else None
             if func is not None:
                 found.append(func)

@@ -73,7 +73,7 @@ class SiteFinder:
         parts = Path(path).parts
         for marker in ("site-packages", "dist-packages"):
             if marker in parts:  # third-party code (transformers, …): name it the way it is imported
-                rest = parts[len(parts) - parts[::-1].index(marker):]
+                rest = parts[len(parts) - parts[::-1].index(marker) :]
                 return None if rest[:1] == ("torch",) else "/".join(rest)
         if path.startswith(self._skip_prefixes):
             return None
@@ -98,7 +98,9 @@ class SiteFinder:
 class OpRecorder(TorchDispatchMode):
     """Counts op calls by (op, dtypes, phase) with per-site counts. Enter with `recording()`."""
 
-    def __init__(self, snapshot: Any, root: str | os.PathLike[str] = ".", device_type: str = "neuron") -> None:
+    def __init__(
+        self, snapshot: Any, root: str | os.PathLike[str] = ".", device_type: str = "neuron"
+    ) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.device_type = device_type
@@ -146,7 +148,7 @@ class OpRecorder(TorchDispatchMode):
                 return run_composite(func, args, kwargs)
         try:
             out = call_op(func, args, kwargs)
-        except Exception as err:  # noqa: BLE001 - data-dependent ops under FakeTensorMode: noted, others re-raised
+        except Exception as err:
             out = _data_dependent(self, name, func, args, kwargs, err)
         if not found:  # factories: the output decides
             found, on_device = tensors_on(out if isinstance(out, (list, tuple)) else (out,), self.device_type)
@@ -154,7 +156,9 @@ class OpRecorder(TorchDispatchMode):
             return out
         dtypes = _DTYPE_NAMES.get(frozenset(found))
         if dtypes is None:
-            dtypes = _DTYPE_NAMES[frozenset(found)] = tuple(sorted(str(d).removeprefix("torch.") for d in found))
+            dtypes = _DTYPE_NAMES[frozenset(found)] = tuple(
+                sorted(str(d).removeprefix("torch.") for d in found)
+            )
         node = torch._C._current_autograd_node()
         key = (name, dtypes, self.phase(node))
         site = self._site(node)
@@ -176,11 +180,19 @@ class OpRecorder(TorchDispatchMode):
                 for s, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0] or ("", 0, "")))
                 if s is not None
             )[:top_sites]
-            result.append(OpUse(
-                op=op, dtypes=dtypes, count=sum(counter.values()), phase=phase,  # type: ignore[arg-type]
-                call_sites=sites, status=support.status, note=support.note, source=support.source,
-                observed=observed(op) if observed is not None else None,
-            ))
+            result.append(
+                OpUse(
+                    op=op,
+                    dtypes=dtypes,
+                    count=sum(counter.values()),
+                    phase=phase,  # type: ignore[arg-type]
+                    call_sites=sites,
+                    status=support.status,
+                    note=support.note,
+                    source=support.source,
+                    observed=observed(op) if observed is not None else None,
+                )
+            )
         return result
 
     def note(self, text: str) -> None:
@@ -234,7 +246,9 @@ class _GradFnSites(TorchFunctionMode):
                 todo.extend(nxt for nxt, _ in n.next_functions if nxt is not None)
 
 
-def _data_dependent(recorder: OpRecorder, name: str, func: Any, args: Any, kwargs: Any, err: Exception) -> Any:
+def _data_dependent(
+    recorder: OpRecorder, name: str, func: Any, args: Any, kwargs: Any, err: Exception
+) -> Any:
     """Under FakeTensorMode, stand in for an op whose output depends on tensor values; other errors re-raise."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
@@ -247,13 +261,17 @@ def _data_dependent(recorder: OpRecorder, name: str, func: Any, args: Any, kwarg
         recorder.note(f"{name}{where}: reads a tensor value (.item()/bool/int); the fake run assumed 0")
         return False if x.dtype == torch.bool else (0.0 if x.is_floating_point() else 0)
     if name == "aten::nonzero" and x is not None:
-        recorder.note(f"{name}{where}: output size depends on values; the fake run assumed every element nonzero")
+        recorder.note(
+            f"{name}{where}: output size depends on values; the fake run assumed every element nonzero"
+        )
         return x.new_empty((x.numel(), x.dim()), dtype=torch.long)
     if name == "aten::masked_select" and x is not None:
         recorder.note(f"{name}{where}: output size depends on values; the fake run assumed all selected")
         return x.new_empty((x.numel(),))
-    recorder.note(f"{name}{where}: output depends on tensor values, which a fake run does not have; "
-                  "the trace stopped here (trace on the stand-in device instead of --fake)")
+    recorder.note(
+        f"{name}{where}: output depends on tensor values, which a fake run does not have; "
+        "the trace stopped here (trace on the stand-in device instead of --fake)"
+    )
     raise TraceStopped(name) from err
 
 

@@ -98,6 +98,7 @@ def device_kernels(snapshot: Any, exclude: frozenset[str] | set[str] = frozenset
     claims a neuron kernel, or the composite is only the non-functional one the recorder does not decompose).
     Without its own kernel the dispatcher would run the composite there. Composite-implicit overloads are left
     out: a backend kernel for one would take it out of autograd. Names are without the `aten::` prefix."""
+
     def has(name: str, key: str) -> bool:
         try:
             return torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
@@ -108,7 +109,7 @@ def device_kernels(snapshot: Any, exclude: frozenset[str] | set[str] = frozenset
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
-        short = schema.name[len("aten::"):] + (f".{schema.overload_name}" if schema.overload_name else "")
+        short = schema.name[len("aten::") :] + (f".{schema.overload_name}" if schema.overload_name else "")
         name = "aten::" + short
         if short in exclude or has(name, "CompositeImplicitAutograd"):
             continue
@@ -127,7 +128,8 @@ def run_composite(func: Any, args: Any, kwargs: Any) -> Any:
     if key is False:
         name = op_name(func)
         key = _COMPOSITE_OF[func] = next(
-            (k for k in _COMPOSITE_KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(name, k)), None)
+            (k for k in _COMPOSITE_KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(name, k)), None
+        )
     if key is None:
         return func(*args, **kwargs)
     args = _coerce_numbers(func, args)
@@ -153,8 +155,12 @@ def _coerce_numbers(func: Any, args: Any) -> list[Any]:
     # A composite kernel's wrapped-number argument reaches Python as a plain number although the callee's schema
     # wants a Tensor (remainder.Scalar -> remainder.Tensor(self, 3)); give it back a 0-dim tensor.
     schema = func._schema.arguments
-    return [torch.tensor(v) if isinstance(v, (int, float, bool)) and i < len(schema)
-            and str(schema[i].type) == "Tensor" else v for i, v in enumerate(args)]
+    return [
+        torch.tensor(v)
+        if isinstance(v, (int, float, bool)) and i < len(schema) and str(schema[i].type) == "Tensor"
+        else v
+        for i, v in enumerate(args)
+    ]
 
 
 def call_op(func: Any, args: Any, kwargs: Any) -> Any:

@@ -58,9 +58,15 @@ def ensure_extension(options: TraceOptions) -> str | None:
 
     if extension.is_built() or extension.missing_tools():
         return None
-    proc = subprocess.run([sys.executable, "-m", "neuron_migrate.opdb.tracer.extension"], env=_child_env(options),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_migrate.opdb.tracer.extension"],
+        env=_child_env(options),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
+    )
     return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["build failed"])[-1]
 
 
@@ -93,10 +99,14 @@ def run_traces(specs: list[TargetSpec], options: TraceOptions) -> list[TraceResu
 
 def _child_env(options: TraceOptions) -> dict[str, str]:
     env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parents[3])  # works from a source checkout, not only installed
+    package_parent = str(
+        Path(__file__).resolve().parents[3]
+    )  # works from a source checkout, not only installed
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_parent, env.get("PYTHONPATH"))))
     if options.device == "stand-in":
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # keep an installed torch-neuronx from claiming PrivateUse1
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = (
+            "0"  # keep an installed torch-neuronx from claiming PrivateUse1
+        )
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
@@ -106,8 +116,15 @@ def _run_child(request: Path, log: Path, options: TraceOptions, label: str) -> i
     """Start the child in its own session, wait up to the timeout, kill its whole group if it overruns."""
     command = [sys.executable, "-m", "neuron_migrate.opdb.tracer.child", str(request)]
     with log.open("wb") as out:
-        proc = subprocess.Popen(command, cwd=options.root, env=_child_env(options), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=options.root,
+            env=_child_env(options),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             return proc.wait(timeout=options.timeout)
         except (subprocess.TimeoutExpired, KeyboardInterrupt) as err:
@@ -118,8 +135,11 @@ def _run_child(request: Path, log: Path, options: TraceOptions, label: str) -> i
             proc.wait()
             if isinstance(err, KeyboardInterrupt):
                 raise
-            raise TraceFailed(f"{label}: timed out after {options.timeout:g} s (raise --timeout, or trace a "
-                              f"smaller config / --fake){_tail(log)}", "timeout") from None
+            raise TraceFailed(
+                f"{label}: timed out after {options.timeout:g} s (raise --timeout, or trace a "
+                f"smaller config / --fake){_tail(log)}",
+                "timeout",
+            ) from None
 
 
 def _tail(log: Path, lines: int = 3) -> str:

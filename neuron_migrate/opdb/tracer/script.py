@@ -46,8 +46,10 @@ class StepCounter:
     def note(self) -> str:
         """What the trace covered, for the result's notes."""
         if self.stopped and self.limit is None:
-            return (f"script traced for {self.steps} optimizer steps: stopped after step {self.steps}, which added "
-                    "no new (op, dtypes, phase); pass --steps 0 to run it to its end")
+            return (
+                f"script traced for {self.steps} optimizer steps: stopped after step {self.steps}, which added "
+                "no new (op, dtypes, phase); pass --steps 0 to run it to its end"
+            )
         if self.stopped:
             return f"script traced for {self.steps} optimizer steps (--steps {self.limit}), then stopped"
         return f"script ran to its end: {self.steps} optimizer steps traced"

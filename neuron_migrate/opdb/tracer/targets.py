@@ -53,8 +53,9 @@ class TargetSpec:
         return " ".join((self.ref, *self.args))
 
     @staticmethod
-    def parse(target: str | None, args: tuple[str, ...] = (), hf: str | None = None,
-              hf_config: str | None = None) -> TargetSpec:
+    def parse(
+        target: str | None, args: tuple[str, ...] = (), hf: str | None = None, hf_config: str | None = None
+    ) -> TargetSpec:
         """Build a spec from CLI values; bad combinations raise UsageError with the fix."""
         if hf:
             if target:
@@ -63,14 +64,20 @@ class TargetSpec:
         if hf_config:
             raise UsageError("--hf-config only applies with --hf MODEL_TYPE")
         if not target:
-            raise UsageError("nothing to trace: give TARGET (module:function, file.py:function or script.py) or --hf")
+            raise UsageError(
+                "nothing to trace: give TARGET (module:function, file.py:function or script.py) or --hf"
+            )
         if _FUNC_RE.match(target) and not target.endswith(".py"):
             if args:
-                raise UsageError(f"arguments after -- only apply to scripts, not to the build function {target}")
+                raise UsageError(
+                    f"arguments after -- only apply to scripts, not to the build function {target}"
+                )
             return TargetSpec("function", target)
         if target.endswith(".py"):
             if not Path(target).is_file():
-                raise UsageError(f"{target}: no such script; give a path to a .py file relative to this directory")
+                raise UsageError(
+                    f"{target}: no such script; give a path to a .py file relative to this directory"
+                )
             return TargetSpec("script", target, tuple(args))
         raise UsageError(
             f"{target!r} is not a target: use package.module:function, path/file.py:function, a script.py, "
@@ -84,7 +91,9 @@ def parse_hf_config(text: str | None) -> dict[str, Any]:
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise UsageError(f"--hf-config: {item!r} is not KEY=VALUE; write e.g. --hf-config hidden_size=128")
+            raise UsageError(
+                f"--hf-config: {item!r} is not KEY=VALUE; write e.g. --hf-config hidden_size=128"
+            )
         result[key.strip()] = _value(value.strip())
     return result
 
@@ -132,8 +141,9 @@ def load_function(ref: str) -> Any:
         try:
             module = importlib.import_module(where)
         except ModuleNotFoundError as err:
-            raise TargetError(f"{ref}: cannot import {err.name!r}; run from the project root or use path/file.py:"
-                              f"{name}") from None
+            raise TargetError(
+                f"{ref}: cannot import {err.name!r}; run from the project root or use path/file.py:{name}"
+            ) from None
     func = getattr(module, name, None)
     if not callable(func):
         raise TargetError(f"{ref}: {where} has no function {name!r}")
@@ -153,8 +163,10 @@ def build_function(ref: str, device: Any) -> Workload:
     elif isinstance(built, (tuple, list)) and 2 <= len(built) <= 4:
         work = Workload(*built)
     else:
-        raise TargetError(f"{ref} returned {type(built).__name__}; return (model, inputs[, loss_fn[, optimizer]]) "
-                          "or a dict with 'model' and 'inputs'")
+        raise TargetError(
+            f"{ref} returned {type(built).__name__}; return (model, inputs[, loss_fn[, optimizer]]) "
+            "or a dict with 'model' and 'inputs'"
+        )
     if not isinstance(work.model, torch.nn.Module):
         raise TargetError(f"{ref}: the model is a {type(work.model).__name__}, not a torch.nn.Module")
     work.model = _model_to(work.model, device)
@@ -201,7 +213,9 @@ def build_hf(model_type: str, overrides: dict[str, Any], device: Any) -> Workloa
     from neuron_migrate.opdb import hf_inputs
 
     if model_type not in transformers.CONFIG_MAPPING:
-        raise TargetError(f"--hf {model_type}: transformers {transformers.__version__} has no such model_type "
-                          "(e.g. llama, gpt2, qwen2, mistral, gemma, t5)")
+        raise TargetError(
+            f"--hf {model_type}: transformers {transformers.__version__} has no such model_type "
+            "(e.g. llama, gpt2, qwen2, mistral, gemma, t5)"
+        )
     model, inputs = hf_inputs.build(model_type, overrides, device)
     return Workload(_model_to(model, device), inputs)

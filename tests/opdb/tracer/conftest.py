@@ -19,13 +19,24 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def run_python(code: str, cwd: Path = ROOT, timeout: float = 300, standin: str = "auto") -> dict:
     """Run `code` in a new interpreter; it must print one JSON object as its last stdout line. `standin`
     picks the stand-in device the code installs (auto, cpp, python)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-           "NEURON_MIGRATE_STANDIN": standin}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+        "NEURON_MIGRATE_STANDIN": standin,
+    }
     # end like the trace child does (os._exit after the output): torch can abort in teardown after the stand-in
     # ran autograd, which says nothing about the code under test
     code = textwrap.dedent(code) + "\nimport os as _os, sys as _sys\n_sys.stdout.flush()\n_os._exit(0)\n"
-    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.opdb.tracer.conftest import run_python
 
-DEVICE_CHECKS = r'''
+DEVICE_CHECKS = r"""
 import json, torch
 from neuron_migrate.opdb.tracer import device
 from neuron_migrate.opdb.db import snapshot_from_dict
@@ -92,10 +92,13 @@ with Names() as names:
 out["sdpa_cpu"] = names.names
 out["remainder"] = (torch.arange(5, device="neuron") % 3).cpu().tolist()
 print(json.dumps(out))
-'''
+"""
 
 
-KINDS = {"cpp": ("stand-in", "Tensor", "Parameter"), "python": ("stand-in-python", "NeuronTensor", "NeuronTensor")}
+KINDS = {
+    "cpp": ("stand-in", "Tensor", "Parameter"),
+    "python": ("stand-in-python", "NeuronTensor", "NeuronTensor"),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
@@ -173,7 +176,8 @@ def test_composite_result_resized_by_an_out_callee_keeps_its_shape():
 
 def test_cpu_dtype_gaps_follow_the_opdb():
     # histc and mm are native in this snapshot, addmm is a CPU fallback, bitwise_and has no exact wider dtype
-    result = run_python(r"""
+    result = run_python(
+        r"""
         import json, torch
         from neuron_migrate.opdb.tracer import device
         from neuron_migrate.opdb.db import snapshot_from_dict
@@ -202,19 +206,24 @@ def test_cpu_dtype_gaps_follow_the_opdb():
         out["histc_big"] = fails(lambda: torch.histc(big, bins=2, min=0, max=1))
         out["executed"] = sorted(device.get_executed_ops())
         print(json.dumps(out))
-    """, standin="cpp")
+    """,
+        standin="cpp",
+    )
     assert result["histc"] == ["neuron:0", "torch.int32", [1, 2, 1]]  # 7 is outside [1, 3]: not counted
     assert result["mm"] == [[True, False], [False, False]]
     assert "float64" in result["widened"]["aten::histc/int32"] and "aten::mm/bool" in result["widened"]
     assert {"aten::histc", "aten::mm"} <= set(result["executed"])  # recorded as native
-    assert result["addmm"].startswith("RuntimeError: fails on neuron: aten::addmm (bool) runs through the CPU fallback")
+    assert result["addmm"].startswith(
+        "RuntimeError: fails on neuron: aten::addmm (bool) runs through the CPU fallback"
+    )
     assert "stand-in limitation: aten::bitwise_and.Tensor (float32) is native" in result["bitwise"]
     assert result["histc_int64"] == [1, 1]  # int64 widened to float64: exact below 2**53
     assert "stand-in limitation: aten::histc (int64)" in result["histc_big"]  # 2**60 is not exact in float64
 
 
 def test_torch_neuron_module_on_the_cpp_stand_in():
-    result = run_python(r"""
+    result = run_python(
+        r"""
         import json, torch
         from neuron_migrate.opdb.tracer import device
         device.install()
@@ -243,7 +252,9 @@ def test_torch_neuron_module_on_the_cpp_stand_in():
         del x; n.empty_cache(); n.reset_peak_memory_stats(); n.reset_accumulated_memory_stats()
         out["tracking"] = "aten::record_stream" in n.get_executed_ops() | n.get_fallback_ops()
         print(json.dumps(out))
-    """, standin="cpp")
+    """,
+        standin="cpp",
+    )
     assert result["device"] == [True, 1, 0, True]
     assert result["rng"] == [5, True, True, "torch.uint8"] and result["reseeded"]
     assert result["stream"] and result["default_stream"] and result["elapsed"]

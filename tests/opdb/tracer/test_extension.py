@@ -35,15 +35,24 @@ def test_no_compiler_falls_back_to_the_python_stand_in(tmp_path, monkeypatch):
     assert result["kind"] == "stand-in-python"
     assert "no-such-compiler" in result["reason"] and "C++ compiler" in result["reason"]
     # the whole trace path says which stand-in ran, and what only the pure-Python one cannot do is its limitation
-    traced, tolist = run_traces([TargetSpec("function", "tests/opdb/tracer/fixtures/sites_model.py:build"),
-                                 TargetSpec("function", "tests/opdb/tracer/fixtures/tolist_model.py:build")],
-                                TraceOptions(root=str(ROOT)))
+    traced, tolist = run_traces(
+        [
+            TargetSpec("function", "tests/opdb/tracer/fixtures/sites_model.py:build"),
+            TargetSpec("function", "tests/opdb/tracer/fixtures/tolist_model.py:build"),
+        ],
+        TraceOptions(root=str(ROOT)),
+    )
     assert traced.device == "stand-in-python" and traced.error is None and traced.ops
     assert tolist.error_kind == "stand_in" and "NeuronTensor" in tolist.error
     assert os.environ["CXX"].endswith("no-such-compiler")
 
 
 def test_tolist_works_on_the_cpp_stand_in():
-    result = run_trace(TargetSpec("function", "tests/opdb/tracer/fixtures/tolist_model.py:build"), TraceOptions(root=str(ROOT)))
+    result = run_trace(
+        TargetSpec("function", "tests/opdb/tracer/fixtures/tolist_model.py:build"),
+        TraceOptions(root=str(ROOT)),
+    )
     assert result.device == "stand-in" and result.error is None
-    assert any(u.op == "aten::_to_copy" and u.phase == "forward" for u in result.ops)  # .tolist() copies to host
+    assert any(
+        u.op == "aten::_to_copy" and u.phase == "forward" for u in result.ops
+    )  # .tolist() copies to host

@@ -14,16 +14,22 @@ from neuron_migrate.opdb.db import snapshot_from_dict
 from neuron_migrate.opdb.tracer.recorder import SiteFinder, op_name, op_route, worst_support
 from neuron_migrate.reports.trace_text import render_summary
 
-SNAPSHOT = snapshot_from_dict({
-    "schema": "neuron-migrate/opdb/1", "version": "unit-1", "torch_neuronx_version": "x", "pre_release": True,
-    "unlisted": None,
-    "ops": {
-        "aten::add.Tensor": {"status": "native", "dtypes": {"float64": {"status": "cpu_fallback"}}},
-        "aten::t": {"status": "native"},
-        "aten::expand": {"status": "cpu_fallback", "route": "boxed-fallback"},
-        "aten::split.Tensor": {"status": "cpu_fallback", "route": "python-cpu-registration"},
+SNAPSHOT = snapshot_from_dict(
+    {
+        "schema": "neuron-migrate/opdb/1",
+        "version": "unit-1",
+        "torch_neuronx_version": "x",
+        "pre_release": True,
+        "unlisted": None,
+        "ops": {
+            "aten::add.Tensor": {"status": "native", "dtypes": {"float64": {"status": "cpu_fallback"}}},
+            "aten::t": {"status": "native"},
+            "aten::expand": {"status": "cpu_fallback", "route": "boxed-fallback"},
+            "aten::split.Tensor": {"status": "cpu_fallback", "route": "python-cpu-registration"},
+        },
     },
-}, "unit")
+    "unit",
+)
 
 
 def test_op_names_follow_the_opdb_spelling_and_drop_noise():
@@ -52,8 +58,10 @@ def test_routes_mirror_a_backend():
 def test_site_paths(tmp_path):
     finder = SiteFinder(tmp_path)
     site_packages = os.path.join(os.sep, "venv", "lib", "python3.11", "site-packages")
-    assert finder.display_name(os.path.join(site_packages, "transformers", "models", "x.py")) == \
-        "transformers/models/x.py"
+    assert (
+        finder.display_name(os.path.join(site_packages, "transformers", "models", "x.py"))
+        == "transformers/models/x.py"
+    )
     assert finder.display_name(os.path.join(site_packages, "torch", "nn", "modules", "linear.py")) is None
     assert finder.display_name(torch.__file__) is None
     assert finder.display_name(str(tmp_path / "pkg" / "model.py")) == "pkg/model.py"
@@ -64,16 +72,31 @@ def test_site_paths(tmp_path):
 
 
 def _result(uses, pre_release=True):
-    return TraceResult(target="t", device="stand-in", phases=("forward",), opdb_version="unit-1",
-                       opdb_pre_release=pre_release, ops=tuple(uses), coverage=Coverage.of(uses))
+    return TraceResult(
+        target="t",
+        device="stand-in",
+        phases=("forward",),
+        opdb_version="unit-1",
+        opdb_pre_release=pre_release,
+        ops=tuple(uses),
+        coverage=Coverage.of(uses),
+    )
 
 
 def test_summary_ranks_non_native_ops_by_calls_with_sites():
     uses = [
         OpUse("aten::mm", ("float32",), 50, "forward", status="native"),
-        OpUse("aten::cumsum", ("float32",), 3, "forward", (CallSite("m.py", 7, "f", 3),), status="cpu_fallback"),
-        OpUse("aten::sort", ("int64",), 9, "forward", (CallSite("m.py", 9, "f", 5), CallSite("n.py", 2, "g", 4)),
-              status="unknown"),
+        OpUse(
+            "aten::cumsum", ("float32",), 3, "forward", (CallSite("m.py", 7, "f", 3),), status="cpu_fallback"
+        ),
+        OpUse(
+            "aten::sort",
+            ("int64",),
+            9,
+            "forward",
+            (CallSite("m.py", 9, "f", 5), CallSite("n.py", 2, "g", 4)),
+            status="unknown",
+        ),
         OpUse("aten::sort", ("int64",), 2, "backward", (CallSite("m.py", 9, "f", 2),), status="unknown"),
     ]
     out = io.StringIO()
@@ -87,6 +110,8 @@ def test_summary_ranks_non_native_ops_by_calls_with_sites():
 
 def test_summary_without_pre_release_or_fallbacks():
     out = io.StringIO()
-    render_summary(_result([OpUse("aten::mm", ("float32",), 5, "forward", status="native")], False),
-                   Console(file=out, width=200))
+    render_summary(
+        _result([OpUse("aten::mm", ("float32",), 5, "forward", status="native")], False),
+        Console(file=out, width=200),
+    )
     assert "PRE-RELEASE" not in out.getvalue() and "every recorded op is native" in out.getvalue()

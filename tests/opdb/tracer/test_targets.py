@@ -22,14 +22,17 @@ def test_script_target_keeps_its_arguments(tmp_path, monkeypatch):
     assert (spec.kind, spec.args, spec.label) == ("script", ("--steps", "2"), "train.py --steps 2")
 
 
-@pytest.mark.parametrize("target, args, hf, hf_config, words", [
-    (None, (), None, None, "nothing to trace"),
-    ("missing.py", (), None, None, "no such script"),
-    ("pkg.mod:build", ("--x",), None, None, "only apply to scripts"),
-    ("pkg.mod:build", (), "llama", None, "not both"),
-    (None, (), None, "hidden_size=8", "only applies with --hf"),
-    ("not a target", (), None, None, "is not a target"),
-])
+@pytest.mark.parametrize(
+    "target, args, hf, hf_config, words",
+    [
+        (None, (), None, None, "nothing to trace"),
+        ("missing.py", (), None, None, "no such script"),
+        ("pkg.mod:build", ("--x",), None, None, "only apply to scripts"),
+        ("pkg.mod:build", (), "llama", None, "not both"),
+        (None, (), None, "hidden_size=8", "only applies with --hf"),
+        ("not a target", (), None, None, "is not a target"),
+    ],
+)
 def test_bad_targets_are_one_line_usage_errors(tmp_path, monkeypatch, target, args, hf, hf_config, words):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match=words) as err:
@@ -39,8 +42,13 @@ def test_bad_targets_are_one_line_usage_errors(tmp_path, monkeypatch, target, ar
 
 def test_hf_config_values_are_typed():
     parsed = parse_hf_config("hidden_size=8192, rope_theta=5e5,tie_word_embeddings=false,act=gelu,x=none")
-    assert parsed == {"hidden_size": 8192, "rope_theta": 500000.0, "tie_word_embeddings": False, "act": "gelu",
-                      "x": None}
+    assert parsed == {
+        "hidden_size": 8192,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "act": "gelu",
+        "x": None,
+    }
 
 
 @pytest.mark.parametrize("bad", ["hidden_size", "=3", "a b=1"])

@@ -26,9 +26,12 @@ pytest.importorskip("transformers")
 def stand_in():
     """Every HF model, the bundled example (path and module forms) and the sites fixture, in ONE child."""
     specs = [TargetSpec("hf", m) for m in HF_MODELS] + [
-        TargetSpec("function", EXAMPLE), TargetSpec("function", "examples.cuda_project.trace_target:build"),
-        TargetSpec("function", f"{SITES}:build"), TargetSpec("function", f"{SITES}:build_dict"),
-        TargetSpec("function", f"{SITES}:not_a_model"), TargetSpec("function", f"{SITES}:missing"),
+        TargetSpec("function", EXAMPLE),
+        TargetSpec("function", "examples.cuda_project.trace_target:build"),
+        TargetSpec("function", f"{SITES}:build"),
+        TargetSpec("function", f"{SITES}:build_dict"),
+        TargetSpec("function", f"{SITES}:not_a_model"),
+        TargetSpec("function", f"{SITES}:missing"),
         TargetSpec("hf", "no_such_model_type"),
     ]
     results = run_traces(specs, TraceOptions(root=str(ROOT)))
@@ -37,8 +40,11 @@ def stand_in():
 
 @pytest.fixture(scope="module")
 def fake():
-    specs = [TargetSpec("hf", "llama"), TargetSpec("function", EXAMPLE),
-             TargetSpec("function", f"{SITES}:build_data_dependent")]
+    specs = [
+        TargetSpec("hf", "llama"),
+        TargetSpec("function", EXAMPLE),
+        TargetSpec("function", f"{SITES}:build_data_dependent"),
+    ]
     results = run_traces(specs, TraceOptions(root=str(ROOT), fake=True))
     return {spec.ref: result for spec, result in zip(specs, results)}
 
@@ -64,7 +70,9 @@ def test_opdb_prediction_equals_what_the_stand_in_observed(stand_in, ref):
 
 def test_path_and_module_forms_trace_the_same_ops(stand_in):
     by_path = [(u.op, u.dtypes, u.phase, u.count) for u in stand_in[EXAMPLE].ops]
-    by_module = [(u.op, u.dtypes, u.phase, u.count) for u in stand_in["examples.cuda_project.trace_target:build"].ops]
+    by_module = [
+        (u.op, u.dtypes, u.phase, u.count) for u in stand_in["examples.cuda_project.trace_target:build"].ops
+    ]
     assert by_path == by_module and by_path
 
 
@@ -98,8 +106,10 @@ def test_dict_protocol_with_device_parameter(stand_in):
 
 
 def test_bad_function_targets_fail_alone(stand_in):
-    assert "not a torch.nn.Module" in stand_in[f"{SITES}:not_a_model"].error or "returned int" in stand_in[
-        f"{SITES}:not_a_model"].error
+    assert (
+        "not a torch.nn.Module" in stand_in[f"{SITES}:not_a_model"].error
+        or "returned int" in stand_in[f"{SITES}:not_a_model"].error
+    )
     assert "has no function 'missing'" in stand_in[f"{SITES}:missing"].error
     assert "has no such model_type" in stand_in["no_such_model_type"].error
     assert {stand_in[k].error_kind for k in (f"{SITES}:missing", "no_such_model_type")} == {"target"}
@@ -131,8 +141,9 @@ def test_inference_with_a_custom_opdb_lists_unsupported_ops(tmp_path):
     data["ops"]["aten::tanh"] = {"status": "unsupported", "note": "made up for the test", "dtypes": {}}
     path = tmp_path / "opdb.json"
     dump_snapshot(snapshot_from_dict(data, "test"), path)
-    result = run_trace(TargetSpec("function", f"{SITES}:build"),
-                       TraceOptions(root=str(ROOT), inference=True, opdb=str(path)))
+    result = run_trace(
+        TargetSpec("function", f"{SITES}:build"), TraceOptions(root=str(ROOT), inference=True, opdb=str(path))
+    )
     assert result.phases == ("forward",) and {u.phase for u in result.ops} == {"forward"}
     assert result.opdb_version == "test-unsupported"
     (tanh,) = [u for u in result.ops if u.op == "aten::tanh"]
@@ -143,8 +154,15 @@ def test_inference_with_a_custom_opdb_lists_unsupported_ops(tmp_path):
 
 def test_real_torch_neuronx_is_preferred_and_its_tracking_api_used():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES / "fake_neuronx"), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-m", "neuron_migrate", "trace", f"{SITES}:build", "--format", "json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_migrate", "trace", f"{SITES}:build", "--format", "json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     result = from_json(proc.stdout, TraceResult, "stdout")
     assert result.device == "torch-neuronx"
@@ -157,7 +175,9 @@ def test_agnostic_script_runs_on_neuron_with_phases_from_hooks():
     assert result.phases == ("forward", "backward", "optimizer")
     relu = [u for u in result.ops if u.op == "aten::relu"]
     assert relu and relu[0].count == 2  # two steps
-    assert all(s.path == "tests/opdb/tracer/fixtures/agnostic_train.py" for u in result.ops for s in u.call_sites)
+    assert all(
+        s.path == "tests/opdb/tracer/fixtures/agnostic_train.py" for u in result.ops for s in u.call_sites
+    )
     assert not any(u.op == "aten::randn" for u in result.ops)  # host-side data prep is not a device op
 
 
@@ -178,15 +198,23 @@ def test_crash_in_user_code_is_one_line():
 def test_timeout_kills_the_child():
     start = time.monotonic()
     with pytest.raises(TargetError, match=r"sleepy.py: timed out after 5 s \(raise --timeout") as err:
-        run_trace(TargetSpec("script", "tests/opdb/tracer/fixtures/sleepy.py"), TraceOptions(root=str(ROOT), timeout=5))
+        run_trace(
+            TargetSpec("script", "tests/opdb/tracer/fixtures/sleepy.py"),
+            TraceOptions(root=str(ROOT), timeout=5),
+        )
     assert err.value.kind == "timeout"
     assert time.monotonic() - start < 60  # the script sleeps 120 s: it was killed, not waited for
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS semantics")
 def test_memory_limit_is_reported_as_out_of_memory():
-    with pytest.raises(TargetError, match=r"ran out of memory \(limit --max-memory 1500 MB\) at .*hog.py:3") as err:
-        run_trace(TargetSpec("script", "tests/opdb/tracer/fixtures/hog.py"), TraceOptions(root=str(ROOT), max_memory_mb=1500))
+    with pytest.raises(
+        TargetError, match=r"ran out of memory \(limit --max-memory 1500 MB\) at .*hog.py:3"
+    ) as err:
+        run_trace(
+            TargetSpec("script", "tests/opdb/tracer/fixtures/hog.py"),
+            TraceOptions(root=str(ROOT), max_memory_mb=1500),
+        )
     assert err.value.kind == "memory"
 
 

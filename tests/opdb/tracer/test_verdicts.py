@@ -10,8 +10,17 @@ from neuron_migrate.opdb.tracer.verdicts import NEURON_PREFIX, STAND_IN_PREFIX, 
 
 
 def _failed(kind: str, error: str) -> TraceResult:
-    return TraceResult(target="hf:mixtral", device="stand-in", phases=(), opdb_version="v", opdb_pre_release=False,
-                       ops=(), coverage=Coverage.of(()), error=error, error_kind=kind)
+    return TraceResult(
+        target="hf:mixtral",
+        device="stand-in",
+        phases=(),
+        opdb_version="v",
+        opdb_pre_release=False,
+        ops=(),
+        coverage=Coverage.of(()),
+        error=error,
+        error_kind=kind,
+    )
 
 
 def test_kind_of_reads_the_device_prefixes():
