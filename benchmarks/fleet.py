@@ -1,4 +1,5 @@
-"""Wall time of a full `fleet hf` run, with per-architecture outcome counts, against the naive peer measured in
+"""Wall time of a full `fleet hf` run, with per-architecture outcome counts, against the naive peer \
+measured in
 the same run: one fresh interpreter per architecture (`neuron-migrate trace --hf X`).
 
     .venv/bin/python benchmarks/fleet.py [--task causal-lm] [--inference] [--jobs 2] [--peer-sample 3]
@@ -75,7 +76,8 @@ def main() -> None:
         outcomes = Counter(a["outcome"] for a in archs)
         errors = Counter(a["error_class"] for a in archs if a["error_class"])
         print(
-            f"fleet hf --task {args.task} ({', '.join(result['modes'])}) --jobs {args.jobs}: {len(archs)} architectures"
+            f"fleet hf --task {args.task} ({', '.join(result['modes'])}) --jobs {args.jobs}: {len(archs)} "
+            "architectures"
         )
         print(f"  cold wall time  {cold:8.1f} s  ({cold / max(1, len(archs)):.2f} s per architecture)")
         print(f"  warm (cached)   {warm:8.1f} s")

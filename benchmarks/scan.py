@@ -6,10 +6,10 @@
 Trees: `accelerate`, `peft` and `trl` (small pure-Python PyTorch packages, pinned below, installed with
 `pip install --no-deps --target benchmarks/.trees/small` on first use) and the installed `torch` and
 `transformers` sources. Per tree: neuron-migrate cold (empty cache) and warm (second run, same cache),
-`torchfix --select ALL` and `ruff check --select ALL --no-cache`, as wall time with process start-up, as a user
-sees it, and the ratios (goal: TorchFix/cold >= 20, cold/ruff <= 5, cold/warm >= 10). Peak RSS of the cold run
-(largest process: the parent or one worker) shows whether memory stays flat as trees grow. The peers live in
-their own venv (benchmarks/.peers, made on first use: TorchFix pins an older libcst).
+`torchfix --select ALL` and `ruff check --select ALL --no-cache`, as wall time with process start-up, as a
+user sees it, and the ratios (goal: TorchFix/cold >= 20, cold/ruff <= 5, cold/warm >= 10). Peak RSS of the
+cold run (largest process: the parent or one worker) shows whether memory stays flat as trees grow. The peers
+live in their own venv (benchmarks/.peers, made on first use: TorchFix pins an older libcst).
 
 `--check-pr`: on a copy of `transformers`, a warm `check` after a pull request touched 10 files (goal < 2 s).
 `--differential`: the fast path against the full libcst path, file by file (`scan_differential.py`); exit 1
@@ -124,14 +124,15 @@ def print_row(row: dict) -> None:
 
     peers = f"{row['torchfix']:>9.1f}{row['ruff']:>7.2f}" if "torchfix" in row else f"{'-':>9}{'-':>7}"
     print(
-        f"{row['tree']:<13}{row['files']:>6}{row['lines'] / 1000:>8.0f}k{row['cold']:>8.1f}{row['warm']:>7.2f}"
+        f"{row['tree']:<13}{row['files']:>6}{row['lines'] / 1000:>8.0f}k"
+        f"{row['cold']:>8.1f}{row['warm']:>7.2f}"
         f"{peers}{ratio('torchfix', 'cold')}{ratio('cold', 'ruff')}{ratio('cold', 'warm')}"
         f"{row['cold_peak_rss_mib']:>8}",
         flush=True,
     )
     print(
-        f"{'':<13}{row['findings']} findings, {row['nm9xx']} NM9xx, {row['prefiltered']} files skipped by the "
-        f"byte filter, {row['warm_from_cache']} from cache (warm)"
+        f"{'':<13}{row['findings']} findings, {row['nm9xx']} NM9xx, {row['prefiltered']} files skipped by "
+        f"the byte filter, {row['warm_from_cache']} from cache (warm)"
         + (f", torchfix rc {row['torchfix_rc']}" if "torchfix" in row else ""),
         flush=True,
     )

@@ -4,8 +4,8 @@
 
 For every file the byte filter lets through, the findings of `scan_file` (the pre-pass drops the rules that
 cannot report; positions come from the innermost statements) are compared with `scan_text` run with every
-triggered rule and libcst's whole-module `PositionProvider`. Any difference is printed and the exit status is 1.
-`benchmarks/scan.py --differential` runs it over the benchmark's trees.
+triggered rule and libcst's whole-module `PositionProvider`. Any difference is printed and the exit status
+is 1. `benchmarks/scan.py --differential` runs it over the benchmark's trees.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def compare(folders: list[Path], jobs: int = 2) -> tuple[int, int, float, float]
                 print(f"DIFFERS {rel}: only fast {len(only_fast)}, only full {len(only_full)}", flush=True)
                 for f in (only_fast + only_full)[:4]:
                     print(
-                        f"    {f['code']} {f['line']}:{f['col']}-{f['end_line']}:{f['end_col']} {f['message'][:90]}"
+                        f"    {f['code']} {f['line']}:{f['col']}-{f['end_line']}:{f['end_col']} "
+                        f"{f['message'][:90]}"
                     )
     return len(tasks), differ, fast_s, full_s
 

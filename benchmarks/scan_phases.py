@@ -68,8 +68,8 @@ def report(name: str, folder: Path) -> None:
     result = _timed("rest", scan)(options)
     total = time.perf_counter() - start
     print(
-        f"{name}: {result.files_scanned} files, {result.files_skipped_by_prefilter} skipped by the byte filter, "
-        f"one process, {total:.2f} s (+ {process_start:.2f} s process start)"
+        f"{name}: {result.files_scanned} files, {result.files_skipped_by_prefilter} skipped by the byte "
+        f"filter, one process, {total:.2f} s (+ {process_start:.2f} s process start)"
     )
     for stage, seconds in sorted(SPENT.items(), key=lambda item: -item[1]):
         print(f"    {stage:<52}{seconds:>8.2f} s {100 * seconds / total:>5.1f} %")

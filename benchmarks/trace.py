@@ -1,4 +1,5 @@
-"""Tracer costs, in one run: a 70B Llama under --fake, the recorder's overhead against plain eager, and a script
+"""Tracer costs, in one run: a 70B Llama under --fake, the recorder's overhead against plain eager, and a \
+script
 trace of a 162M-parameter GPT benchmark.
 
     .venv/bin/python benchmarks/trace.py [--repeat 5] [--batch-size 16] [--skip-70b] [--skip-script]
@@ -6,19 +7,20 @@ trace of a 162M-parameter GPT benchmark.
 The C++ stand-in is built first (once; cached), so no number below includes its compile. The machine's load
 average is printed with the numbers: they are wall or CPU times on a shared 2-core machine.
 
-1. `neuron-migrate trace --hf llama --hf-config <70B sizes> --fake` through the real code path (a child process):
-   wall time as a user sees it (process start, imports, model construction under FakeTensorMode, the traced
-   forward + backward + AdamW step) and the child's peak RSS. Targets: <= 30 s, <= 1 GiB.
-2. One training step (forward, backward, AdamW) of the bundled tiny GPT (examples/cuda_project) at its training
-   batch size (16, as train.py) in a fresh process, best of --repeat in CPU time on one thread, as:
+1. `neuron-migrate trace --hf llama --hf-config <70B sizes> --fake` through the real code path (a child
+   process): wall time as a user sees it (process start, imports, model construction under FakeTensorMode, the
+   traced forward + backward + AdamW step) and the child's peak RSS. Targets: <= 30 s, <= 1 GiB.
+2. One training step (forward, backward, AdamW) of the bundled tiny GPT (examples/cuda_project) at its
+   training batch size (16, as train.py) in a fresh process, best of --repeat in CPU time on one thread, as:
    - eager on CPU (the peer),
    - eager on CPU under the recorder (dispatch mode + call sites + autograd-node stamping),
    - eager on the stand-in neuron device without the recorder,
    - the stand-in under the recorder (what `trace` runs).
    Ratios are printed against eager CPU. Target for the recorder: <= 3x.
-3. `neuron-migrate trace benchmarks/scripts/gpt_benchmark.py -- --steps 20` (GPT-2-small sizes with an untied head,
-   ~162M parameters, batch 2 x 32) through the real code path: wall time until the script is stopped once its op
-   set is stable. Peer: the same script run to its end (20 steps) in a plain process on the CPU. Target: < 60 s.
+3. `neuron-migrate trace benchmarks/scripts/gpt_benchmark.py -- --steps 20` (GPT-2-small sizes with an untied
+   head, ~162M parameters, batch 2 x 32) through the real code path: wall time until the script is stopped
+   once its op set is stable. Peer: the same script run to its end (20 steps) in a plain process on the CPU.
+   Target: < 60 s.
 """
 
 from __future__ import annotations
@@ -155,8 +157,8 @@ def bench_script() -> None:
     wall = time.perf_counter() - start
     steps = next((n for n in result.notes if n.startswith("script ")), "?")
     print(
-        f"script trace, 162M GPT benchmark, batch 2x32: {wall:.1f} s wall (target < 60 s: {wall / 60:.2f}x of "
-        f"budget); {steps}; {sum(u.count for u in result.ops)} op calls on {result.device}"
+        f"script trace, 162M GPT benchmark, batch 2x32: {wall:.1f} s wall (target < 60 s: {wall / 60:.2f}x "
+        f"of budget); {steps}; {sum(u.count for u in result.ops)} op calls on {result.device}"
     )
     print(
         f"  peer: the script run to its end (20 steps) on plain CPU: {peer_wall:.1f} s wall "

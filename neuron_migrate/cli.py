@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         if _options(root).debug:
             raise
         typer.echo(
-            f"neuron-migrate: internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback "
-            "and report it)",
+            f"neuron-migrate: internal error: {type(err).__name__}: {err} (rerun with --debug for the "
+            "traceback and report it)",
             err=True,
         )
         sys.exit(EXIT_INTERNAL)

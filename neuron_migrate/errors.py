@@ -27,7 +27,8 @@ class ConfigError(NeuronMigrateError):
 
 
 class InputFileError(NeuronMigrateError):
-    """A file we were asked to read (scan JSON, trace JSON, baseline, compat table) is missing or malformed."""
+    """A file we were asked to read (scan JSON, trace JSON, baseline, compat table) is missing or
+    malformed."""
 
 
 class TargetError(NeuronMigrateError):

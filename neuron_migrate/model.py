@@ -1,8 +1,8 @@
 """The records every part of neuron-migrate shares.
 
-Plain frozen dataclasses. Each top-level record serialises to JSON with a `"schema": "neuron-migrate/<kind>/<n>"`
-tag so a scan or trace written today can be read by `report` and `check` tomorrow. Paths inside records are
-relative to the scanned root and use `/` separators.
+Plain frozen dataclasses. Each top-level record serialises to JSON with a
+`"schema": "neuron-migrate/<kind>/<n>"` tag so a scan or trace written today can be read by `report` and
+`check` tomorrow. Paths inside records are relative to the scanned root and use `/` separators.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ class Finding:
 
     @property
     def fingerprint(self) -> str:
-        """A location-independent identity: rule, file and the normalised source text (survives line moves)."""
+        """A location-independent identity: rule, file and the normalised source text (survives line
+        moves)."""
         text = re.sub(r"\s+", " ", self.source).strip()
         digest = hashlib.sha256(f"{self.code}\0{self.path}\0{text}".encode()).hexdigest()
         return digest[:16]
@@ -192,8 +193,9 @@ class TraceResult:
     error: str | None = None
     tool_version: str = ""
     schema: str = TRACE_SCHEMA
-    # set with `error`: "neuron" (stops where Trainium stops), "stand_in" (a limitation of the stand-in, never a
-    # neuron failure), "target" (the user's code or model), "timeout" / "memory" / "crash" (the bounded child)
+    # set with `error`: "neuron" (stops where Trainium stops), "stand_in" (a limitation of the stand-in, never
+    # a neuron failure), "target" (the user's code or model), "timeout" / "memory" / "crash" (the bounded
+    # child)
     error_kind: str | None = None
 
 

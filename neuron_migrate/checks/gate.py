@@ -1,4 +1,5 @@
-"""The CI gate: one pure function from findings, traced ops, a policy and an optional baseline to a verdict."""
+"""The CI gate: one pure function from findings, traced ops, a policy and an optional baseline to a
+verdict."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def _op_location(use: OpUse) -> str:
 def evaluate(
     findings: list[Finding], ops: list[OpUse], policy: Policy, baseline: Baseline | None = None
 ) -> Verdict:
-    """Apply thresholds to everything and, with a baseline, fail on what is new; allow-listed items never fail."""
+    """Apply thresholds to everything and, with a baseline, fail on what is new; allow-listed items never
+    fail."""
     problems: list[Problem] = []
     used: set[str] = set()
 

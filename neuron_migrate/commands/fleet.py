@@ -1,5 +1,6 @@
-"""`neuron-migrate fleet hf`: trace a tiny instance of every transformers architecture of a task on `neuron` and
-report which run natively, with CPU fallbacks, or fail, and which missing ops block the most. See docs/fleet.md."""
+"""`neuron-migrate fleet hf`: trace a tiny instance of every transformers architecture of a task on `neuron`
+and report which run natively, with CPU fallbacks, or fail, and which missing ops block the most. See
+docs/fleet.md."""
 
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ def import_registrations(
     version: str | None = typer.Option(None, "--version", help="Override the version."),
     out: str | None = typer.Option(None, "--out", help="Write here (default: stdout)."),
 ) -> None:
-    """Import the PrivateUse1 registrations of the installed torch_neuronx (an upper bound on native support)."""
+    """Import the PrivateUse1 registrations of the installed torch_neuronx (an upper bound on native support)."""  # noqa: E501 - typer keeps the docstring's line breaks in --help
     from neuron_migrate.opdb.importers.registrations import import_registrations as run
 
     _write(run(version), out, "registrations (upper bound)")

@@ -36,7 +36,7 @@ def scan_command(
     no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Also scan files .gitignore excludes."),
     config_file: Path | None = typer.Option(None, "--config", help="pyproject.toml to read settings from."),
 ) -> None:
-    """Find CUDA-specific code: device strings, torch.cuda APIs, cuda amp, NCCL, backend flags, CUDA-only libraries."""
+    """Find CUDA-specific code: device strings, torch.cuda APIs, cuda amp, NCCL, backend flags, CUDA-only libraries."""  # noqa: E501 - typer keeps the docstring's line breaks in --help
     from neuron_migrate.api import run_scan
     from neuron_migrate.reports.output import write_output
     from neuron_migrate.reports.scan_text import render_scan_text

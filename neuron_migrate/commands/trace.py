@@ -15,9 +15,9 @@ def register(app: typer.Typer) -> None:
     """Add the `trace` command to the app."""
     app.command(
         "trace",
-        help="Trace the ATen ops a model runs on `neuron` (forward, backward, AdamW step) and look each up in the "
-        "opdb. TARGET is package.module:function, path/file.py:function or script.py (script arguments "
-        "after --); or use --hf MODEL_TYPE. See docs/trace.md.",
+        help="Trace the ATen ops a model runs on `neuron` (forward, backward, AdamW step) and look each up "
+        "in the opdb. TARGET is package.module:function, path/file.py:function or script.py (script "
+        "arguments after --); or use --hf MODEL_TYPE. See docs/trace.md.",
     )(trace_command)
 
 

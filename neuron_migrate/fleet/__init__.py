@@ -1,6 +1,6 @@
-"""`neuron-migrate fleet hf`: trace a tiny random-weight instance of every architecture `transformers` knows for a
-task on the `neuron` device, and report which run natively, which need CPU fallbacks, which fail, and which
-missing ops would unblock the most architectures.
+"""`neuron-migrate fleet hf`: trace a tiny random-weight instance of every architecture `transformers` knows
+for a task on the `neuron` device, and report which run natively, which need CPU fallbacks, which fail, and
+which missing ops would unblock the most architectures.
 
 - `enumerate` — the tasks, their auto mappings, and which architectures `--models` names;
 - `server`, `worker` — the fork server that imports torch + transformers once and forks one child per

@@ -1,11 +1,12 @@
 """The fleet's resumable cache: one JSON file per traced architecture, so a rerun only traces what changed.
 
 An entry's key is a hash of everything its result depends on: model type, task, mode (inference / train),
-device, the architecture's fixed tiny-config values (its `opdb/hf_overrides.json` entry, so editing an override
-re-traces that model; the rest is derived by `opdb/hf_tiny.py`, whose source is in the digest), the transformers,
-diffusers, torch and torch-neuronx versions, the opdb snapshot version and content digest, and the neuron-migrate
-version (plus a digest of the tracer, tiny-config and fleet sources). The architecture
-list of a task is cached per transformers and diffusers version, so a fully cached rerun starts no Python with torch at all.
+device, the architecture's fixed tiny-config values (its `opdb/hf_overrides.json` entry, so editing an
+override re-traces that model; the rest is derived by `opdb/hf_tiny.py`, whose source is in the digest), the
+transformers, diffusers, torch and torch-neuronx versions, the opdb snapshot version and content digest, and
+the neuron-migrate version (plus a digest of the tracer, tiny-config and fleet sources). The architecture
+list of a task is cached per transformers and diffusers version, so a fully cached rerun starts no Python with
+torch at all.
 
 Results that may be load or harness trouble (a timeout, a crash) are not cached; a memory-bound kill is cached
 with the bound it hit and reused only under the same bound.

@@ -1,5 +1,6 @@
-"""`fleet diffusers`: tiny random-weight Diffusers models (UNets, DiT-style transformers, VAEs), built from each
-model class's own `__init__` defaults scaled down, with one denoising training step or one inference step.
+"""`fleet diffusers`: tiny random-weight Diffusers models (UNets, DiT-style transformers, VAEs), built from
+each model class's own `__init__` defaults scaled down, with one denoising training step or one inference
+step.
 
 Scaling follows `opdb.hf_tiny`: channel lists keep their length (every down/up block stays) and start at 32,
 group norms use 8 groups, one layer per block, two transformer layers of two heads of 8 (rotary axes resized
@@ -115,8 +116,8 @@ def _conditioning_width(config: Any) -> int | None:
 
 
 def step_inputs(model: Any, batch: int = 2) -> tuple[dict[str, Any], Any]:
-    """(inputs, target) for one step: noisy latents, a timestep and conditioning with the noise as target for a
-    denoiser; an image with itself as target for an autoencoder."""
+    """(inputs, target) for one step: noisy latents, a timestep and conditioning with the noise as target for
+    a denoiser; an image with itself as target for an autoencoder."""
     import torch
 
     config, params = model.config, inspect.signature(model.forward).parameters

@@ -13,8 +13,9 @@ from typing import Any
 
 from neuron_migrate.errors import UsageError
 
-# task -> (modeling_auto mapping of model_type -> class name, Auto class that builds it). Order matters: a model
-# named with --models that is not in the requested task's mapping gets the first task here that lists it.
+# task -> (modeling_auto mapping of model_type -> class name, Auto class that builds it). Order matters: a
+# model named with --models that is not in the requested task's mapping gets the first task here that lists
+# it.
 TASKS: dict[str, tuple[str, str]] = {
     "causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
@@ -33,7 +34,8 @@ DIFFUSERS = (
 
 @dataclass(frozen=True)
 class Architecture:
-    """One thing to trace: a model type, the task it is traced for, and the class transformers builds for it."""
+    """One thing to trace: a model type, the task it is traced for, and the class transformers builds for
+    it."""
 
     model_type: str
     task: str
@@ -71,8 +73,9 @@ def read_mappings() -> dict[str, dict[str, str]]:
 
 
 def select(mappings: dict[str, dict[str, str]], task: str, models: tuple[str, ...]) -> list[Architecture]:
-    """Every architecture of `task`, or the named `models`, each traced for `task` when it has one and else for
-    the first task that lists it (so `--models llama,t5` traces t5 as seq2seq). Unknown names: UsageError."""
+    """Every architecture of `task`, or the named `models`, each traced for `task` when it has one and else
+    for the first task that lists it (so `--models llama,t5` traces t5 as seq2seq). Unknown names:
+    UsageError."""
     check_task(task)
     if task == DIFFUSERS and not mappings.get(DIFFUSERS):
         raise UsageError("fleet diffusers needs diffusers: pip install 'neuron-migrate[diffusers]'")

@@ -1,5 +1,6 @@
 """Tracing on this machine: the fork server (one process that imports torch + transformers once) and one
-isolated child per architecture with its own timeout and memory bound. Used by a local run and by each Ray task.
+isolated child per architecture with its own timeout and memory bound. Used by a local run and by each Ray
+task.
 
 A crash of the server itself turns every job it had not finished into a `crash` record.
 """

@@ -1,6 +1,6 @@
 """From raw per-architecture records to the fleet's answer: a verdict per architecture and mode (see
-`fleet.verdicts`), the architecture x op matrix, the ranking of ops by how many architectures they block or slow
-down, the order in which implementing ops would make the most architectures native, and the shares.
+`fleet.verdicts`), the architecture x op matrix, the ranking of ops by how many architectures they block or
+slow down, the order in which implementing ops would make the most architectures native, and the shares.
 
 Shares, per mode: **runs** = (native + runs with CPU fallbacks) / architectures, **native** = native /
 architectures, each over all architectures of the run and over those that build here. A result is computed
@@ -70,8 +70,8 @@ class ArchResult:
 @dataclass(frozen=True)
 class OpRank:
     """An op that is not native somewhere: the architectures it blocks (unsupported, or the step raised inside
-    it as TorchNeuron would), those it slows down (CPU fallback or unknown), the ones it alone keeps from native,
-    and its place in the unlock order."""
+    it as TorchNeuron would), those it slows down (CPU fallback or unknown), the ones it alone keeps from
+    native, and its place in the unlock order."""
 
     op: str
     blocks: int

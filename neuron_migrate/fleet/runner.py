@@ -1,6 +1,6 @@
-"""The parent side of a fleet run: pick the architectures, reuse cached results, trace the rest on this machine
-(`fleet.local`) or on Ray (`fleet.ray_backend`), and return one raw record per architecture (verdicts and
-rankings are `fleet.matrix`'s job).
+"""The parent side of a fleet run: pick the architectures, reuse cached results, trace the rest on this
+machine (`fleet.local`) or on Ray (`fleet.ray_backend`), and return one raw record per architecture (verdicts
+and rankings are `fleet.matrix`'s job).
 
 The parent never imports torch or transformers: versions come from package metadata, the architecture list
 from the cache or the server. One architecture's failure never stops the run; a crash of the server itself

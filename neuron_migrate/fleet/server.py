@@ -5,10 +5,10 @@ process imports them once and forks one child per architecture. The `neuron` dev
 each child, after the fork (registration is permanent for a process), so every architecture still runs in a
 fresh, isolated process with its own timeout and memory bound.
 
-Protocol (JSON lines): the server writes {"event": "ready", versions, mappings} on stdout once preloaded, reads
-one line {"jobs": [...], "parallel", "timeout", "max_memory_mb", "options", "job_dir"} from stdin, then writes
-{"event": "done", "key", "outcome", ...} per job as each child ends, and exits. Anything the libraries print
-goes to stderr, never into the protocol stream.
+Protocol (JSON lines): the server writes {"event": "ready", versions, mappings} on stdout once preloaded,
+reads one line {"jobs": [...], "parallel", "timeout", "max_memory_mb", "options", "job_dir"} from stdin, then
+writes {"event": "done", "key", "outcome", ...} per job as each child ends, and exits. Anything the libraries
+print goes to stderr, never into the protocol stream.
 """
 
 from __future__ import annotations

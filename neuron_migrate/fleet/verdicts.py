@@ -2,9 +2,9 @@
 
 - `native` and `fallbacks` together are **runs**: the step completes on `neuron` (CPU fallbacks allowed, as
   TorchNeuron falls back by default); `native` when every op it ran is native in the opdb snapshot.
-- `fails_on_neuron`: an op the opdb calls `unsupported` (TorchNeuron stops at it), named with its dtypes; or the
-  step raised on `neuron` outside any op (library code that rejects the device) while it runs on plain CPU; or,
-  on a real torch-neuronx device, any failure of the step that plain CPU does not share.
+- `fails_on_neuron`: an op the opdb calls `unsupported` (TorchNeuron stops at it), named with its dtypes; or
+  the step raised on `neuron` outside any op (library code that rejects the device) while it runs on plain
+  CPU; or, on a real torch-neuronx device, any failure of the step that plain CPU does not share.
 - `stand_in_limitation`: the step stopped because of the CPU stand-in itself, not of TorchNeuron: it raised
   inside an op the opdb calls native or unknown (a CPU kernel lacking a dtype the device computes, e.g.
   `aten::histc` on int32), in the stand-in's own code, or the stand-in timed out, ran out of memory or crashed
@@ -95,8 +95,8 @@ def _error(record: dict[str, Any]) -> str:
 
 
 def verdict_of(record: dict[str, Any], row: dict[str, Any], device: str) -> tuple[str, str]:
-    """(verdict, one-line reason) of one raw record, given its matrix row (op -> cell with .status/.dtypes) and
-    the device the step ran on (`torch-neuronx`, `stand-in`, `stand-in-python`, `fake`)."""
+    """(verdict, one-line reason) of one raw record, given its matrix row (op -> cell with .status/.dtypes)
+    and the device the step ran on (`torch-neuronx`, `stand-in`, `stand-in-python`, `fake`)."""
     if record.get("trace") is not None:
         return _completed(row)
     stage = record.get("stage", "start")

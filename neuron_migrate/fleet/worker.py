@@ -1,7 +1,9 @@
-"""What one forked child of the fleet server does: register the device, trace one architecture, write a record.
+"""What one forked child of the fleet server does: register the device, trace one architecture, write a
+record.
 
-It reuses the `trace` machinery unchanged (`opdb.tracer.child.select_backend` and `trace_one`, `opdb.tracer.targets` for the
-tiny config), so a fleet entry is the same TraceResult `trace --hf MODEL_TYPE` gives. Two additions:
+It reuses the `trace` machinery unchanged (`opdb.tracer.child.select_backend` and `trace_one`,
+`opdb.tracer.targets` for the tiny config), so a fleet entry is the same TraceResult `trace --hf MODEL_TYPE`
+gives. Two additions:
 
 - the stage (build / step / cpu-check) is written to a file before each stage, so the server can say where a
   child that timed out or crashed was;
@@ -31,8 +33,9 @@ def _set_stage(path: Path, stage: str) -> None:
 
 
 def build_for_task(model_type: str, overrides: dict[str, Any], device: Any, task: str) -> Any:
-    """A tiny model of `model_type` built by the task's Auto class, through the same `opdb.hf_inputs.build` that
-    `trace --hf` uses (so the config and inputs are the same; only the head differs when the classes do)."""
+    """A tiny model of `model_type` built by the task's Auto class, through the same `opdb.hf_inputs.build`
+    that `trace --hf` uses (so the config and inputs are the same; only the head differs when the classes
+    do)."""
     from neuron_migrate.opdb import hf_inputs
     from neuron_migrate.opdb.tracer import targets
 
@@ -49,7 +52,8 @@ _ORIGINAL_BUILD: Any = None
 
 
 def _error_fields(err: BaseException) -> dict[str, Any]:
-    """Error class, last line and innermost library frame of an exception (of the one behind a TargetError)."""
+    """Error class, last line and innermost library frame of an exception (of the one behind a
+    TargetError)."""
     cause = err
     if isinstance(
         err, NeuronMigrateError
@@ -124,9 +128,9 @@ def _plain_step(work: Any, inference: bool) -> None:
 
 
 def _cpu_check(job: dict[str, Any], options: dict[str, Any], snapshot: Any) -> dict[str, Any]:
-    """Build and step the same tiny model on plain CPU, then (if that runs) on CPU under the tracer's recorder:
-    `cpu_error` is the plain failure (the tiny model itself is broken), `recorder_error` a failure only the
-    recorder causes (the tracing harness, not the device, is at fault)."""
+    """Build and step the same tiny model on plain CPU, then (if that runs) on CPU under the tracer's
+    recorder: `cpu_error` is the plain failure (the tiny model itself is broken), `recorder_error` a failure
+    only the recorder causes (the tracing harness, not the device, is at fault)."""
     import torch
 
     from neuron_migrate.opdb.tracer.child import run_step

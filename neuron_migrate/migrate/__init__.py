@@ -1,1 +1,2 @@
-"""Static analysis and codemods: find CUDA-specific code (`scan`) and rewrite it device-agnostically (`fix`)."""
+"""Static analysis and codemods: find CUDA-specific code (`scan`) and rewrite it device-agnostically
+(`fix`)."""

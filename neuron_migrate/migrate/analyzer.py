@@ -2,8 +2,8 @@
 
 The traversal dispatches each node to the rules that have a `visit_<NodeType>` method for it, so forty rules
 cost one walk; the same walk fills the file's bindings index (`bindings.py`) that rules and the guard analysis
-query. After it: deferred rule checks, each rule's `finish`, then `settle` (fixes withdrawn where CUDA-only code
-must stay, or in old-torch fallbacks) and the device naming, then positions, computed only when a rule
+query. After it: deferred rule checks, each rule's `finish`, then `settle` (fixes withdrawn where CUDA-only
+code must stay, or in old-torch fallbacks) and the device naming, then positions, computed only when a rule
 reported something, and only for the innermost statements that hold its nodes (`positions.py`).
 """
 
@@ -158,7 +158,8 @@ class _Dispatcher(cst.CSTVisitor):
 
 
 def _statement_and_block(stack: list[cst.CSTNode]) -> tuple[cst.CSTNode | None, cst.CSTNode | None]:
-    """The statement holding the visited node and the block (module, indented block, one-line suite) it is in."""
+    """The statement holding the visited node and the block (module, indented block, one-line suite) it is
+    in."""
     for index in range(len(stack) - 2, -1, -1):
         block = stack[index]
         if isinstance(block, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)):
@@ -245,7 +246,8 @@ def _walk(node: cst.CSTNode, dispatcher: _Dispatcher) -> None:
 
 
 def suppressions(lines: list[str]) -> tuple[dict[int, set[str] | None], set[str] | bool | None]:
-    """Per-line `# neuron-migrate: ignore[...]` codes (None = all) and the file-level ignore (False = none)."""
+    """Per-line `# neuron-migrate: ignore[...]` codes (None = all) and the file-level ignore (False =
+    none)."""
     per_line: dict[int, set[str] | None] = {}
     whole_file: set[str] | bool | None = False
     for number, line in enumerate(lines, start=1):

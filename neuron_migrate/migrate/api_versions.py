@@ -1,4 +1,5 @@
-"""The oldest torch release that has each API a fix writes, so a fix never emits one the project's torch lacks.
+"""The oldest torch release that has each API a fix writes, so a fix never emits one the project's torch
+lacks.
 
 Data, not code: `SINCE` maps an API name to the first release known to have it with the calling convention
 the fixes use. Sources are listed in `/docs/rules.md` ("Minimum torch versions") and were read from the

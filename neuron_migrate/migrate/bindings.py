@@ -1,7 +1,7 @@
 """The one assignment index of a file: where each name gets its value, filled by the analyzer's single walk.
 
-Keys are dotted names as written (`device`, `self.device`, `args.dist_backend`) or subscripts with a string key
-(`cfg["device"]`). A binding records the value (None when it is not an expression: a loop variable, a
+Keys are dotted names as written (`device`, `self.device`, `args.dist_backend`) or subscripts with a string
+key (`cfg["device"]`). A binding records the value (None when it is not an expression: a loop variable, a
 parameter without default), what kind of binding it is, the statement that makes it and the block that holds
 that statement (for "does this binding run before that use"), and its scope (module, function, class, lambda).
 

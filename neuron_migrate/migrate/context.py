@@ -54,7 +54,8 @@ class FileContext:
     # --- names -------------------------------------------------------------------------------------------
 
     def qualified_name(self, node: cst.CSTNode) -> str | None:
-        """What a Name/Attribute chain refers to, through imports (`tc.synchronize` -> `torch.cuda.synchronize`)."""
+        """What a Name/Attribute chain refers to, through imports (`tc.synchronize` ->
+        `torch.cuda.synchronize`)."""
         return self.scopes.qualified_name(node)
 
     def call_name(self, call: cst.Call) -> str | None:
@@ -87,7 +88,8 @@ class FileContext:
         return self.module.code_for_node(node)
 
     def guard(self) -> str | None:
-        """The CUDA-availability condition the visited node sits under (`if torch.cuda.is_available():`), if any."""
+        """The CUDA-availability condition the visited node sits under (`if torch.cuda.is_available():`), if
+        any."""
         for child, parent in zip(reversed(self.stack), reversed(self.stack[:-1])):
             if isinstance(parent, (cst.If, cst.IfExp)) and child is parent.body:
                 test = self.code(parent.test)

@@ -2,18 +2,20 @@
 
 A fix is withdrawn, with a note saying why, when its code:
 
-- is in a file, or inside a function, whose name says it is about CUDA (`torch/cuda/memory.py`, `cuda_utils.py`,
-  `def cuda(self)`, `is_torch_cuda_available`);
+- is in a file, or inside a function, whose name says it is about CUDA (`torch/cuda/memory.py`,
+  `cuda_utils.py`, `def cuda(self)`, `is_torch_cuda_available`);
 - only runs when a test that is about CUDA and stays CUDA's holds: the body of an `if`/`while`/conditional
   whose test mentions CUDA in code no fix of this run rewrites (`elif is_torch_cuda_available():`,
   `if len(torch.cuda.default_generators) > 0:`), or the `else` of such a test when it is negated;
-- is an argument of CUDA-only code that stays (`torch.cuda.get_device_properties(torch.cuda.current_device())`);
-- is the function under a `"cuda"` key of a dict (a per-device dispatch table, `{"cuda": torch.cuda.synchronize,
-  "xpu": ...}`: each device has its own entry).
+- is an argument of CUDA-only code that stays
+  (`torch.cuda.get_device_properties(torch.cuda.current_device())`);
+- is the function under a `"cuda"` key of a dict (a per-device dispatch table,
+  `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
-"Mentions CUDA" means a name or attribute containing `cuda`, `nvidia`, `cublas`, `cudnn` or `nccl`, a call of a function whose name contains `gpu`, a
-string containing `cuda`, `gpu` or `nvidia`, or a CUDA-only library or capability name
-(`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in this run replace.
+"Mentions CUDA" means a name or attribute containing `cuda`, `nvidia`, `cublas`, `cudnn` or `nccl`, a call of
+a function whose name contains `gpu`, a string containing `cuda`, `gpu` or `nvidia`, or a CUDA-only library or
+capability name (`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in
+this run replace.
 """
 
 from __future__ import annotations

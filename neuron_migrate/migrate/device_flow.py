@@ -2,10 +2,10 @@
 
 A string is a device only in a *device slot*: the first argument of `.to()`, any `device=` keyword,
 `map_location=`, `device_type=`, `torch.set_default_device()`, the default of a `--device` command-line option
-or of a `.get("device", ...)`, a `{"device": ...}` value, a value returned by a `*device*` function, and a value
-assigned to a name that is called `device` / `dev` / `device_type` / `*_device` or that flows into one of those
-slots somewhere in the same module (through assignments, and through the arguments of functions the module
-defines, by position or keyword). Comments, docstrings, log and help texts, annotations, dict keys,
+or of a `.get("device", ...)`, a `{"device": ...}` value, a value returned by a `*device*` function, and a
+value assigned to a name that is called `device` / `dev` / `device_type` / `*_device` or that flows into one
+of those slots somewhere in the same module (through assignments, and through the arguments of functions the
+module defines, by position or keyword). Comments, docstrings, log and help texts, annotations, dict keys,
 `accelerator=` (Lightning's vocabulary) are never device slots.
 
 The flow is computed once per file, on first use after the walk, from the calls the walk recorded and the
@@ -113,7 +113,8 @@ def holds_device(ctx, expr: cst.CSTNode | None) -> bool:
 
 
 def _functions(ctx) -> dict[str, list[str]]:
-    """Parameter names of the functions (and methods) the module defines, by name (ambiguous names dropped)."""
+    """Parameter names of the functions (and methods) the module defines, by name (ambiguous names
+    dropped)."""
     params: dict[str, list[str]] = {}
     seen: set[str] = set()
     for binding in (b for bindings in ctx.bindings.by_key.values() for b in bindings if b.kind == "param"):
@@ -250,7 +251,8 @@ def param_slot(call: cst.Call, arg: cst.Arg, flow: DeviceFlow) -> Slot | None:
 
 
 def _climb(stack: list[cst.CSTNode]) -> int:
-    """Index in `stack` of the value whose slot decides: through `a or b` and the branches of `x if c else y`."""
+    """Index in `stack` of the value whose slot decides: through `a or b` and the branches of
+    `x if c else y`."""
     index = len(stack) - 1
     while index > 0:
         parent = stack[index - 1]
@@ -312,11 +314,12 @@ def _named_slot(keys: list[str | None], ctx, indexed: bool, what: str = "") -> S
     return None
 
 
-# --- device tests --------------------------------------------------------------------------------------------
+# --- device tests -------------------------------------------------------------------------------------------
 
 
 def is_device_expr(ctx, expr: cst.CSTNode) -> bool:
-    """Whether `expr` clearly holds a device (or device string): by name, by `x.device`, or by what it is given."""
+    """Whether `expr` clearly holds a device (or device string): by name, by `x.device`, or by what it is
+    given."""
     if isinstance(expr, cst.Call):
         name = ctx.call_name(expr)
         if name == "torch.device":

@@ -1,8 +1,8 @@
 """CUDA device strings (`'cuda'`, `'cuda:1'`, `f"cuda:{rank}"`, …) and what each becomes in agnostic code.
 
 A rewritten string stays a string (`"cuda"` -> the accelerator's type, `f"cuda:{i}"` -> `f"{type}:{i}"`), so
-whatever the program does with it afterwards (`in`, `startswith`, formatting, JSON) keeps working; only where a
-torch API takes the value directly does a bare `"cuda"` become the device itself. The texts hold the device
+whatever the program does with it afterwards (`in`, `startswith`, formatting, JSON) keeps working; only where
+a torch API takes the value directly does a bare `"cuda"` become the device itself. The texts hold the device
 placeholders of `fixes.py`; `naming.py` turns them into a name or the inline idiom.
 """
 

@@ -227,7 +227,8 @@ def _in_cell(finding: Finding, cell: int) -> Finding:
 
 
 def _write_cells(original: bytes, cells: list[str]) -> bytes:
-    """The notebook with new code-cell sources, keeping its indent, key order and source form (list or str)."""
+    """The notebook with new code-cell sources, keeping its indent, key order and source form (list or
+    str)."""
     text = original.decode("utf-8-sig")
     notebook = json.loads(text)
     code_cells = [c for c in notebook["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]

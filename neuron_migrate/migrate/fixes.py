@@ -4,10 +4,10 @@ A leaf module (it imports only libcst and the shared records), so the rule base,
 analyzer can all use it without importing each other.
 
 Replacement texts may hold two placeholders for the one device idiom, resolved per scope after the file's
-traversal (`naming.py`): `DEVICE` (the current accelerator, CPU when there is none) and `DEVICE_TYPE` (its type
-string). A scope that needs the device more than once, or where the inline idiom would not fit the line, gets
-one binding (`device = ...`) and every placeholder becomes that name; a lone use stays inline. `DEVICE` stands
-where an `or` expression may (a whole argument or value), `DEVICE_ATOM` where it needs parentheses
+traversal (`naming.py`): `DEVICE` (the current accelerator, CPU when there is none) and `DEVICE_TYPE` (its
+type string). A scope that needs the device more than once, or where the inline idiom would not fit the line,
+gets one binding (`device = ...`) and every placeholder becomes that name; a lone use stays inline. `DEVICE`
+stands where an `or` expression may (a whole argument or value), `DEVICE_ATOM` where it needs parentheses
 (`device_literals.fit` picks), `DEVICE_TYPE` is an atom anywhere. A fix whose text cannot hold the inline
 idiom (inside an f-string) sets `needs_name`.
 """
@@ -39,7 +39,8 @@ PLACEHOLDERS = (DEVICE, DEVICE_ATOM, DEVICE_TYPE)
 
 @dataclass(frozen=True)
 class Replacement:
-    """Part of a fix: replace `node`'s source text with `text` (positions are resolved after the traversal)."""
+    """Part of a fix: replace `node`'s source text with `text` (positions are resolved after the
+    traversal)."""
 
     node: cst.CSTNode
     text: str

@@ -4,8 +4,10 @@ there only run when `torch.accelerator` itself is missing (an old-torch fallback
 Read from the node's ancestors and the statements before it in each enclosing block, within the innermost
 function (a function can be called from anywhere, so nothing outside it holds inside):
 
-- `if T:` bodies hold T, their `else`/`elif` branches hold `not T`; `x if T else y`, `T and x`, `T or x` alike;
-- after `if not T: return | raise | continue | break | sys.exit(...)` (no `else`) the rest of the block holds T;
+- `if T:` bodies hold T, their `else`/`elif` branches hold `not T`; `x if T else y`, `T and x`, `T or x`
+  alike;
+- after `if not T: return | raise | continue | break | sys.exit(...)` (no `else`) the rest of the block holds
+  T;
 - after `assert T` the rest of the block holds T.
 
 A test T implies an accelerator when it is `torch.cuda.is_available()` / `torch.accelerator.is_available()`,
@@ -261,8 +263,8 @@ def _version_test(ctx, test: cst.CSTNode) -> bool | None:
 
 
 def _api_test(ctx, test: cst.CSTNode) -> bool | None:
-    """True when `test` holds exactly if `torch.accelerator` (with the API the fixes use) exists, False for its
-    negation, else None: `hasattr(torch, "accelerator")` and torch version tests."""
+    """True when `test` holds exactly if `torch.accelerator` (with the API the fixes use) exists, False for
+    its negation, else None: `hasattr(torch, "accelerator")` and torch version tests."""
     version = _version_test(ctx, test)
     if version is not None:
         return version

@@ -1,9 +1,10 @@
-"""Where a fix's new `import torch` goes: in the third-party group, in sorted place, as isort and ruff place it.
+"""Where a fix's new `import torch` goes: in the third-party group, in sorted place, as isort and ruff place
+it.
 
-The module's top-level imports (after the docstring and `from __future__` imports) are read as groups separated
-by blank lines, each classified standard library / third party / first party (relative imports, or a module
-that exists next to the file or at the scan root). Within the third-party group, plain `import x` statements
-come before `from x import y`, each sorted case-insensitively (the isort and ruff default). With no
+The module's top-level imports (after the docstring and `from __future__` imports) are read as groups
+separated by blank lines, each classified standard library / third party / first party (relative imports, or a
+module that exists next to the file or at the scan root). Within the third-party group, plain `import x`
+statements come before `from x import y`, each sorted case-insensitively (the isort and ruff default). With no
 third-party group the import starts one, after the standard-library group, separated by blank lines.
 """
 
@@ -21,7 +22,8 @@ _STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
 
 @dataclass(frozen=True)
 class ImportLine:
-    """One top-level import statement: its first and last line, its top module, and whether it is `import x`."""
+    """One top-level import statement: its first and last line, its top module, and whether it is
+    `import x`."""
 
     start: int
     end: int

@@ -135,8 +135,8 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
     return "".join(lines)
 
 
-#: lines a formatter may rewrite per long line before its result counts as reformatting untouched code (a range
-#: inside one huge statement, a table of thousands of lines, makes it reformat the whole statement)
+#: lines a formatter may rewrite per long line before its result counts as reformatting untouched code (a
+#: range inside one huge statement, a table of thousands of lines, makes it reformat the whole statement)
 _REWRITTEN_PER_LINE = 12
 
 
@@ -252,8 +252,8 @@ def _pairs(tokens: list[_Token]) -> dict[int, int] | None:
 
 def wrap(line: str, limit: int, depth: int = 0) -> list[str] | None:
     """The lines black (and ruff's formatter) split `line` into, for the statements fixes write: split at the
-    last bracket pair with a body, else put an assignment's value in parentheses; a body that is still too long
-    is split at its commas (one element per line, trailing comma), else before `if`/`else`, else before
+    last bracket pair with a body, else put an assignment's value in parentheses; a body that is still too
+    long is split at its commas (one element per line, trailing comma), else before `if`/`else`, else before
     `or`/`and`, else it is wrapped itself. None when `line` is not one complete statement."""
     indent = line[: len(line) - len(line.lstrip())]
     content = line[len(indent) :]
@@ -347,7 +347,8 @@ _HEADERS = ("if", "elif", "while", "return", "assert")
 
 
 def _ternary_at_top(tokens: list[_Token]) -> bool:
-    """Whether a conditional expression (`x if c else y`) stands outside every bracket, past a leading `if`."""
+    """Whether a conditional expression (`x if c else y`) stands outside every bracket, past a leading
+    `if`."""
     depth = 0
     for index, tok in enumerate(tokens):
         if tok.kind == tokenize.OP and tok.text in _OPEN:

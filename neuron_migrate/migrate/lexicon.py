@@ -39,9 +39,9 @@ _GAP = rf"(?:\s|\\\r?\n|{_COMMENT})*"
 _TOKENS = re.compile(rf"#[^\r\n]*|({_PIECE}(?:{_GAP}{_PIECE})*)|([^\W\d]\w*)", re.S)
 _PIECES = re.compile(_PIECE, re.S)
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
-#: an import statement: `import` or `from` where a statement can start (a line's start, after `;` or a compound
-#: statement's `:`, across backslash continuations), to the end of its line or its closing parenthesis
-#: (comments inside the parentheses are skipped, a `)` in them included)
+#: an import statement: `import` or `from` where a statement can start (a line's start, after `;` or a
+#: compound statement's `:`, across backslash continuations), to the end of its line or its closing
+#: parenthesis (comments inside the parentheses are skipped, a `)` in them included)
 _IMPORT_STATEMENT = re.compile(
     r"(?:^|[:;])[ \t\f]*(?:\\\r?\n[ \t\f]*)*(?:import|from)\b((?:[^\r\n#;\\(]|\\\r?\n)*)"
     rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?",

@@ -201,7 +201,8 @@ CUDA_ONLY_CODE = re.compile(
 
 def check_region(ctx) -> tuple[cst.CSTNode, ...]:
     """The code a device check at the visited node guards: (test, body) of the `if` / `while` / conditional
-    whose test holds it, (iterable, body) of the `for` loop over what it counts; elsewhere the statement it is part of (`ok = is_available() and capability() > 8`)."""
+    whose test holds it, (iterable, body) of the `for` loop over what it counts; elsewhere the statement it is
+    part of (`ok = is_available() and capability() > 8`)."""
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
             if child is parent.test:

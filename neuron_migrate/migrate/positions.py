@@ -134,7 +134,8 @@ class StatementPositions:
 
 
 def _find(statement: cst.CSTNode, blocks) -> tuple[ast.AST, tuple[str, ...]] | None:
-    """Pair `statement` with its `ast` node in whichever of `blocks` (cst body, ast body, indents) holds it."""
+    """Pair `statement` with its `ast` node in whichever of `blocks` (cst body, ast body, indents) holds
+    it."""
     for body, ast_body, indents in blocks:
         cursor = 0
         for item in body:

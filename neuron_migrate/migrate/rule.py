@@ -5,8 +5,9 @@ What it does / Why it matters on Trainium / Example / Use instead / Fix safety, 
 examples. Tests and `docs/rules.md` are generated from those examples, so docs, tests and behaviour cannot
 drift apart.
 
-A rule instance lives for one file. The analyzer calls its `visit_<NodeType>(node)` and `leave_<NodeType>(node)`
-methods (libcst node class names) during one shared traversal, and `finish()` at the end of the file.
+A rule instance lives for one file. The analyzer calls its `visit_<NodeType>(node)` and
+`leave_<NodeType>(node)` methods (libcst node class names) during one shared traversal, and `finish()` at the
+end of the file.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ CATEGORY_OF_PREFIX = {
 
 @dataclass(frozen=True)
 class Invalid:
-    """Code the rule must flag `count` times; `fixed` is the whole file after the rule's fix (None: no fix)."""
+    """Code the rule must flag `count` times; `fixed` is the whole file after the rule's fix (None: no
+    fix)."""
 
     code: str
     fixed: str | None = None

@@ -60,7 +60,8 @@ class Planned:
     """One file after the cheap steps: read, hashed, looked up in the cache, decoded, pre-filtered.
 
     `findings` is set when the result is known without analysis (cache hit, unreadable file, kernel source,
-    no rule can match); otherwise `text` and `active` (the rules its bytes can trigger) say what to analyse."""
+    no rule can match); otherwise `text` and `active` (the rules its bytes can trigger) say what to
+    analyse."""
 
     source: SourceFile
     style: FixStyle
@@ -252,7 +253,8 @@ def _looks_like_python2(text: str) -> bool:
 
 
 def _internal(rules: dict, kind: str, rel: str, message: str, line: int = 1, col: int = 0) -> list[Finding]:
-    """The finding of the file-level rule of `kind` (`rule.FILE_KINDS`) for file `rel`, if that rule is selected."""
+    """The finding of the file-level rule of `kind` (`rule.FILE_KINDS`) for file `rel`, if that rule is
+    selected."""
     rule = file_rule(rules, kind)
     if rule is None:
         return []

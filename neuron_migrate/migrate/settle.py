@@ -6,8 +6,8 @@ In order, for every finding with a fix:
    CUDA calls: the fix is withdrawn;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
-   or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are the
-   fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there).
+   or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
+   the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there).
    Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).

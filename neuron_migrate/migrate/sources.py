@@ -54,7 +54,8 @@ class SourceFile:
 
 @dataclass
 class SourceText:
-    """Decoded text ready to parse; for notebooks `cells[i]` is the (cell number, line in cell) of line i+1."""
+    """Decoded text ready to parse; for notebooks `cells[i]` is the (cell number, line in cell) of line
+    i+1."""
 
     text: str
     encoding: str = "utf-8"
@@ -98,7 +99,8 @@ def _glob(rel: str, pattern: str) -> bool:
 
 
 def discover(paths: list[Path], root: Path, selection: Selection) -> list[SourceFile]:
-    """The source files under `paths` (files given explicitly are always taken), sorted, without duplicates."""
+    """The source files under `paths` (files given explicitly are always taken), sorted, without
+    duplicates."""
     found: dict[str, SourceFile] = {}
     ignored = _git_ignored(root) if selection.respect_gitignore else None
     for given in paths:

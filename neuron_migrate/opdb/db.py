@@ -1,8 +1,9 @@
 """The operator database: versioned snapshots of what torch-neuronx does with each ATen overload and dtype.
 
 A snapshot is one JSON file per torch-neuronx release in `neuron_migrate/opdb/data/` (schema
-`neuron-migrate/opdb/1`). `Snapshot.lookup` answers "what happens to `aten::X.overload` with dtype D" and never
-guesses: what no source establishes is `unknown`. See docs/opdb.md for the format and what each source is worth.
+`neuron-migrate/opdb/1`). `Snapshot.lookup` answers "what happens to `aten::X.overload` with dtype D" and
+never guesses: what no source establishes is `unknown`. See docs/opdb.md for the format and what each source
+is worth.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class OpEntry:
 
 
 def normalize_op(op: str) -> str:
-    """`aten.add.Tensor`, `aten::add.Tensor`, `aten.relu.default`, `aten::relu` -> canonical `ns::name[.overload]`."""
+    """`aten.add.Tensor`, `aten::add.Tensor`, `aten.relu.default`, `aten::relu` -> canonical
+    `ns::name[.overload]`."""
     op = op.strip()
     if "::" not in op and "." in op:
         ns, _, rest = op.partition(".")
@@ -140,7 +142,8 @@ class Snapshot:
 
     def lookup(self, op: str, dtype: Any = None) -> Support:
         """Support for an overload and optional dtype: per-dtype override, op entry, base-name entry, the
-        snapshot's rule for unlisted ops, else `unknown`. Cached per (op, dtype): a trace calls this per op."""
+        snapshot's rule for unlisted ops, else `unknown`. Cached per (op, dtype): a trace calls this per
+        op."""
         key = (op, None if dtype is None else str(dtype))
         hit = self._cache.get(key)
         if hit is None:
@@ -379,14 +382,15 @@ class OpChange:
 
 
 def diff_snapshots(a: Snapshot, b: Snapshot) -> list[OpChange]:
-    """Ops whose op-level status, or the status of a dtype both list, differs from A to B; ops added or removed."""
+    """Ops whose op-level status, or the status of a dtype both list, differs from A to B; ops added or
+    removed."""
     ea, eb = a.entries(), b.entries()
     changes = []
     for op in sorted(ea.keys() | eb.keys()):
         kind = "changed" if op in ea and op in eb else ("added" if op in eb else "removed")
-        # Per-dtype rows only where both snapshots state the dtype (or one has no entry at all): a snapshot that
-        # lists a dtype the other does not mention would otherwise be compared with the other's op-level answer,
-        # which for a probe is a summary of other dtypes, not an observation.
+        # Per-dtype rows only where both snapshots state the dtype (or one has no entry at all): a snapshot
+        # that lists a dtype the other does not mention would otherwise be compared with the other's op-level
+        # answer, which for a probe is a summary of other dtypes, not an observation.
         da, db_ = set(ea[op].dtypes if op in ea else ()), set(eb[op].dtypes if op in eb else ())
         dtypes = sorted(da & db_ if kind == "changed" else da | db_)
         moved = [

@@ -1,9 +1,9 @@
 """The model and the inputs of one step for a tiny transformers architecture (configs: `opdb.hf_tiny`).
 
-`trace --hf MODEL_TYPE` (through `opdb.tracer.targets.build_hf`) and every `fleet hf` task build here, so a fleet entry is
-the model `trace --hf` traces, with the task's head. Inputs follow the model's main input: token ids that avoid
-the special tokens (with the same ids as labels), pixel values with class labels, one second of 16 kHz audio or
-log-mel features of the length the encoder expects, with a few label tokens.
+`trace --hf MODEL_TYPE` (through `opdb.tracer.targets.build_hf`) and every `fleet hf` task build here, so a
+fleet entry is the model `trace --hf` traces, with the task's head. Inputs follow the model's main input:
+token ids that avoid the special tokens (with the same ids as labels), pixel values with class labels, one
+second of 16 kHz audio or log-mel features of the length the encoder expects, with a few label tokens.
 """
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ def input_ids(config: Any, generator: Any = None) -> Any:
 
 
 def sequence_inputs(config: Any, with_labels: bool) -> dict[str, Any]:
-    """Token ids (and the same ids as labels) for a text model; audio-token decoders (musicgen) take one row per
-    codebook and labels of shape (batch, sequence, codebooks)."""
+    """Token ids (and the same ids as labels) for a text model; audio-token decoders (musicgen) take one row
+    per codebook and labels of shape (batch, sequence, codebooks)."""
     import torch
 
     ids = input_ids(config)

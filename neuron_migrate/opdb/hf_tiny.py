@@ -1,4 +1,5 @@
-"""Tiny transformers configs derived from each config class's own defaults (the model and step inputs: `hf_inputs`).
+"""Tiny transformers configs derived from each config class's own defaults (the model and step inputs:
+`hf_inputs`).
 
 `trace --hf MODEL_TYPE` and every `fleet` task build their model here, so both always build the same one.
 
@@ -6,11 +7,11 @@ A config class's defaults describe a real checkpoint (a 7B Llama, a 671B DeepSee
 its shape and scales its sizes down *consistently*, so that the code paths of the architecture are the ones
 that run:
 
-- widths (hidden, intermediate, expert and projector sizes) scale with hidden -> 64, rounded to multiples of 8;
-  a width equal to a width elsewhere in the config tree (a vision tower's `out_hidden_size` and the text
+- widths (hidden, intermediate, expert and projector sizes) scale with hidden -> 64, rounded to multiples of
+  8; a width equal to a width elsewhere in the config tree (a vision tower's `out_hidden_size` and the text
   model's `hidden_size`) stays equal to it;
-- per-head sizes (head_dim, MLA's rope/nope/value head dims and lora ranks, rotary dims) scale with the largest
-  head size -> 16, so heads x head dim = hidden and rope dim < head dim hold as they did;
+- per-head sizes (head_dim, MLA's rope/nope/value head dims and lora ranks, rotary dims) scale with the
+  largest head size -> 16, so heads x head dim = hidden and rope dim < head dim hold as they did;
 - head counts go to 4, key/value heads keep dividing them (1 stays 1, equal stays equal);
 - layers go to 2, or to as many as it takes to keep one layer of every distinct kind (every per-layer list,
   `layer_types` and friends, and every list of layer indices is resized with the layer count);
@@ -20,8 +21,9 @@ that run:
 - composite configs (text + vision + audio) are shrunk recursively, each sub-config from its own class.
 
 Only values the class gives a default for are touched: a value the class computes from others (head_dim =
-hidden // heads when it defaults to None) is left for the class to compute, so `--hf-config hidden_size=8192,...`
-(fixed values) still gives a consistent model. `opdb/hf_overrides.json` holds the genuine exceptions on top.
+hidden // heads when it defaults to None) is left for the class to compute, so
+`--hf-config hidden_size=8192,...` (fixed values) still gives a consistent model. `opdb/hf_overrides.json`
+holds the genuine exceptions on top.
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ def _divisor_at_most(limit: int, of: int) -> int:
 
 @dataclasses.dataclass
 class _Scale:
-    """Factors of one (sub-)config, and the map of hidden sizes (default -> tiny) shared by the config tree."""
+    """Factors of one (sub-)config, and the map of hidden sizes (default -> tiny) shared by the config
+    tree."""
 
     width: float
     head: float
@@ -219,7 +222,8 @@ def _scale_value(key: str, value: Any, scale: _Scale) -> Any:
     if key == "topk_group":
         return min(value, 1)
     if _WIDTH_KEYS.match(key):
-        # a width equal to a hidden size of the tree (a projector into the text model) becomes that hidden size
+        # a width equal to a hidden size of the tree (a projector into the text model) becomes that hidden
+        # size
         return scale.widths.get(value, min(value, _eighth(value * scale.width)))
     return value
 
@@ -404,8 +408,8 @@ def _shrink_layers(
         return
     shared = base.get("num_kv_shared_layers")
     if _is_int(shared) and shared > 0 and "num_kv_shared_layers" not in fixed:
-        # the last `shared` layers reuse the key/value states of the last earlier layer of their kind: keep one
-        # layer of every kind that computes them, then the same kinds again sharing them
+        # the last `shared` layers reuse the key/value states of the last earlier layer of their kind: keep
+        # one layer of every kind that computes them, then the same kinds again sharing them
         own = [i for i in keep if i < layers - shared] or keep
         keep = own + [
             next((j for j in range(layers - shared, layers) if _kind(per_layer, j) == _kind(per_layer, i)), i)
@@ -468,7 +472,8 @@ def _shrink_per_layer_configs(original: dict, keep: list[int], base: dict[str, A
 def _shrink_token_ids(
     base: dict[str, Any], declared: dict[str, Any], kwargs: dict[str, Any], fixed: dict[str, Any]
 ) -> None:
-    """Move special token ids inside the tiny vocabulary: pad/bos/eos to 0/1/2, the others to the top slots."""
+    """Move special token ids inside the tiny vocabulary: pad/bos/eos to 0/1/2, the others to the top
+    slots."""
     text = kwargs.get("text_config") if isinstance(kwargs.get("text_config"), dict) else {}
     vocab = kwargs.get(
         "vocab_size", text.get("vocab_size", base.get("vocab_size"))

@@ -1,10 +1,10 @@
-"""`opdb probe`: run PyTorch's OpInfo samples per op and dtype on a `neuron` device, compare with CPU, and write
-a snapshot of what was observed.
+"""`opdb probe`: run PyTorch's OpInfo samples per op and dtype on a `neuron` device, compare with CPU, and
+write a snapshot of what was observed.
 
 The work happens in a CHILD process (`python -m neuron_migrate.opdb.probe`): registering a device is
 process-wide and permanent. The child uses the real device when torch_neuronx is importable and a device is
-present, else the project's stand-in (`neuron_migrate.opdb.tracer.device`, installed with a chosen snapshot). For each
-(op, dtype) sample it reads the device's tracking API around the op call and decides:
+present, else the project's stand-in (`neuron_migrate.opdb.tracer.device`, installed with a chosen snapshot).
+For each (op, dtype) sample it reads the device's tracking API around the op call and decides:
 
 - the call raised -> `unsupported` for the op the error names (`aten::...`), else for the OpInfo's base name,
   with the first line of the error as the note (ops that ran before the failure keep their observed status);
@@ -44,7 +44,8 @@ from neuron_migrate.opdb.db import (
 
 _RANK = {"native": 0, "cpu_fallback": 1, "unsupported": 2}
 _ATEN = re.compile(r"aten::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
-# Outputs that are random or uninitialised cannot be compared with CPU; only the tracking API decides for them.
+# Outputs that are random or uninitialised cannot be compared with CPU; only the tracking API decides for
+# them.
 _UNCOMPARABLE = re.compile(
     r"rand|dropout|bernoulli|normal|uniform|multinomial|empty|exponential|geometric|"
     r"cauchy|poisson|randperm"
@@ -106,7 +107,8 @@ class ProbeRun:
 
 
 def combine(observations: Iterable[Observation], run: ProbeRun, version: str | None = None) -> Snapshot:
-    """Fold observations into a snapshot: worst status per (op, dtype); op status = common status or unknown."""
+    """Fold observations into a snapshot: worst status per (op, dtype); op status = common status or
+    unknown."""
     worst: dict[tuple[str, str], Observation] = {}
     scope: dict[str, bool] = {}
     for ob in observations:
@@ -137,8 +139,9 @@ def combine(observations: Iterable[Observation], run: ProbeRun, version: str | N
         version=version or f"probe-{run.device_kind}-{run.date}",
         torch_neuronx_version=run.torch_neuronx_version,
         pre_release=run.pre_release,
-        description=f"Observed by `neuron-migrate opdb probe` on {where}: OpInfo samples per op and dtype, compared "
-        "with CPU. Ops not probed are unknown." + (f" Skipped: {len(run.skipped)}." if run.skipped else ""),
+        description=f"Observed by `neuron-migrate opdb probe` on {where}: OpInfo samples per op and dtype, "
+        "compared with CPU. Ops not probed are unknown."
+        + (f" Skipped: {len(run.skipped)}." if run.skipped else ""),
         ops=ops,
         unlisted=None,
         sources=[
@@ -356,7 +359,7 @@ def run_child(opts: ProbeOptions, out: str, progress: bool = True) -> Snapshot:
     return snap
 
 
-# --- the parent: spawn the child, read its snapshot ------------------------------------------------------------
+# --- the parent: spawn the child, read its snapshot ---------------------------------------------------------
 
 
 def run_probe(opts: ProbeOptions, *, timeout: float | None = None, python: str | None = None) -> Snapshot:

@@ -19,11 +19,15 @@ def verdict_line(verdict: Verdict) -> str:
     state = "PASSED" if verdict.passed else f"FAILED ({len(verdict.problems)} problems)"
     native = verdict.coverage.share("native", "calls") if sum(verdict.coverage.calls.values()) else None
     ops = f", native op calls {native:.1%}" if native is not None else ""
-    return f"neuron-migrate check {state}: {verdict.findings_checked} findings, {verdict.ops_checked} op uses{ops}"
+    return (
+        f"neuron-migrate check {state}: {verdict.findings_checked} findings, "
+        f"{verdict.ops_checked} op uses{ops}"
+    )
 
 
 def render_junit(verdict: Verdict) -> str:
-    """One test case per problem (failed), or one passing `gate` case; CI systems show them as test results."""
+    """One test case per problem (failed), or one passing `gate` case; CI systems show them as test
+    results."""
     suite = ET.Element(
         "testsuite",
         name="neuron-migrate check",

@@ -152,7 +152,8 @@ def finding_bucket(finding: Finding, kernel_sources: bool = False) -> str:
     fixed.
 
     A rule that builds kernels (a CUDA extension) is the kernel port itself only when the scan saw no kernel
-    source to count it at; otherwise it is the build wiring, hours of work, so one kernel is not counted twice.
+    source to count it at; otherwise it is the build wiring, hours of work, so one kernel is not counted
+    twice.
     """
     rule = load_rules().get(finding.code)
     if rule is not None and rule.builds_kernels and kernel_sources:

@@ -1,5 +1,5 @@
-"""`fleet`'s pages: a FleetResult as JSON (the full matrix), Markdown, and one self-contained, autoescaped HTML
-page.
+"""`fleet`'s pages: a FleetResult as JSON (the full matrix), Markdown, and one self-contained, autoescaped
+HTML page.
 
 Data first, rendering second: `fleet.matrix` computes everything; the templates
 (`reports/templates/fleet.{md,html}.j2`, package data) only format, through the one environment of
@@ -32,7 +32,8 @@ FORMATS = ("text", "json", "md", "html")
 
 
 def matrix_ops(result: FleetResult, limit: int) -> list[str]:
-    """The matrix columns shown in a page: the top `limit` ranked (non-native somewhere) ops of the first mode."""
+    """The matrix columns shown in a page: the top `limit` ranked (non-native somewhere) ops of the first
+    mode."""
     return [rank.op for rank in result.ranking[:limit]]
 
 
@@ -95,7 +96,8 @@ def render_json(result: FleetResult) -> str:
 
 
 def render_markdown(result: FleetResult, columns: int = 12) -> str:
-    """A Markdown page: shares and definition, verdict counts, the op ranking, architectures, a matrix excerpt."""
+    """A Markdown page: shares and definition, verdict counts, the op ranking, architectures, a matrix
+    excerpt."""
     return render_template("fleet.md.j2", **_context(result, columns))
 
 

@@ -101,7 +101,8 @@ def sarif_log(
     extra_rules: list[dict] | None = None,
     docs_url: str = DEFAULT_DOCS_URL,
 ) -> dict:
-    """A SARIF 2.1.0 log with one run; `extra_*` let other producers (trace ops) add their own rules/results."""
+    """A SARIF 2.1.0 log with one run; `extra_*` let other producers (trace ops) add their own
+    rules/results."""
     from neuron_migrate.migrate.rule import load_rules
 
     rules = load_rules()

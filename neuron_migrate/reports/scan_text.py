@@ -22,7 +22,8 @@ def render_scan_text(result: ScanResult, console: Console, show_source: bool = T
         for f in group:
             where = f"cell {f.cell}, " if f.cell is not None else ""
             console.print(
-                f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  {_FIX[f.fix_safety]}"
+                f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  "
+                f"{_FIX[f.fix_safety]}"
             )
             if show_source and f.source:
                 console.print(f"      [dim]{escape(f.source)}[/]", highlight=False)

@@ -13,8 +13,8 @@ _WHERE = {
     "torch-neuronx": "a real Neuron device (torch-neuronx tracking API)",
     "stand-in": "the stand-in neuron device (C++ PrivateUse1 backend on the CPU; its native set is the opdb "
     "snapshot's)",
-    "stand-in-python": "the pure-Python stand-in neuron device (the C++ one could not be built here; its native "
-    "set is the opdb snapshot's)",
+    "stand-in-python": "the pure-Python stand-in neuron device (the C++ one could not be built here; its "
+    "native set is the opdb snapshot's)",
     "fake": "FakeTensorMode on neuron (no data, nothing executed: ops are predicted, not observed)",
 }
 

@@ -1,5 +1,5 @@
-"""`neuron-migrate opdb ...`: in-process with typer's CliRunner, and through `python -m neuron_migrate` for the
-error handling that `cli.main()` adds."""
+"""`neuron-migrate opdb ...`: in-process with typer's CliRunner, and through `python -m neuron_migrate` for
+the error handling that `cli.main()` adds."""
 
 from __future__ import annotations
 

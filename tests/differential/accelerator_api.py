@@ -2,9 +2,9 @@
 
 torch 2.13's `torch.accelerator` functions are thin Python wrappers over `torch._C._accelerator_*`. The
 emulation replaces only that C layer (`C_FUNCTIONS`), so signatures (positional-only parameters), argument
-checks (`set_device_index("cuda")` raises `ValueError`, `synchronize("cpu")` a device-type mismatch) and return
-conventions are torch's. The public functions with an effect on the device are wrapped once more (`RECORDED`)
-to record the call with its argument as the program passed it.
+checks (`set_device_index("cuda")` raises `ValueError`, `synchronize("cpu")` a device-type mismatch) and
+return conventions are torch's. The public functions with an effect on the device are wrapped once more
+(`RECORDED`) to record the call with its argument as the program passed it.
 """
 
 from __future__ import annotations

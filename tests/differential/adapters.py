@@ -3,7 +3,8 @@
 - `rewrite(source, unsafe)`: the codemod, as `neuron-migrate fix` applies it to a file (all rules, repeated
   until nothing changes; `unsafe` adds the unsafe tier).
 - `install_standin_device()`: registers the stand-in `neuron` device (process-wide and irreversible: only in a
-  child process). The module is moving from `neuron_migrate.opdb.device` to `neuron_migrate.opdb.tracer.device`.
+  child process). The module is moving from `neuron_migrate.opdb.device` to
+  `neuron_migrate.opdb.tracer.device`.
 """
 
 from __future__ import annotations

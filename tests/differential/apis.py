@@ -1,11 +1,11 @@
 """The torch APIs a program calls, with the argument style of each call, and whether torch 2.13 accepts them.
 
-`torch_calls(source)` finds every call whose callee is a dotted name that resolves (through the file's imports:
-`import torch.distributed as dist`, `from torch import cuda`) to `torch.…`, and records how it is called: the
-number of positional arguments and the keyword names. `torch.get_device_module(...).name(...)` counts as
-`torch.cuda.name`: that is the module it returns on a CUDA machine (what it returns elsewhere is checked by
-running the rewrite there). `check_call` resolves the name in the installed torch and binds the call to
-`inspect.signature` where torch has one.
+`torch_calls(source)` finds every call whose callee is a dotted name that resolves (through the file's
+imports: `import torch.distributed as dist`, `from torch import cuda`) to `torch.…`, and records how it is
+called: the number of positional arguments and the keyword names. `torch.get_device_module(...).name(...)`
+counts as `torch.cuda.name`: that is the module it returns on a CUDA machine (what it returns elsewhere is
+checked by running the rewrite there). `check_call` resolves the name in the installed torch and binds the
+call to `inspect.signature` where torch has one.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def torch_calls(source: str) -> set[TorchCall]:
 
 
 def resolve(name: str) -> Any:
-    """The object `torch.a.b.c` names in the installed torch (AttributeError / ImportError when it has none)."""
+    """The object `torch.a.b.c` names in the installed torch (AttributeError / ImportError when it has
+    none)."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         try:

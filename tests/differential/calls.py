@@ -5,9 +5,9 @@ Two programs behave the same on CUDA when they make the same calls in the same o
 `torch.accelerator.synchronize()` are one call; the API the program spelled is kept for messages only.
 
 Device arguments are normalised the way the device sees them: `None`, `"cuda"`, `torch.device("cuda")` and
-`torch.device("cuda", None)` all mean "the current CUDA device" and become `"cuda"`; an int `i`, `"cuda:i"` and
-`torch.device("cuda", i)` become `"cuda:i"`. `"cuda:0"` stays different from `"cuda"` (they differ as soon as the
-current device is not 0).
+`torch.device("cuda", None)` all mean "the current CUDA device" and become `"cuda"`; an int `i`, `"cuda:i"`
+and `torch.device("cuda", i)` become `"cuda:i"`. `"cuda:0"` stays different from `"cuda"` (they differ as soon
+as the current device is not 0).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def device_key(value: Any, kind: str = "cuda") -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """One call that reached the (emulated) device: canonical API, normalised arguments, and what was spelled."""
+    """One call that reached the (emulated) device: canonical API, normalised arguments, and what was
+    spelled."""
 
     api: str
     args: tuple[str, ...] = ()

@@ -1,10 +1,11 @@
 """`torch.cuda` on the emulated machine: the functions programs call, with torch 2.13's signatures.
 
 Each function has exactly the parameters of the real one (a test holds them equal), so a call with a wrong
-keyword raises the same `TypeError`. Device arguments go through torch's own `torch.cuda._utils._get_device_index`,
-so `set_device("cuda")` raises the same `ValueError` as on a CUDA machine; an index that does not exist raises
-what CUDA raises. Calls with an effect on the device are recorded (see `emulation.py` for the list); queries
-(`is_available`, memory counters, properties) are not: their answers are part of the program's results.
+keyword raises the same `TypeError`. Device arguments go through torch's own
+`torch.cuda._utils._get_device_index`, so `set_device("cuda")` raises the same `ValueError` as on a CUDA
+machine; an index that does not exist raises what CUDA raises. Calls with an effect on the device are recorded
+(see `emulation.py` for the list); queries (`is_available`, memory counters, properties) are not: their
+answers are part of the program's results.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ class EmulatedCuda:
         self.default_streams: list[Any] = []
         self.current_streams: list[Any] = []
 
-    # --- devices ---------------------------------------------------------------------------------------------
+    # --- devices --------------------------------------------------------------------------------------------
 
     def check(self, index: int) -> int:
         """`index` if that device exists, else CUDA's invalid-ordinal error."""

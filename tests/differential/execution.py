@@ -169,7 +169,8 @@ def _fixed_clock():
 def _call_functions(
     namespace: dict[str, Any], filename: str, values: dict[str, Any], outcome: Outcome
 ) -> None:
-    """Call each function the fragment defines, with stand-in arguments (parameters with a default keep it)."""
+    """Call each function the fragment defines, with stand-in arguments (parameters with a default keep
+    it)."""
     for fname, function in list(namespace.items()):
         code = getattr(getattr(function, "__wrapped__", function), "__code__", None)
         if not isinstance(function, types.FunctionType) or code is None or code.co_filename != filename:
@@ -242,7 +243,10 @@ def describe(value: Any, depth: int = 0) -> str:
         params = list(value.parameters())
         where = sorted({str(p.device) for p in params})
         total = round(float(sum(p.detach().double().sum().cpu() for p in params)), 5) if params else 0
-        return f"{type(value).__name__}(on={where}, dtypes={sorted({str(p.dtype) for p in params})}, sum={total})"
+        return (
+            f"{type(value).__name__}(on={where}, dtypes={sorted({str(p.dtype) for p in params})}, "
+            f"sum={total})"
+        )
     if isinstance(value, float):
         return "nan" if math.isnan(value) else repr(round(value, 6))
     if value is None or isinstance(value, (bool, int, str, bytes, torch.device, torch.dtype)):

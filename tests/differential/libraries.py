@@ -1,14 +1,14 @@
 """The torch APIs outside `torch.cuda` / `torch.accelerator` that reach the device: recorded or emulated.
 
-- `torch.amp.autocast` (entering a region) and `torch.amp.GradScaler` (construction) run as they are, with their
-  configuration recorded: device type, dtype, enabled (after torch's own checks), scaler constants.
+- `torch.amp.autocast` (entering a region) and `torch.amp.GradScaler` (construction) run as they are, with
+  their configuration recorded: device type, dtype, enabled (after torch's own checks), scaler constants.
 - `torch.manual_seed` records the CPU generator's seeding (the CUDA generators record theirs); a seed that
   leaves the generator as it already is records nothing.
-- `torch.load(map_location=<a CUDA device>)` loads on CPU and places the result on the emulated device (an index
-  that does not exist raises torch's error); other map locations are torch's own.
-- `torch.compile` is validated (signature, `mode` and `options` together, known modes) and returns the function
-  unchanged, in every environment: compiling takes tens of seconds per call on this machine. Under the
-  emulation the call is recorded.
+- `torch.load(map_location=<a CUDA device>)` loads on CPU and places the result on the emulated device (an
+  index that does not exist raises torch's error); other map locations are torch's own.
+- `torch.compile` is validated (signature, `mode` and `options` together, known modes) and returns the
+  function unchanged, in every environment: compiling takes tens of seconds per call on this machine. Under
+  the emulation the call is recorded.
 """
 
 from __future__ import annotations

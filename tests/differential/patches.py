@@ -28,9 +28,9 @@ class Patches:
         setattr(owner, name, value)
 
     def everywhere(self, replacements: list[tuple[Any, Any]], prefixes: tuple[str, ...]) -> int:
-        """Replace each `real` by its `fake` in every loaded module under one of `prefixes` that exports it (so
-        that `from torch.cuda.memory import memory_stats` gets the fake too); returns how many were replaced.
-        One pass over the modules for all replacements: this runs once per snippet."""
+        """Replace each `real` by its `fake` in every loaded module under one of `prefixes` that exports it
+        (so that `from torch.cuda.memory import memory_stats` gets the fake too); returns how many were
+        replaced. One pass over the modules for all replacements: this runs once per snippet."""
         fakes = {id(real): fake for real, fake in replacements}
         replaced = 0
         for module_name, module in list(sys.modules.items()):

@@ -147,7 +147,8 @@ class Placement(TorchFunctionMode):
         return out
 
     def place_loaded(self, loaded: Any, index: int) -> None:
-        """What `torch.load(map_location=cuda:i)` returns lives on device `index`, modules' tensors included."""
+        """What `torch.load(map_location=cuda:i)` returns lives on device `index`, modules' tensors
+        included."""
         tensors = [t for t in tree_leaves(loaded) if isinstance(t, torch.Tensor)]
         for module in (m for m in tree_leaves(loaded) if isinstance(m, torch.nn.Module)):
             tensors += [*module.parameters(), *module.buffers()]
@@ -322,7 +323,8 @@ def _bind_cuda(
     non_blocking: bool = False,
     memory_format: Any = torch.preserve_format,
 ) -> tuple[torch.Tensor, Any, bool, Any]:
-    """The arguments of `Tensor.cuda(device=None, non_blocking=False, memory_format=torch.preserve_format)`."""
+    """The arguments of
+    `Tensor.cuda(device=None, non_blocking=False, memory_format=torch.preserve_format)`."""
     return tensor, device, non_blocking, memory_format
 
 
@@ -341,7 +343,8 @@ def _with_device(text: str, index: int) -> str:
 
 
 def _sdp_backends() -> str:
-    """The scaled-dot-product-attention kernels enabled for CUDA (what `sdpa_kernel` / `sdp_kernel` choose)."""
+    """The scaled-dot-product-attention kernels enabled for CUDA (what `sdpa_kernel` / `sdp_kernel`
+    choose)."""
     flags = {
         "flash": torch.backends.cuda.flash_sdp_enabled(),
         "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),

@@ -1,10 +1,12 @@
-"""Permissive stand-ins for the names rule examples use without defining them (`model`, `x`, `args`, `rank`...).
+"""Permissive stand-ins for the names rule examples use without defining them (`model`, `x`, `args`,
+`rank`...).
 
 Rule examples are fragments of training scripts. To execute them, their free names get small, real values of
 the kind a training script would hold at that point: CPU tensors and a CPU model (data and models start on the
 host), ranks that name the environment's last device (1 under the two-device CUDA emulation, so that a lost
-index shows; 0 on the CPU and the one-device stand-in), an `args` namespace whose `device` is the environment's
-device type. Module names (`torch`, `os`) are never stand-ins: a rewrite that forgets an import must fail.
+index shows; 0 on the CPU and the one-device stand-in), an `args` namespace whose `device` is the
+environment's device type. Module names (`torch`, `os`) are never stand-ins: a rewrite that forgets an import
+must fail.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ class TinyModel(torch.nn.Linear):
         return super().forward(input)
 
 
-#: arguments for the parameters of a fragment's functions, where the module-level stand-in of the same name would
-#: not fit (`s` is an RNG state at module level in one example and a seed parameter in another)
+#: arguments for the parameters of a fragment's functions, where the module-level stand-in of the same name
+#: would not fit (`s` is an RNG state at module level in one example and a seed parameter in another)
 ARGUMENTS: dict[str, Any] = {"s": 1234, "seed": 1234}
 
 

@@ -1,11 +1,12 @@
 """Streams and events of the emulated CUDA machine: `torch.Stream` / `torch.Event` and their `torch.cuda` kin.
 
 They keep the constructor signatures of torch 2.13 (`torch.Stream(device=None, *, priority=0)`,
-`torch.cuda.Stream(device=None, priority=0, **kwargs)`, `torch.Event(device=None, *, enable_timing=False, ...)`,
-`torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False, external=False)`), record what reaches
-the device (creation, record, wait, synchronize, switching the current stream) and raise where CUDA raises
-(`elapsed_time` on events that were not recorded or not created with `enable_timing=True`). A device that is not
-CUDA (`torch.Stream("cpu")`) gets torch's own object.
+`torch.cuda.Stream(device=None, priority=0, **kwargs)`,
+`torch.Event(device=None, *, enable_timing=False, ...)`,
+`torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False, external=False)`), record what
+reaches the device (creation, record, wait, synchronize, switching the current stream) and raise where CUDA
+raises (`elapsed_time` on events that were not recorded or not created with `enable_timing=True`). A device
+that is not CUDA (`torch.Stream("cpu")`) gets torch's own object.
 """
 
 from __future__ import annotations

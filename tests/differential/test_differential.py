@@ -1,4 +1,5 @@
-"""Do no harm, checked by running: every fixable rule example and every corpus snippet, original and rewritten.
+"""Do no harm, checked by running: every fixable rule example and every corpus snippet, original and
+rewritten.
 
 - `test_safe_fix_keeps_cuda_behaviour`: the safe-tier rewrite makes the same device calls, with the same
   arguments, and gets the same results as the original under the CUDA emulation (two devices, rank 1 of 2).
@@ -26,7 +27,8 @@ class KnownFailure(Exception):
 
 @dataclass(frozen=True)
 class Known:
-    """Why a check fails today (`reason`) and a piece of its failure message that identifies it (`signature`)."""
+    """Why a check fails today (`reason`) and a piece of its failure message that identifies it
+    (`signature`)."""
 
     reason: str
     signature: str
@@ -38,9 +40,10 @@ def _each(checks: str, reason: str, signature: str) -> dict[str, Known]:
 
 #: check id -> why it fails today. Ids: `<case>/cuda` (safe rewrite vs original under the CUDA emulation),
 #: `<case>/cpu`, `<case>/neuron` (the full rewrite runs), `emitted/<call>` (test_emitted_apis.py).
-#: "codemod NMxxx:" entries are for the codemod; "stand-in:" entries are limits of the Python stand-in device (neuron_migrate/opdb/device.py), not of the rewrite.
+#: "codemod NMxxx:" entries are for the codemod; "stand-in:" entries are limits of the Python stand-in device
+#: (neuron_migrate/opdb/device.py), not of the rewrite.
 KNOWN_FAILURES: dict[str, Known] = {
-    # --- full rewrites that fail on CPU where the original failed as well -------------------------------------
+    # --- full rewrites that fail on CPU where the original failed as well -----------------------------------
     **_each(
         "NM403-invalid-3/cpu NM403-invalid-3/neuron",
         "codemod NM403: `torch.cuda.mem_get_info()` is left for a person at the default target-torch 2.9 "
@@ -79,7 +82,7 @@ KNOWN_FAILURES: dict[str, Known] = {
         "CUDA they raise as before",
         "NVTX functions not installed",
     ),
-    # --- limits of the stand-in device, not of the rewrite ------------------------------------------------------
+    # --- limits of the stand-in device, not of the rewrite --------------------------------------------------
     **_each(
         "NM101-invalid-3/neuron NM106-invalid-4/neuron",
         "stand-in: it has one neuron device and the harness runs as rank 1 of 2 (a Trn instance has many "
@@ -104,8 +107,8 @@ KNOWN_FAILURES: dict[str, Known] = {
 #: check id -> why the harness does not judge it, decided by hand (the other skips follow from the runs)
 NOT_JUDGED: dict[str, str] = {
     **{
-        f"NM301-invalid-{i}/cpu": "the example makes new_group([0, 1]): two ranks, and the CPU run is a one-process "
-        "job"
+        f"NM301-invalid-{i}/cpu": "the example makes new_group([0, 1]): two ranks, and the CPU run is a "
+        "one-process job"
         for i in (3, 4)
     },
 }
@@ -114,12 +117,13 @@ NOT_JUDGED: dict[str, str] = {
 #: tier changes nothing" skips are not listed: they follow from the rewrite, not from the harness)
 SKIPPED: dict[str, str] = {
     **NOT_JUDGED,
-    "NM109-invalid-0/cuda": "the CUDA emulation does not cover: setup(): TypeError: type torch.cuda.FloatTensor not "
-    "available. Torch not compiled with CUDA enabled.",
-    "NM109-invalid-1/cuda": "the CUDA emulation does not cover: line 3: buf = HalfTensor(4, 8): TypeError: type "
-    "torch.cuda.HalfTensor not available. Torch not compiled with CUDA enabled.",
+    "NM109-invalid-0/cuda": "the CUDA emulation does not cover: setup(): TypeError: type "
+    "torch.cuda.FloatTensor not available. Torch not compiled with CUDA enabled.",
+    "NM109-invalid-1/cuda": "the CUDA emulation does not cover: line 3: buf = HalfTensor(4, 8): TypeError: "
+    "type torch.cuda.HalfTensor not available. Torch not compiled with CUDA enabled.",
     **{
-        f"NM201-invalid-4/{check}": "the example itself is not runnable: step(): NameError: name 'torch' is not defined"
+        f"NM201-invalid-4/{check}": "the example itself is not runnable: step(): NameError: name 'torch' "
+        "is not defined"
         for check in ("cuda", "cpu", "neuron")
     },
 }

@@ -1,5 +1,5 @@
-"""The CUDA emulation itself: torch's signatures and errors, what it records and normalises, and that it leaves
-the process as it found it (these run in the test process: the emulation is a context manager)."""
+"""The CUDA emulation itself: torch's signatures and errors, what it records and normalises, and that it
+leaves the process as it found it (these run in the test process: the emulation is a context manager)."""
 
 from __future__ import annotations
 

@@ -86,7 +86,8 @@ PAIRS = {
             "import torch, os\ntorch.save({'w': torch.ones(1)}, 'c.pt')\n"
             "s = torch.load('c.pt', map_location=f\"cuda:{os.environ['LOCAL_RANK']}\")\n"
         ),
-        "import torch, os\ntorch.save({'w': torch.ones(1)}, 'c.pt')\ns = torch.load('c.pt', map_location='cuda')\n",
+        "import torch, os\ntorch.save({'w': torch.ones(1)}, 'c.pt')\n"
+        "s = torch.load('c.pt', map_location='cuda')\n",
         "torch.load(cuda:1)",
     ),
 }
@@ -135,7 +136,8 @@ def test_a_rewrite_that_still_needs_cuda_fails_on_cpu():
         {
             "left": Job("import torch\nx = torch.ones(1).cuda()\n"),
             "fixed": Job(
-                "import torch\nx = torch.ones(1).to(torch.accelerator.current_accelerator(check_available=True)"
+                "import torch\n"
+                "x = torch.ones(1).to(torch.accelerator.current_accelerator(check_available=True)"
                 " or torch.device('cpu'))\n"
             ),
         },

@@ -1,9 +1,10 @@
 """The CI check of the issue: `fleet hf --models llama,gpt2,qwen2,mistral,t5 --inference` against what the
 individual traces say.
 
-Work is shared to stay fast on a loaded 2-core machine: one fleet run (one fork server), and the five reference
-traces through `opdb.trace.run_traces` (the function `trace --hf X --format json` calls, one child for all five),
-started at the same time; plus the real `trace --hf t5 --inference --format json` CLI for the seq2seq model.
+Work is shared to stay fast on a loaded 2-core machine: one fleet run (one fork server), and the five
+reference traces through `opdb.trace.run_traces` (the function `trace --hf X --format json` calls, one child
+for all five), started at the same time; plus the real `trace --hf t5 --inference --format json` CLI for the
+seq2seq model.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ def findings(
     unsafe: bool = False,
     layout: Layout = EXAMPLE_LAYOUT,
 ) -> list[Finding]:
-    """Findings of `codes` (all rules when None) in `source`, their fixes shaped for a run with(out) unsafe."""
+    """Findings of `codes` (all rules when None) in `source`, their fixes shaped for a run with(out)
+    unsafe."""
     return scan_text(path, SourceText(source), tuple(codes or load_rules()), FixStyle(layout, unsafe))
 
 

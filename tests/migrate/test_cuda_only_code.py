@@ -15,11 +15,13 @@ ALL = None  # every rule, as `fix` runs them
     [
         # capability queries under (or next to) the check
         (
-            "import torch\nif torch.cuda.is_available() and torch.cuda.is_bf16_supported():\n    dtype = torch.bfloat16\n",
+            "import torch\nif torch.cuda.is_available() and torch.cuda.is_bf16_supported():\n"
+            "    dtype = torch.bfloat16\n",
             "torch.cuda.is_available() and torch.cuda.is_bf16_supported()",
         ),
         (
-            "import torch\nif torch.cuda.is_available():\n    mem = torch.cuda.get_device_properties(0).total_memory\n"
+            "import torch\nif torch.cuda.is_available():\n"
+            "    mem = torch.cuda.get_device_properties(0).total_memory\n"
             "    torch.cuda.synchronize()\n",
             "    torch.cuda.synchronize()\n",
         ),
@@ -29,12 +31,14 @@ ALL = None  # every rule, as `fix` runs them
         ),
         # CUDA-only libraries and kernels named in the guarded code, and messages that say it needs CUDA
         (
-            "import torch\ndef load():\n    if not torch.cuda.is_available():\n        raise RuntimeError('needs CUDA')\n"
+            "import torch\ndef load():\n    if not torch.cuda.is_available():\n"
+            "        raise RuntimeError('needs CUDA')\n"
             "    major, minor = torch.cuda.get_device_capability()\n",
             "if not torch.cuda.is_available():",
         ),
         (
-            "import torch\nif torch.cuda.is_available():\n    from executorch.backends.cuda import CudaBackend\n",
+            "import torch\nif torch.cuda.is_available():\n"
+            "    from executorch.backends.cuda import CudaBackend\n",
             "if torch.cuda.is_available():",
         ),
         (
@@ -43,7 +47,8 @@ ALL = None  # every rule, as `fix` runs them
         ),
         # a flag that is about CUDA-only kernels
         (
-            "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n    name = torch.cuda.get_device_name()\n",
+            "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n"
+            "    name = torch.cuda.get_device_name()\n",
             "use_cuda = torch.cuda.is_available()",
         ),
     ],
@@ -59,7 +64,8 @@ def test_a_check_around_cuda_only_code_stays_cuda(source, stays):
     "source",
     [
         # a function about CUDA by its name (an override of nn.Module.cuda, a helper that asks about CUDA)
-        "import torch\nclass M(torch.nn.Module):\n    def cuda(self, *args, **kwargs):\n        return super().cuda(*args, **kwargs)\n",
+        "import torch\nclass M(torch.nn.Module):\n    def cuda(self, *args, **kwargs):\n"
+        "        return super().cuda(*args, **kwargs)\n",
         "import torch\ndef is_torch_cuda_available():\n    return torch.cuda.is_available()\n",
         # behind a test about CUDA that no rule rewrites
         "import torch\nif len(torch.cuda.default_generators) > 0:\n    i = torch.cuda.current_device()\n",
@@ -69,11 +75,14 @@ def test_a_check_around_cuda_only_code_stays_cuda(source, stays):
         # a per-device dispatch table: CUDA's entry stays CUDA's
         "import torch\nSYNC = {'cuda': torch.cuda.synchronize, 'xpu': torch.xpu.synchronize}\n",
         # one branch of a per-device chain: a generic test would take the other devices' branches
-        "import torch\nif torch.cuda.is_available():\n    torch.cuda.empty_cache()\nelif is_torch_npu_available():\n"
+        "import torch\nif torch.cuda.is_available():\n    torch.cuda.empty_cache()\n"
+        "elif is_torch_npu_available():\n"
         "    torch.npu.empty_cache()\n",
-        "import torch\ndef ctx(device):\n    if device.type == 'cuda':\n        return 1\n    elif device.type == 'mlu':\n"
+        "import torch\ndef ctx(device):\n    if device.type == 'cuda':\n        return 1\n"
+        "    elif device.type == 'mlu':\n"
         "        return 2\n",
-        "import torch\ndef bf16(device):\n    if device == 'cuda':\n        return is_torch_bf16_gpu_available()\n"
+        "import torch\ndef bf16(device):\n    if device == 'cuda':\n"
+        "        return is_torch_bf16_gpu_available()\n"
         "    if device == 'hpu':\n        return True\n",
         # `.cuda(*args)`: the device may be among the arguments
         "import torch\ndef move(m, *args):\n    return m.cuda(*args)\n",
@@ -84,8 +93,8 @@ def test_code_that_only_runs_on_cuda_is_left_alone(source):
 
 
 def test_a_precondition_is_judged_by_the_code_it_protects_not_by_its_message():
-    """`if not torch.cuda.is_available(): raise SystemExit("needs a CUDA GPU")` guards what follows; when that is
-    device-agnostic after the fix, the precondition becomes one for any accelerator."""
+    """`if not torch.cuda.is_available(): raise SystemExit("needs a CUDA GPU")` guards what follows; when that
+    is device-agnostic after the fix, the precondition becomes one for any accelerator."""
     source = (
         "import torch\ndef main():\n    if not torch.cuda.is_available():\n"
         "        raise SystemExit('bench.py needs a CUDA GPU')\n    x = torch.ones(2).cuda()\n"

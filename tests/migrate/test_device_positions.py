@@ -22,8 +22,10 @@ DECOYS = {
     "print": 'd = 0\nprint("cuda device", d)\nprint("cuda")\n',
     "log": 'import logging\nlogger = logging.getLogger()\ni = 0\nlogger.info("using cuda:%d", i)\n',
     "fstring-log": 'import logging\nrank = 0\nlogging.info(f"cuda:{rank} ready")\n',
-    "help": 'import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument("--device", help="e.g. cuda:0")\n',
-    "help-of-other-option": 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--backend", default="cuda")\n',
+    "help": "import argparse\nparser = argparse.ArgumentParser()\n"
+    'parser.add_argument("--device", help="e.g. cuda:0")\n',
+    "help-of-other-option": "import argparse\np = argparse.ArgumentParser()\n"
+    'p.add_argument("--backend", default="cuda")\n',
     "annotation": 'x: "cuda" = None\ndef f(d: "cuda" = None) -> "cuda":\n    return d\n',
     "lightning-dict": 'cfg = {"accelerator": "gpu"}\nmeta = {"accelerator": "cuda", "strategy": "ddp"}\n',
     "lightning-trainer": 'from lightning import Trainer\ntrainer = Trainer(accelerator="cuda")\n',
@@ -33,7 +35,8 @@ DECOYS = {
     "backend-map-key": 'backends = {"cuda": "nccl", "cpu": "gloo"}\n',
     "env-var": 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n',
     "version": "import torch\nprint(torch.version.cuda)\n",
-    "other-string-test": 'import sys\nif "cuda" in sys.argv:\n    pass\nif op.startswith("cuda"):\n    pass\n',
+    "other-string-test": 'import sys\nif "cuda" in sys.argv:\n    pass\nif op.startswith("cuda"):\n'
+    "    pass\n",
     "is-cuda-setter": "class Holder:\n    def __init__(self):\n        self.is_cuda = True\n",
 }
 
@@ -105,7 +108,8 @@ def test_guarded_code_is_still_reported_with_its_guard():
 
 
 def test_index_reaching_map_location_is_kept_only_with_an_accelerator(tmp_path):
-    """`torch.load` rejects `cpu:N`: an index that reaches `map_location` must not survive on a CPU-only box."""
+    """`torch.load` rejects `cpu:N`: an index that reaches `map_location` must not survive on a CPU-only
+    box."""
     torch.save({"w": torch.ones(1)}, tmp_path / "m.pt")
     source = (
         f'import torch\nrank = 0\ndevice = f"cuda:{{rank}}"\n'

@@ -78,7 +78,8 @@ def test_declared_encoding_is_kept(tmp_path):
 def test_tabs_indentation_is_kept(tmp_path):
     data = b"import torch\ndef f():\n\tx = 1\n\ttorch.cuda.synchronize()\n"
     assert fix_bytes(tmp_path, data) == (
-        b"import torch\ndef f():\n\tx = 1\n\tif torch.accelerator.is_available():\n\t\ttorch.accelerator.synchronize()\n"
+        b"import torch\ndef f():\n\tx = 1\n\tif torch.accelerator.is_available():\n"
+        b"\t\ttorch.accelerator.synchronize()\n"
     )
 
 
@@ -195,7 +196,8 @@ def test_statements_guarded_one_after_another_share_one_guard():
     )
     after = fix_text(source, findings(source, ("NM401", "NM402"))).text
     assert after == (
-        "import torch\ndef f(a):\n    if torch.accelerator.is_available():\n        torch.accelerator.empty_cache()\n"
+        "import torch\ndef f(a):\n    if torch.accelerator.is_available():\n"
+        "        torch.accelerator.empty_cache()\n"
         "        torch.accelerator.synchronize()\n    if a:\n        if torch.accelerator.is_available():\n"
         "            torch.accelerator.synchronize()\n"
         "    if torch.accelerator.is_available():\n        torch.accelerator.synchronize()  # why\n"

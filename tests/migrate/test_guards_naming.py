@@ -15,7 +15,8 @@ SYNC = ("NM401",)
     [
         "import torch\nif torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
         "import torch\nif not torch.cuda.is_available():\n    pass\nelse:\n    torch.cuda.synchronize()\n",
-        "import torch\ndef f():\n    if not torch.cuda.is_available():\n        return\n    torch.cuda.synchronize()\n",
+        "import torch\ndef f():\n    if not torch.cuda.is_available():\n        return\n"
+        "    torch.cuda.synchronize()\n",
         "import torch\ndef f():\n    if torch.cuda.device_count() == 0:\n        raise SystemExit('no gpu')\n"
         "    torch.cuda.synchronize()\n",
         "import torch\ndef f():\n    assert torch.accelerator.is_available()\n    torch.cuda.synchronize()\n",
@@ -49,9 +50,11 @@ def test_guard_where_an_accelerator_is_only_possible(source):
     [
         "import torch\nif hasattr(torch, 'accelerator'):\n    torch.accelerator.synchronize()\nelse:\n"
         "    torch.cuda.synchronize()\n",
-        "import torch\ntry:\n    torch.accelerator.synchronize()\nexcept AttributeError:\n    torch.cuda.synchronize()\n",
+        "import torch\ntry:\n    torch.accelerator.synchronize()\nexcept AttributeError:\n"
+        "    torch.cuda.synchronize()\n",
         "import torch\ns = torch.Stream() if _is_torch_greater_or_equal_than_2_7 else torch.cuda.Stream()\n",
-        "import torch\nif version.parse(torch.__version__) < version.parse('2.6'):\n    torch.cuda.synchronize()\n",
+        "import torch\nif version.parse(torch.__version__) < version.parse('2.6'):\n"
+        "    torch.cuda.synchronize()\n",
     ],
 )
 def test_old_torch_fallbacks_keep_their_cuda_calls(source):
@@ -81,7 +84,8 @@ def test_the_device_is_named_once_per_function_and_reused():
 
 def test_an_existing_device_name_is_reused_not_rebound():
     source = (
-        "import torch\ndef main():\n    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "import torch\ndef main():\n"
+        "    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
         "    x = torch.ones(2).cuda()\n    y = torch.zeros(2, device='cuda')\n"
     )
     after = fixed(source, ("NM101", "NM103", "NM105"))
@@ -123,7 +127,8 @@ def test_an_f_string_gets_a_name_never_nested_quotes():
 def test_a_class_body_use_binds_above_the_class():
     source = (
         "import torch\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n"
-        "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n        return x\n"
+        "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n"
+        "        return x\n"
     )
     after = fixed(source, ("NM203",))
     assert (

@@ -20,13 +20,31 @@ LONG_LINES = [
     '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")',
     'device_type = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type',
     "    peak = torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0",
-    "        scaler = torch.amp.GradScaler(device_type, enabled=args.amp and torch.accelerator.is_available())",
-    "        with torch.amp.autocast(device_type, dtype=torch.float16, enabled=args.amp and torch.accelerator.is_available()):",
-    '    x = torch.nn.Linear(2, 2).to(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu"))',
-    '    dist.init_process_group(backend=dist.get_default_backend_for_device(torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")))',
-    "    loader = DataLoader(dataset, batch_size=args.batch_size, pin_memory=True, sampler=sampler, shuffle=False)  # c",
+    (
+        "        scaler = torch.amp.GradScaler(device_type, enabled=args.amp and "
+        "torch.accelerator.is_available())"
+    ),
+    (
+        "        with torch.amp.autocast(device_type, dtype=torch.float16, enabled=args.amp and "
+        "torch.accelerator.is_available()):"
+    ),
+    (
+        "    x = torch.nn.Linear(2, 2).to(torch.accelerator.current_accelerator(check_available=True) or "
+        'torch.device("cpu"))'
+    ),
+    (
+        "    dist.init_process_group(backend=dist.get_default_backend_for_device("
+        'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")))'
+    ),
+    (
+        "    loader = DataLoader(dataset, batch_size=args.batch_size, pin_memory=True, sampler=sampler, "
+        "shuffle=False)  # c"
+    ),
     '        if torch.device(device_map).type != "cpu" and torch.device(device_map).index is None:',
-    "    return torch.empty(*tuple(obj.size()), dtype=obj.dtype) if torch.accelerator.is_available() else torch.zeros(3)",
+    (
+        "    return torch.empty(*tuple(obj.size()), dtype=obj.dtype) if torch.accelerator.is_available() "
+        "else torch.zeros(3)"
+    ),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Per-statement positions equal libcst's whole-module `PositionProvider` for every node, or fall back to it."""
+"""Per-statement positions equal libcst's whole-module `PositionProvider` for every node, or fall back to
+it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ SOURCES = {
     "plain": "import torch\n\nx = torch.cuda.is_available()\n",
     "decorated": "# head\n\n\n@decorator(\n    1)\n\n@other\ndef f():\n    return torch.cuda.synchronize()\n",
     "semicolons": "a = 1; b = torch.cuda\nc = 3  # note\n",
-    "nested": "class A:\n    def f(self):\n        if x:\n            y = z.cuda()\n\n\n\n# trailing comment\n",
+    "nested": "class A:\n    def f(self):\n        if x:\n            y = z.cuda()\n\n\n\n"
+    "# trailing comment\n",
     "docstring_and_blank_lines": '"""Doc."""\n\n\n\nimport torch\nif True:\n    pass\nelse:\n    q = 1\n',
     "no_final_newline": "x = 1\ny = torch.device('cuda')",
     "crlf": "x = 1\r\n\r\ny = f(\r\n  2)\r\n",

@@ -52,7 +52,8 @@ def test_rule_is_documented_and_has_examples(code):
     ("code", "index", "example"), INVALID, ids=[f"{c}-invalid-{i}" for c, i, _ in INVALID]
 )
 def test_prefilter_never_skips_a_flagged_example(code, index, example):
-    """A rule's byte triggers let through every example it flags (too narrow a trigger would hide findings)."""
+    """A rule's byte triggers let through every example it flags (too narrow a trigger would hide
+    findings)."""
     from neuron_migrate.migrate.scanner import _triggered
 
     assert _triggered(RULES[code], example.code.encode()), f"{code}'s triggers {RULES[code].triggers} skip it"

@@ -105,7 +105,8 @@ def test_pin_memory_is_information_and_torch_functions_are_not_flagged():
 
 
 def test_compile_mode_stays_and_dynamic_goes_with_unsafe_fixes():
-    """neuron ignores a tuning mode with a warning (information only); it rejects `dynamic=True` (unsafe fix)."""
+    """neuron ignores a tuning mode with a warning (information only); it rejects `dynamic=True` (unsafe
+    fix)."""
     source = "import torch\nm = torch.compile(model, mode='max-autotune', dynamic=True)\n"
     assert {f.code for f in findings(source, ("NM501", "NM502"))} == {"NM501", "NM502"}
     assert fixed(source, ("NM501", "NM502")) == source

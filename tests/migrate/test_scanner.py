@@ -90,7 +90,8 @@ def test_cache_key_includes_the_selection(tmp_path):
 def test_suppressions_on_the_line_and_for_the_file(tmp_path):
     (tmp_path / "line.py").write_text(
         "import torch\ntorch.cuda.synchronize()  # neuron-migrate: ignore[NM401]\n"
-        "torch.cuda.synchronize()  # neuron-migrate: ignore[NM1]\ntorch.cuda.synchronize()  # neuron-migrate: ignore\n"
+        "torch.cuda.synchronize()  # neuron-migrate: ignore[NM1]\n"
+        "torch.cuda.synchronize()  # neuron-migrate: ignore\n"
     )
     (tmp_path / "file.py").write_text("# neuron-migrate: ignore-file\n" + SYNC)
     result = run(tmp_path)

@@ -21,7 +21,7 @@ def pre():
     return prerelease_tsv.import_tsv(EXCERPT)
 
 
-# --- pre-release TSV --------------------------------------------------------------------------------------------
+# --- pre-release TSV ----------------------------------------------------------------------------------------
 
 
 def test_only_effective_rows_count(pre):
@@ -118,7 +118,7 @@ def test_shipped_snapshot_regenerates_from_the_tsv_and_matches_readme_counts(tmp
     assert sum(e.klass == "Needs a process group" for e in snap.entries().values()) == 17
 
 
-# --- compatibility table ----------------------------------------------------------------------------------------
+# --- compatibility table ------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +212,7 @@ def test_public_api_mapping(api, aten):
     assert compat_table.aten_name_for_api(api) == aten
 
 
-# --- registrations ---------------------------------------------------------------------------------------------
+# --- registrations ------------------------------------------------------------------------------------------
 
 
 def _fixture_registrations():

@@ -1,4 +1,5 @@
-"""Writing output (atomic for files, write-through for devices, never replace /dev/null) and CLI usage errors."""
+"""Writing output (atomic for files, write-through for devices, never replace /dev/null) and CLI usage
+errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One shared workspace for the semantics tests: the scripts run as written, rewritten, and their references."""
+"""One shared workspace for the semantics tests: the scripts run as written, rewritten, and their
+references."""
 
 from __future__ import annotations
 

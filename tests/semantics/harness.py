@@ -54,7 +54,7 @@ else:
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(code)  # skip teardown, as the trace child does: torch can abort there after the stand-in ran autograd
-"""
+"""  # noqa: E501 - script source, kept as written
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# --- CUDA constructs left in a source file -------------------------------------------------------------------
+# --- CUDA constructs left in a source file ------------------------------------------------------------------
 
 _CUDA_STRING = re.compile(r"^cuda(:\d*)?$")
 
@@ -218,7 +218,8 @@ def cuda_constructs(source: str) -> list[tuple[int, str]]:
 
 
 def statement_span(source: str, line: int) -> range:
-    """The lines of the smallest statement (or compound-statement header with its decorators) around `line`."""
+    """The lines of the smallest statement (or compound-statement header with its decorators) around
+    `line`."""
     best = range(line, line + 1)
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.stmt):

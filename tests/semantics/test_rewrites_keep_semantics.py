@@ -1,8 +1,8 @@
 """`neuron-migrate fix --write` keeps what four CUDA-style training scripts compute.
 
 For each script in scripts/: the original runs on this CPU-only machine and crashes or takes its explicit CPU
-path; `fix --write` rewrites it; the rewritten script runs with no extra flags and prints exactly the losses of
-the hand-written CPU reference in references/ (same seed, same op order: bitwise-equal floats on CPU).
+path; `fix --write` rewrites it; the rewritten script runs with no extra flags and prints exactly the losses
+of the hand-written CPU reference in references/ (same seed, same op order: bitwise-equal floats on CPU).
 The workspace fixture (conftest.py) runs all interpreters once, several at a time.
 """
 

@@ -1,9 +1,9 @@
 """The rewritten scripts run on the stand-in `neuron` device (neuron_migrate/opdb/tracer/device.py) unchanged.
 
-Each runs in a child interpreter that first calls `neuron_migrate.opdb.tracer.device.install()` and then runs the
-script with runpy, so the script's own `torch.accelerator` code picks `neuron`. Its losses must match the CPU
-reference closely (the stand-in computes on CPU, but composite ops decompose the PrivateUse1 way) and it must
-report its tensors on `neuron`.
+Each runs in a child interpreter that first calls `neuron_migrate.opdb.tracer.device.install()` and then runs
+the script with runpy, so the script's own `torch.accelerator` code picks `neuron`. Its losses must match the
+CPU reference closely (the stand-in computes on CPU, but composite ops decompose the PrivateUse1 way) and it
+must report its tensors on `neuron`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ pytestmark = [
     pytest.mark.usefixtures("standin_extension"),  # build the C++ stand-in before the scripts start
 ]
 
-#: Where the stand-in itself falls short (none since the C++ stand-in: synchronize, events, allocator statistics
-#: and pinned memory work; the pure-Python fallback's gaps are covered in tests/opdb/tracer/test_device.py)
+#: Where the stand-in itself falls short (none since the C++ stand-in: synchronize, events, allocator
+#: statistics and pinned memory work; the pure-Python fallback's gaps are covered in
+#: tests/opdb/tracer/test_device.py)
 STANDIN_GAPS: dict[str, Gap] = {}
 #: float16 autocast on the device vs on CPU: same casts for linear/matmul, different policy lists elsewhere
 REL_TOL = {"amp_trainer": 1e-4}

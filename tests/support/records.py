@@ -11,7 +11,8 @@ _MODEL_LINES = (Path(__file__).resolve().parents[2] / MODEL).read_text().splitli
 
 
 def line_of(text: str) -> int:
-    """The line of the example's model.py that contains `text` (so edits to the example do not shift sites)."""
+    """The line of the example's model.py that contains `text` (so edits to the example do not shift
+    sites)."""
     return next(number for number, line in enumerate(_MODEL_LINES, 1) if text in line)
 
 

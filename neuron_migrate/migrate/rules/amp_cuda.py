@@ -167,7 +167,10 @@ class CudaAmpGradScaler(QualifiedNameRule):
 
     code = "NM202"
     name = "cuda-amp-gradscaler"
-    message = "`torch.cuda.amp.GradScaler` is CUDA-only and deprecated: use `torch.amp.GradScaler(device_type, ...)`"
+    message = (
+        "`torch.cuda.amp.GradScaler` is CUDA-only and deprecated: use "
+        "`torch.amp.GradScaler(device_type, ...)`"
+    )
     severity = "error"
     fix_safety = "safe"
     triggers = (b"GradScaler",)
@@ -201,7 +204,8 @@ class CudaAmpGradScaler(QualifiedNameRule):
         Invalid(
             "from torch.cuda import amp\nscaler = amp.GradScaler(enabled=not args.fp32)\n",
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\nscaler = torch.amp.GradScaler(device_type, enabled=(not args.fp32) and'
+            ' torch.device("cpu")).type\n'
+            "scaler = torch.amp.GradScaler(device_type, enabled=(not args.fp32) and"
             " torch.accelerator.is_available())\n",
         ),
     )
@@ -268,19 +272,22 @@ class CudaAmpCustomFwd(QualifiedNameRule):
         Invalid(
             "import torch\nclass F(torch.autograd.Function):\n    @staticmethod\n"
             "    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\n    def forward(ctx, x):\n"
-            "        return x\n\n    @staticmethod\n    @torch.cuda.amp.custom_bwd\n    def backward(ctx, g):\n"
+            "        return x\n\n    @staticmethod\n    @torch.cuda.amp.custom_bwd\n"
+            "    def backward(ctx, g):\n"
             "        return g\n",
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")).type\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n'
             "    @torch.amp.custom_fwd(device_type=device_type, cast_inputs=torch.float32)\n"
             "    def forward(ctx, x):\n        return x\n\n    @staticmethod\n"
-            "    @torch.amp.custom_bwd(device_type=device_type)\n    def backward(ctx, g):\n        return g\n",
+            "    @torch.amp.custom_bwd(device_type=device_type)\n    def backward(ctx, g):\n"
+            "        return g\n",
             count=2,
         ),
         Invalid(
             "from torch.cuda.amp import custom_fwd\nforward = custom_fwd(raw_forward)\n",
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\nforward = torch.amp.custom_fwd(raw_forward, device_type=device_type)\n',
+            ' torch.device("cpu")).type\n'
+            "forward = torch.amp.custom_fwd(raw_forward, device_type=device_type)\n",
         ),
         Invalid(
             "import torch\nfwd = torch.cuda.amp.custom_fwd\n",

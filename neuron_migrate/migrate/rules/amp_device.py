@@ -111,7 +111,8 @@ class AutocastCudaDevice(Rule):
         ),
         Invalid(
             "import torch\nwith torch.autocast('cuda', **kw):\n    pass\n",
-            "import torch\nwith torch.autocast((torch.accelerator.current_accelerator(check_available=True) or"
+            "import torch\n"
+            "with torch.autocast((torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")).type, **kw):\n    pass\n',
         ),
     )
@@ -201,14 +202,17 @@ class GradScalerDefaultDevice(Rule):
             "scaler = torch.amp.GradScaler(device_type, enabled=torch.accelerator.is_available())\n",
         ),
         Invalid(
-            "from torch.amp import GradScaler\nscaler = GradScaler('cuda', init_scale=1024, enabled=cfg.fp16)\n",
+            "from torch.amp import GradScaler\n"
+            "scaler = GradScaler('cuda', init_scale=1024, enabled=cfg.fp16)\n",
             "import torch\nfrom torch.amp import GradScaler\n"
             "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\nscaler = GradScaler(device_type, init_scale=1024, enabled=cfg.fp16 and'
+            ' torch.device("cpu")).type\n'
+            "scaler = GradScaler(device_type, init_scale=1024, enabled=cfg.fp16 and"
             " torch.accelerator.is_available())\n",
         ),
         Invalid(
-            "import torch\nif torch.accelerator.is_available():\n    scaler = torch.GradScaler(device='cuda')\n",
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    scaler = torch.GradScaler(device='cuda')\n",
             "import torch\nif torch.accelerator.is_available():\n"
             "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
             ' or torch.device("cpu")).type\n    scaler = torch.GradScaler(device=device_type)\n',

@@ -91,11 +91,11 @@ class CudnnFlags(_BackendFlagRule):
 
 
 _CUDA_MESSAGES = {
-    "torch.backends.cuda.matmul.allow_tf32": "`torch.backends.cuda.matmul.allow_tf32` sets cuBLAS TF32 on CUDA "
-    "and does nothing on Trainium: no change needed "
+    "torch.backends.cuda.matmul.allow_tf32": "`torch.backends.cuda.matmul.allow_tf32` sets cuBLAS TF32 on "
+    "CUDA and does nothing on Trainium: no change needed "
     "(`torch.set_float32_matmul_precision` is the device-generic switch)",
-    "torch.backends.cuda.sdp_kernel": "`torch.backends.cuda.sdp_kernel` picks CUDA's attention kernels and is "
-    "deprecated: it has no effect on Trainium; `torch.nn.attention.sdpa_kernel` "
+    "torch.backends.cuda.sdp_kernel": "`torch.backends.cuda.sdp_kernel` picks CUDA's attention kernels and "
+    "is deprecated: it has no effect on Trainium; `torch.nn.attention.sdpa_kernel` "
     "is its successor",
 }
 _SDP_TOGGLE = (

@@ -22,7 +22,8 @@ _INDUCTOR_KEYS = (
 
 
 def compile_call(rule: Rule, call: cst.Call, torch_specific: bool) -> bool:
-    """Whether `call` is `torch.compile(...)`, or `x.compile(...)` with an argument only torch.compile takes."""
+    """Whether `call` is `torch.compile(...)`, or `x.compile(...)` with an argument only torch.compile
+    takes."""
     if rule.ctx.call_name(call) == "torch.compile":
         return True
     func = call.func

@@ -64,7 +64,8 @@ class CudaDeviceApi(QualifiedNameRule):
     INVALID = (
         Invalid(
             "import torch\nif torch.cuda.is_available():\n    torch.cuda.set_device(rank)\n",
-            "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.set_device_index(rank)\n",
+            "import torch\nif torch.accelerator.is_available():\n"
+            "    torch.accelerator.set_device_index(rank)\n",
             count=2,
         ),
         Invalid(
@@ -83,22 +84,26 @@ class CudaDeviceApi(QualifiedNameRule):
         Invalid(
             "import torch\nwith torch.cuda.device(1):\n    pass\n",
             "import torch\n"
-            "with torch.accelerator.device_index(1 if torch.accelerator.is_available() else None):\n    pass\n",
+            "with torch.accelerator.device_index(1 if torch.accelerator.is_available() else None):\n"
+            "    pass\n",
         ),
         Invalid(
             "def f():\n    from torch import cuda\n    return cuda.current_device()\n",
             "import torch\ndef f():\n    return torch.accelerator.current_device_index()\n",
         ),
         Invalid(  # a check around CUDA-only code stays CUDA's: on Trainium that code would run and fail
-            "import torch\nif torch.cuda.is_available() and torch.cuda.is_bf16_supported():\n    dtype = torch.bfloat16\n"
+            "import torch\nif torch.cuda.is_available() and torch.cuda.is_bf16_supported():\n"
+            "    dtype = torch.bfloat16\n"
             "if torch.cuda.is_available():\n    total = torch.cuda.get_device_properties(0).total_memory\n",
             count=2,
         ),
         Invalid(  # a loop over the CUDA devices whose body keeps CUDA-only code
-            "import torch\nfor i in range(torch.cuda.device_count()):\n    print(torch.cuda.get_device_name(i))\n",
+            "import torch\nfor i in range(torch.cuda.device_count()):\n"
+            "    print(torch.cuda.get_device_name(i))\n",
         ),
         Invalid(  # the flag a check is assigned to guards CUDA-only code
-            "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n    name = torch.cuda.get_device_name()\n",
+            "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n"
+            "    name = torch.cuda.get_device_name()\n",
         ),
     )
 
@@ -143,7 +148,8 @@ class CudaDeviceApi(QualifiedNameRule):
         )
 
     def _device_index_fix(self, node: cst.CSTNode, call: cst.Call) -> FixSpec | None:
-        """`torch.cuda.device(i)` takes an index or a device; `torch.accelerator.device_index` an index only."""
+        """`torch.cuda.device(i)` takes an index or a device; `torch.accelerator.device_index` an index
+        only."""
         arg = call.args[0] if len(call.args) == 1 and not call.args[0].star else None
         if arg is None:
             return None

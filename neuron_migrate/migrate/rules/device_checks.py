@@ -210,7 +210,8 @@ class CudaDeviceCheck(Rule):
             count=3,
         ),
         Invalid(
-            'import torch\ndef f(x, node, gpu):\n    a = "cuda" in str(x.device)\n    b = node.type != "cuda"\n'
+            'import torch\ndef f(x, node, gpu):\n    a = "cuda" in str(x.device)\n'
+            '    b = node.type != "cuda"\n'
             '    return ("cuda:0" if gpu else "cpu"), a, b\n',
             'import torch\ndef f(x, node, gpu):\n    a = x.device.type != "cpu"\n    b = node.type == "cpu"\n'
             "    device_type = (torch.accelerator.current_accelerator(check_available=True)"

@@ -85,7 +85,8 @@ class CudaDeviceString(Rule):
             'torch.amp.autocast(device_type="cuda")\n'
         ),
         'import torch\nok = x.device.type == "cuda"\nd = "cuda" if torch.cuda.is_available() else "cpu"\n',
-        'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\nkind = "cuda"\nif backend == "nccl":\n    pass\n',
+        'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\nkind = "cuda"\nif backend == "nccl":\n'
+        "    pass\n",
     )
     INVALID = (
         Invalid(
@@ -98,7 +99,8 @@ class CudaDeviceString(Rule):
             'device = f"cuda:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
             'x = torch.ones(1, 2, device="cuda")\nif torch.cuda.is_available():\n    y = x.to("cuda:0")\n',
             "import os\nimport torch\n\nlocal_rank = int(os.environ.get('LOCAL_RANK', 0))\n"
-            'accelerator = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "accelerator = torch.accelerator.current_accelerator(check_available=True) or "
+            'torch.device("cpu")\n'
             'device = f"{accelerator.type}:{local_rank}"\nmodel = torch.nn.Linear(2, 2).to(device)\n'
             "x = torch.ones(1, 2, device=accelerator)\nif torch.cuda.is_available():\n"
             "    y = x.to(torch.device(accelerator.type, 0))\n",
@@ -116,7 +118,8 @@ class CudaDeviceString(Rule):
             'gpu = cfg.get("device", "cuda")\nz = th.zeros(2, device=gpu)\n',
             "import argparse\nimport torch\nimport torch as th\np = argparse.ArgumentParser()\n"
             "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\np.add_argument("--device", default=device_type, help="e.g. cuda:0")\n'
+            ' torch.device("cpu")).type\n'
+            'p.add_argument("--device", default=device_type, help="e.g. cuda:0")\n'
             'cfg = {"device": device_type + ":1"}\ngpu = cfg.get("device", device_type)\n'
             "z = th.zeros(2, device=gpu)\n",
             count=3,

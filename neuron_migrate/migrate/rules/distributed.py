@@ -1,4 +1,5 @@
-"""NM301–NM304: `torch.distributed` set up for CUDA only (NCCL, device ids, `torch.cuda.nccl`, backend maps)."""
+"""NM301–NM304: `torch.distributed` set up for CUDA only (NCCL, device ids, `torch.cuda.nccl`, backend
+maps)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ class NcclBackend(Rule):
     VALID = (
         "import torch.distributed as dist\ndist.init_process_group(backend='gloo')\n",
         "import torch.distributed as dist\ndist.init_process_group()\n",
-        "import torch.distributed as dist\nlog.info('using nccl')\ndist.init_process_group(backend=backend)\n",
+        "import torch.distributed as dist\nlog.info('using nccl')\n"
+        "dist.init_process_group(backend=backend)\n",
         "import mylib\nmylib.init_process_group('nccl')\n",
     )
     INVALID = (
@@ -110,7 +112,8 @@ class NcclBackend(Rule):
             'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
             "p.add_argument('--dist-backend', default=dist.get_default_backend_for_device(device))\n"
             "args = p.parse_args()\ndist.init_process_group(backend=args.dist_backend)\n"
-            "backend = dist.get_default_backend_for_device(device)\ndist.new_group([0, 1], backend=backend)\n",
+            "backend = dist.get_default_backend_for_device(device)\n"
+            "dist.new_group([0, 1], backend=backend)\n",
             count=2,
         ),
     )
@@ -197,7 +200,8 @@ class NcclBackend(Rule):
         return found
 
     def _collapsible(self, value: cst.IfExp) -> bool:
-        """`'nccl' if torch.cuda.is_available() else 'gloo'`: the default backend already gives gloo on CPU."""
+        """`'nccl' if torch.cuda.is_available() else 'gloo'`: the default backend already gives gloo on
+        CPU."""
         branches = {(string_value(value.body) or "").lower(), (string_value(value.orelse) or "").lower()}
         available = implies(self.ctx, value.test)
         nccl_when_available = (string_value(value.body) or "").lower() == "nccl"

@@ -73,7 +73,8 @@ class DotCuda(Rule):
             'import torch\ndevice = f"cuda:{rank}"\nif torch.cuda.is_available():\n    x = x.cuda().half()\n'
             "y = y.cuda(device)\nz = z.cuda(args.which)\n",
             'import torch\ndevice = f"cuda:{rank}"\n'
-            'accelerator = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "accelerator = torch.accelerator.current_accelerator(check_available=True) or "
+            'torch.device("cpu")\n'
             "if torch.cuda.is_available():\n    x = x.to(accelerator).half()\ny = y.to(device)\n"
             "z = z.to(torch.device(accelerator.type, args.which))\n",
             count=3,

@@ -2,8 +2,9 @@
 
 A variable name counts only where it is used as one: the key of `os.environ[...]`, `os.environ.get/pop/
 setdefault/update`, `os.getenv/putenv/unsetenv`, `monkeypatch.setenv`, `"X" in os.environ`, a dict passed
-as `env=` or spread with `**os.environ`, and copies of `os.environ` (`env = os.environ.copy(); env["X"] = ..`).
-The same name in a comment, docstring or log message is not a finding.
+as `env=` or spread with `**os.environ`, and copies of `os.environ`
+(`env = os.environ.copy(); env["X"] = ..`). The same name in a comment, docstring or log message is not a
+finding.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ _NVIDIA_SMI = re.compile(r"(?<![\w-])nvidia-smi(?![\w-])")
 
 
 class _ScopedAssignments(Rule):
-    """Remembers the last value assigned to each plain name, per function scope, to follow `env`/`cmd` names."""
+    """Remembers the last value assigned to each plain name, per function scope, to follow `env`/`cmd`
+    names."""
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -195,7 +197,7 @@ class CudaEnvVar(_EnvVarRule):
 
     Fix safety
     No automatic fix: the Neuron variables take different values, and some CUDA variables have no equivalent.
-    """
+    """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM601"
     cuda_only = False  # setting it is harmless where CUDA is missing
@@ -211,7 +213,8 @@ class CudaEnvVar(_EnvVarRule):
         "PYTORCH_NO_CUDA_MEMORY_CACHING": _NO_EQUIVALENT,
         "CUDA_HOME": _TOOLKIT,
         "CUDA_PATH": _TOOLKIT,
-        "TORCH_CUDA_ARCH_LIST": "it picks GPU architectures for CUDA extension builds: make the build CUDA-only",
+        "TORCH_CUDA_ARCH_LIST": "it picks GPU architectures for CUDA extension builds: make the build "
+        "CUDA-only",
         "CUDA_DEVICE_ORDER": "select NeuronCores with `NEURON_RT_VISIBLE_CORES`",
         "CUDA_DEVICE_MAX_CONNECTIONS": _NO_EQUIVALENT,
         "CUDA_MODULE_LOADING": _NO_EQUIVALENT,
@@ -279,7 +282,7 @@ class NcclEnvVar(_EnvVarRule):
 
     Fix safety
     No automatic fix: Neuron's runtime and collectives variables are not one-for-one replacements.
-    """
+    """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM602"
     cuda_only = False  # setting it is harmless where CUDA is missing
@@ -331,11 +334,14 @@ class NvidiaSmi(_ScopedAssignments):
 
     Fix safety
     No automatic fix: the Neuron tools print different output, so the code parsing it must change too.
-    """
+    """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM603"
     name = "nvidia-smi"
-    message = "`nvidia-smi` does not exist on Trainium: use `neuron-ls` (devices) or `neuron-top` / `neuron-monitor`"
+    message = (
+        "`nvidia-smi` does not exist on Trainium: use `neuron-ls` (devices) or `neuron-top` / "
+        "`neuron-monitor`"
+    )
     severity = "warning"
     triggers = (b"nvidia-smi",)
     VALID = (

@@ -12,7 +12,10 @@ from neuron_migrate.migrate.rule import Invalid, Rule
 
 _CPP_EXTENSION = "torch.utils.cpp_extension"
 _CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
-_NKI = "port its kernels to PyTorch ops or an NKI kernel (`@nki.jit`, registered with `torch_neuronx`'s `nki_op`)"
+_NKI = (
+    "port its kernels to PyTorch ops or an NKI kernel (`@nki.jit`, registered with `torch_neuronx`'s "
+    "`nki_op`)"
+)
 _TRITON_DECORATORS = {
     "triton.jit",
     "triton.autotune",
@@ -61,7 +64,8 @@ class CudaExtension(QualifiedNameRule):
     VALID = (
         "from torch.utils.cpp_extension import CppExtension\next = CppExtension('op', ['op.cpp'])\n",
         "from torch.utils import cpp_extension\nop = cpp_extension.load('op', sources=['op.cpp'])\n",
-        "from torch.utils.cpp_extension import load_inline\nop = load_inline('op', cpp_src, cuda_sources=None)\n",
+        "from torch.utils.cpp_extension import load_inline\n"
+        "op = load_inline('op', cpp_src, cuda_sources=None)\n",
         "import json\ncfg = json.load(open('CUDAExtension.json'))\n",
     )
     INVALID = (
@@ -81,7 +85,8 @@ class CudaExtension(QualifiedNameRule):
         ),
         Invalid(
             "import torch\ndef build():\n"
-            "    return torch.utils.cpp_extension.load_inline(name='op', cpp_sources=cpp, cuda_sources=[cu])\n",
+            "    return torch.utils.cpp_extension.load_inline(name='op', cpp_sources=cpp, "
+            "cuda_sources=[cu])\n",
         ),
         Invalid(
             "from torch.utils.cpp_extension import CUDAExtension, CppExtension\n"
@@ -156,7 +161,10 @@ class TritonKernel(Rule):
 
     code = "NM704"
     name = "triton-kernel"
-    message = "Triton kernel: rewrite it as PyTorch ops or an NKI kernel (`@nki.jit` with `torch_neuronx`'s `nki_op`)"
+    message = (
+        "Triton kernel: rewrite it as PyTorch ops or an NKI kernel (`@nki.jit` with "
+        "`torch_neuronx`'s `nki_op`)"
+    )
     severity = "error"
     effort = "custom-kernel"
     triggers = (b"triton",)

@@ -36,8 +36,10 @@ LIBRARIES: dict[str, str] = {
     "cuda": "`torch.accelerator` and PyTorch ops (cuda-python has no Neuron equivalent)",
     "pynvml": "`neuron-monitor` / `neuron-ls` for device metrics, `torch.accelerator.memory` for memory use",
     "nvtx": "`torch.profiler.record_function`",
-    "transformer_engine": "`torch.autocast` with `dtype=torch.bfloat16` and `torch.nn` layers (no FP8 recipe)",
-    "deepspeed.ops": "`torch.optim` optimizers, and FSDP2 (`torch.distributed.fsdp.fully_shard`) for sharding",
+    "transformer_engine": "`torch.autocast` with `dtype=torch.bfloat16` and "
+    "`torch.nn` layers (no FP8 recipe)",
+    "deepspeed.ops": "`torch.optim` optimizers, and FSDP2 "
+    "(`torch.distributed.fsdp.fully_shard`) for sharding",
     "nvidia.dali": "`torch.utils.data.DataLoader` with a CPU preprocessing pipeline",
     "cudf": "pandas or another CPU dataframe library",
     "tensorrt": _COMPILE,

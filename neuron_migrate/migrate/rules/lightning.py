@@ -1,4 +1,5 @@
-"""NM111: Lightning's own accelerator vocabulary tied to CUDA (`accelerator="cuda"`/`"gpu"`, `CUDAAccelerator`)."""
+"""NM111: Lightning's own accelerator vocabulary tied to CUDA (`accelerator="cuda"`/`"gpu"`,
+`CUDAAccelerator`)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class LightningCudaAccelerator(QualifiedNameRule):
     Fix safety
     No automatic fix: renaming Lightning's accelerator breaks Lightning, and there is no neuron accelerator to
     rename it to. The finding is for a person to plan the Trainium path.
-    """
+    """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM111"
     name = "lightning-cuda-accelerator"
@@ -73,8 +74,8 @@ class LightningCudaAccelerator(QualifiedNameRule):
         Invalid("from lightning.fabric import Fabric\nfabric = Fabric(accelerator='cuda', devices=2)\n"),
         Invalid("from pytorch_lightning.accelerators import CUDAAccelerator\nacc = CUDAAccelerator()\n"),
         Invalid(
-            "import lightning as L\nimport torch\nfabric = L.Fabric(accelerator='cuda' if torch.cuda.is_available() "
-            "else 'cpu')\n"
+            "import lightning as L\nimport torch\nfabric = L.Fabric(accelerator='cuda' if "
+            "torch.cuda.is_available() else 'cpu')\n"
         ),
     )
 

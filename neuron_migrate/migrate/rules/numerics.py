@@ -114,7 +114,8 @@ class Float64(_DtypeRule):
     DTYPE_STRINGS = frozenset({"float64", "double", "torch.float64", "torch.double"})
     VALID = (
         "import torch\nx = torch.zeros(3, dtype=torch.float32).float()\n",
-        "import numpy as np\nimport torch\na = np.zeros(3, dtype=np.float32)\nx = torch.from_numpy(a).to(device)\n"
+        "import numpy as np\nimport torch\na = np.zeros(3, dtype=np.float32)\n"
+        "x = torch.from_numpy(a).to(device)\n"
         "y = torch.from_numpy(np.ones(3)).float().to(device)\nz = torch.tensor(np.ones(3))\n",
         "import torch\nif x.dtype in (torch.float32, torch.float64):\n    pass\n",
         "import torch\neps = torch.finfo(torch.float64).eps\nnames = {torch.float64: 'f64'}\n",
@@ -128,7 +129,8 @@ class Float64(_DtypeRule):
             count=2,
         ),
         Invalid(
-            "import numpy as np\nimport torch\nnoise = np.random.randn(4, 8)\nx = torch.from_numpy(noise).to(device)\n"
+            "import numpy as np\nimport torch\nnoise = np.random.randn(4, 8)\n"
+            "x = torch.from_numpy(noise).to(device)\n"
             "w = torch.tensor(np.linspace(0, 1, 8), device=device)\n",
             count=2,
         ),
@@ -142,7 +144,8 @@ class Float64(_DtypeRule):
             "from torch import float64 as f64\ndef zeros(n, dtype=f64):\n    return n\n",
         ),
         Invalid(
-            "from transformers import AutoModel\nm = AutoModel.from_pretrained(path, torch_dtype='float64')\n",
+            "from transformers import AutoModel\nm = AutoModel.from_pretrained(path, "
+            "torch_dtype='float64')\n",
         ),
     )
 
@@ -209,8 +212,8 @@ def _is_dtype(ctx, node: cst.BaseExpression) -> bool:
 
 
 def _numpy_float64(ctx, node: cst.BaseExpression | None, depth: int = 0) -> bool:
-    """Whether `node` is (a name assigned) a NumPy array that is float64: made by a float64-by-default function
-    without `dtype=`, or `np.array` of float literals."""
+    """Whether `node` is (a name assigned) a NumPy array that is float64: made by a float64-by-default
+    function without `dtype=`, or `np.array` of float literals."""
     if node is None or depth > 2:
         return False
     if isinstance(node, cst.Name):

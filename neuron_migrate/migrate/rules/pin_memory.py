@@ -48,7 +48,8 @@ class PinMemory(Rule):
     )
     INVALID = (
         Invalid(
-            "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=8, pin_memory=True)\n"
+            "from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=8, "
+            "pin_memory=True)\n"
         ),
         Invalid("import torch\nx_dev = x.pin_memory().to(device, non_blocking=True)\n"),
     )

@@ -10,12 +10,14 @@ from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 _NVTX_MESSAGES = {
     "range": "NVTX ranges are CUDA-only: use `torch.profiler.record_function(name)`",
-    "range_push": "NVTX ranges are CUDA-only: wrap the region in `with torch.profiler.record_function(name):` "
-    "and drop the matching `range_pop()`",
-    "range_pop": "NVTX ranges are CUDA-only: drop `range_pop()` with its `range_push()` and wrap the region in "
-    "`with torch.profiler.record_function(name):`",
-    "range_start": "NVTX ranges are CUDA-only: use `with torch.profiler.record_function(name):` around the region",
-    "range_end": "NVTX ranges are CUDA-only: use `with torch.profiler.record_function(name):` around the region",
+    "range_push": "NVTX ranges are CUDA-only: wrap the region in "
+    "`with torch.profiler.record_function(name):` and drop the matching `range_pop()`",
+    "range_pop": "NVTX ranges are CUDA-only: drop `range_pop()` with its `range_push()` and wrap the "
+    "region in `with torch.profiler.record_function(name):`",
+    "range_start": "NVTX ranges are CUDA-only: use `with torch.profiler.record_function(name):` around the "
+    "region",
+    "range_end": "NVTX ranges are CUDA-only: use `with torch.profiler.record_function(name):` around the "
+    "region",
     "mark": "NVTX marks are CUDA-only and have no Trainium equivalent: remove it, or time a region with "
     "`torch.profiler.record_function(name)`",
 }
@@ -46,7 +48,7 @@ class CudaNvtx(QualifiedNameRule):
     `torch.autograd.profiler.emit_nvtx()` (it shows in `torch.profiler` traces instead). `range_push`/`range_pop` pairs span
     statements, so turning them into a `with` block is left to a person (no fix), as are `mark`,
     `range_start`/`range_end`, and `range` with format arguments.
-    """
+    """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM408"
     name = "cuda-nvtx"

@@ -153,7 +153,8 @@ def _statement_calls(stmt: cst.CSTNode) -> list[cst.Call]:
 
 
 def _is_seeding(stmt: cst.CSTNode) -> bool:
-    """A line that only seeds generators or sets determinism flags (`random.seed(s)`, `os.environ[...] = …`)."""
+    """A line that only seeds generators or sets determinism flags (`random.seed(s)`,
+    `os.environ[...] = …`)."""
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
     for small in stmt.body:

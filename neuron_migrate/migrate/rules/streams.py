@@ -21,7 +21,8 @@ _TARGETS = {
 _MESSAGES = {
     "Stream": "`torch.cuda.Stream` is CUDA-only: use `torch.Stream`, which takes the current accelerator",
     "Event": "`torch.cuda.Event` is CUDA-only: use `torch.Event`, which takes the current accelerator",
-    "stream": "`torch.cuda.stream(s)` selects a CUDA stream only: use the stream as the context manager (`with s:`)",
+    "stream": "`torch.cuda.stream(s)` selects a CUDA stream only: use the stream as the context manager "
+    "(`with s:`)",
     "current_stream": "`torch.cuda.current_stream` is CUDA-only: use the current device module's "
     "(`torch.get_device_module().current_stream()`, also on CPU)",
     "set_stream": "`torch.cuda.set_stream` is CUDA-only: use `torch.accelerator.set_stream`",
@@ -135,7 +136,8 @@ class CudaStreamEvent(QualifiedNameRule):
             "import functools, torch\nenter = functools.partial(torch.cuda.stream, s)\n",
         ),
         Invalid(
-            "import torch\nok = isinstance(s, torch.cuda.Stream)\ncur = torch.cuda.current_stream(device=0)\n",
+            "import torch\nok = isinstance(s, torch.cuda.Stream)\n"
+            "cur = torch.cuda.current_stream(device=0)\n",
             "import torch\nok = isinstance(s, torch.Stream)\n"
             "cur = torch.get_device_module().current_stream(device=0)\n",
             count=2,
@@ -204,7 +206,8 @@ class CudaStreamEvent(QualifiedNameRule):
         )
 
     def _keyword_args(self, call: cst.Call, names: tuple[str, ...], keep_first: bool) -> str | None:
-        """The arguments with positionals turned into keywords (the first kept positional when `keep_first`)."""
+        """The arguments with positionals turned into keywords (the first kept positional when
+        `keep_first`)."""
         parts = []
         for index, arg in enumerate(call.args):
             value = self.ctx.code(arg.value)
@@ -241,7 +244,8 @@ class CudaStreamEvent(QualifiedNameRule):
             self.events.append((pending, pending.fix, call))
 
     def finish(self) -> None:
-        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream; guard event timing."""
+        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream; guard event
+        timing."""
         for pending, fix, argument in self.stream_contexts:
             values = (
                 [argument]

@@ -32,7 +32,7 @@ class CudaSynchronize(QualifiedNameRule):
     takes it positionally only); without an accelerator the guard skips it, since
     `torch.accelerator.synchronize()` raises there. Where an accelerator is certain (inside an availability
     check, after an early exit without one) no guard is added.
-    """
+    """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM401"
     name = "cuda-synchronize"
@@ -73,7 +73,8 @@ class CudaSynchronize(QualifiedNameRule):
         ),
         Invalid(
             "import torch\nif not torch.accelerator.is_available():\n    print('cpu')\nelse:\n"
-            "    torch.cuda.synchronize()\ndef timed(x):\n    assert torch.cuda.is_available()\n    y = x * 2\n"
+            "    torch.cuda.synchronize()\ndef timed(x):\n    assert torch.cuda.is_available()\n"
+            "    y = x * 2\n"
             "    torch.cuda.synchronize()\nuse_accel = torch.cuda.is_available()\nif use_accel:\n"
             "    torch.cuda.synchronize()\n",
             "import torch\nif not torch.accelerator.is_available():\n    print('cpu')\nelse:\n"

@@ -91,9 +91,11 @@ class CudaTensorType(QualifiedNameRule):
     )
     INVALID = (
         Invalid(
-            "import torch\n\ndef setup():\n    torch.set_default_tensor_type(torch.cuda.FloatTensor)  # fast\n",
             "import torch\n\ndef setup():\n"
-            '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "    torch.set_default_tensor_type(torch.cuda.FloatTensor)  # fast\n",
+            "import torch\n\ndef setup():\n"
+            "    device = torch.accelerator.current_accelerator(check_available=True) or "
+            'torch.device("cpu")\n'
             "    torch.set_default_dtype(torch.float32)\n    torch.set_default_device(device)  # fast\n",
         ),
         Invalid(
@@ -102,7 +104,8 @@ class CudaTensorType(QualifiedNameRule):
             "k = x.type('torch.cuda.FloatTensor')\n",
             "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")\nbuf = torch.empty(4, 8, dtype=torch.float16, device=device)\n'
-            "ids = torch.tensor([[1, 2]], dtype=torch.int64, device=device)\nh = x.to(device, torch.float16)\n"
+            "ids = torch.tensor([[1, 2]], dtype=torch.int64, device=device)\n"
+            "h = x.to(device, torch.float16)\n"
             "k = x.to(device, torch.float32)\n",
             count=4,
         ),

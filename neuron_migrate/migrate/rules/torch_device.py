@@ -59,7 +59,8 @@ class TorchDeviceCuda(Rule):
     VALID = (
         'import torch\nd = torch.device("cpu")\n',
         "import torch\nd = torch.device(args.device)\n",
-        'import torch\nd = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n',
+        "import torch\nd = torch.accelerator.current_accelerator(check_available=True) or "
+        'torch.device("cpu")\n',
         'import torch\nd = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',  # NM105's
         '"""torch.device("cuda") in a docstring."""\n# torch.device("cuda") in a comment\n',
     )
@@ -80,13 +81,15 @@ class TorchDeviceCuda(Rule):
             'import torch\nif torch.cuda.is_available():\n    kind = torch.device("cuda").type\n'
             '    d = torch.device(f"cuda:{rank}")\n    e = torch.device(type="cuda", index=0)\n',
             "import torch\nif torch.cuda.is_available():\n"
-            '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+            "    device = torch.accelerator.current_accelerator(check_available=True) or "
+            'torch.device("cpu")\n'
             '    kind = device.type\n    d = torch.device(f"{device.type}:{rank}")\n'
             "    e = torch.device(device.type, 0)\n",
             count=3,
         ),
         Invalid(
-            'import torch\ndev = torch.device("cuda", rank)\nstate = torch.load("ckpt.pt", map_location=dev)\n'
+            'import torch\ndev = torch.device("cuda", rank)\n'
+            'state = torch.load("ckpt.pt", map_location=dev)\n'
             'with torch.device("cuda"):\n    m = torch.nn.Linear(2, 2)\n',
             "import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")\n'
@@ -96,7 +99,8 @@ class TorchDeviceCuda(Rule):
             count=2,
         ),
         Invalid(  # the fallback for a torch without `torch.accelerator` keeps its CUDA code
-            "import torch\nif hasattr(torch, 'accelerator'):\n    device = torch.accelerator.current_accelerator()\n"
+            "import torch\nif hasattr(torch, 'accelerator'):\n"
+            "    device = torch.accelerator.current_accelerator()\n"
             "else:\n    device = torch.device('cuda')\n",
         ),
     )

@@ -135,7 +135,8 @@ def _find_columns(header: list[str], body: list[tuple[int, list[str]]]) -> tuple
 
 
 def parse_table(path: str | Path) -> list[TableRow]:
-    """All data rows of every table that has a Y / CPU_FALLBACK / N column; one error line if there is none."""
+    """All data rows of every table that has a Y / CPU_FALLBACK / N column; one error line if there is
+    none."""
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
@@ -167,7 +168,8 @@ def parse_table(path: str | Path) -> list[TableRow]:
 
 
 def aten_name_for_api(api: str) -> str | None:
-    """The documented public-API -> ATen base name mapping, or None for namespaces with no ATen counterpart."""
+    """The documented public-API -> ATen base name mapping, or None for namespaces with no ATen
+    counterpart."""
     api = api.removesuffix("()").strip()
     for prefix, aten_prefix in API_PREFIXES:
         if api.startswith(prefix):

@@ -42,15 +42,16 @@ DESCRIPTION = (
     "PRE-RELEASE state: op registrations read from a torch-neuronx development source tree (HEAD 98154b86, "
     "2026-04-21, package 0.1.0, BUILD_TYPE DEV), about six months before the Neuron 2.33 public beta. "
     "'native' means a PrivateUse1 kernel was registered and effective at that commit, not that it was run; "
-    "verify on a real install (`neuron-migrate opdb import registrations`, `opdb probe`) before relying on it."
+    "verify on a real install (`neuron-migrate opdb import registrations`, `opdb probe`) before relying on "
+    "it."
 )
 UNLISTED = Support(
     "cpu_fallback",
     None,
     "boxed-fallback",
     "not registered for neuron: the boxed PrivateUse1 fallback neuron_cpu_fallback copies the inputs to CPU, "
-    "runs the CPU kernel and copies back; an overload with a core composite kernel runs that kernel first and "
-    "its callees decide (a trace only sees post-decomposition ops)",
+    "runs the CPU kernel and copies back; an overload with a core composite kernel runs that kernel first "
+    "and its callees decide (a trace only sees post-decomposition ops)",
     BLOB + "torch_neuronx/csrc/core/NeuronBindings.cpp",
     DATE,
 )
@@ -142,7 +143,8 @@ def _dtype_facts(row: Row) -> dict[str, DtypeEntry]:
 
 
 def _merge_dtypes(native_rows: list[Row]) -> dict[str, DtypeEntry]:
-    # A dtype is unsupported only if every native route of the op says so; a downcast note from any route holds.
+    # A dtype is unsupported only if every native route of the op says so; a downcast note from any route
+    # holds.
     per_row = [_dtype_facts(r) for r in native_rows]
     merged: dict[str, DtypeEntry] = {}
     for facts in per_row:

@@ -2,11 +2,11 @@
 
 `import torch_neuronx` registers its kernels for the PrivateUse1 dispatch key;
 `torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")` then lists them (the same call as the
-project's own `tools/list-implemented-ops`). A registered kernel is not proof the op runs on the device: it may
-reject the inputs or fail to compile and fall back at run time, and CompositeImplicitAutograd ops decompose
-before reaching it. So every registered op is `native` with a note saying it is an upper bound; every other op
-goes to the boxed CPU fallback. The import runs in a child process: registering the device is process-wide and
-permanent, and a broken install must not take the CLI down.
+project's own `tools/list-implemented-ops`). A registered kernel is not proof the op runs on the device: it
+may reject the inputs or fail to compile and fall back at run time, and CompositeImplicitAutograd ops
+decompose before reaching it. So every registered op is `native` with a note saying it is an upper bound;
+every other op goes to the boxed CPU fallback. The import runs in a child process: registering the device is
+process-wide and permanent, and a broken install must not take the CLI down.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ print(json.dumps({"registrations": sorted(regs), "torch": torch.__version__,
 
 
 def parse_registrations(names: list[str]) -> list[str]:
-    """Dispatcher registration strings -> sorted unique overload names. Registrations look like `aten::add.Tensor`
-    or `aten::relu` (default overload); blanks and the boxed fallback's empty name are dropped."""
+    """Dispatcher registration strings -> sorted unique overload names. Registrations look like
+    `aten::add.Tensor` or `aten::relu` (default overload); blanks and the boxed fallback's empty name are
+    dropped."""
     ops = {normalize_op(n) for n in names if n and n.strip() and "::" in n}
     return sorted(ops)
 
@@ -79,7 +80,8 @@ def build_snapshot(
 
 
 def read_installed(python: str | None = None, timeout: float = 300.0) -> dict:
-    """Run the child that imports torch_neuronx; returns its JSON. One OpdbError line if that is impossible."""
+    """Run the child that imports torch_neuronx; returns its JSON. One OpdbError line if that is
+    impossible."""
     try:
         proc = subprocess.run(
             [python or sys.executable, "-c", _CHILD],

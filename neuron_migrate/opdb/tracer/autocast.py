@@ -13,8 +13,8 @@ import torch
 
 DEVICE_NAME = "neuron"
 
-# The upstream CUDA policy lists (ATen autocast_mode.cpp), kept as data: ops cast to the autocast dtype, and ops
-# forced to float32. Ops not listed run in whatever dtype their inputs have (the fallthrough below).
+# The upstream CUDA policy lists (ATen autocast_mode.cpp), kept as data: ops cast to the autocast dtype, and
+# ops forced to float32. Ops not listed run in whatever dtype their inputs have (the fallthrough below).
 LOWER_PRECISION_OPS = (
     "_convolution",
     "conv1d",
@@ -123,7 +123,8 @@ def _autocast_kernel(packet: Any, overload: str, to_fp32: bool) -> Any:
 
 
 def register_autocast(lib: torch.library.Library, fallback_lib: torch.library.Library) -> None:
-    """Register the fallthrough on `fallback_lib` (namespace `_`) and the casting kernels on `lib` (`aten`)."""
+    """Register the fallthrough on `fallback_lib` (namespace `_`) and the casting kernels on `lib`
+    (`aten`)."""
     fallback_lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     for names, to_fp32 in ((LOWER_PRECISION_OPS, False), (FP32_OPS, True)):
         for qualified in names:

@@ -2,8 +2,9 @@
 neuron_migrate.opdb.tracer.child REQUEST.json`), because registering a device is permanent for a process and
 user code may crash or hang.
 
-The request is a `TraceRequest` (options.py); the child writes one TraceResult JSON object per target (a failed
-target carries `error` and `error_kind`) to the request's `result` path. Nothing here runs in the CLI process.
+The request is a `TraceRequest` (options.py); the child writes one TraceResult JSON object per target (a
+failed target carries `error` and `error_kind`) to the request's `result` path. Nothing here runs in the CLI
+process.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class StepError(TargetError):
 
 
 class Backend:
-    """Where ops run and how to ask which ran natively: the real torch-neuronx, a stand-in, or nothing (fake)."""
+    """Where ops run and how to ask which ran natively: the real torch-neuronx, a stand-in, or nothing
+    (fake)."""
 
     def __init__(self, kind: str, module: Any) -> None:
         self.kind = kind  # "torch-neuronx" | "stand-in" | "stand-in-python" | "fake"
@@ -82,7 +84,8 @@ class Backend:
 
 
 def select_backend(device: str, fake: bool, snapshot: Any) -> Backend:
-    """Real torch-neuronx when asked for `neuron` and a device is visible, else the stand-in; fake on request."""
+    """Real torch-neuronx when asked for `neuron` and a device is visible, else the stand-in; fake on
+    request."""
     import importlib.util
 
     import torch
@@ -103,7 +106,7 @@ def select_backend(device: str, fake: bool, snapshot: Any) -> Backend:
     return Backend("fake", None) if fake else Backend(kind, stand_in)
 
 
-# --- running one target ---------------------------------------------------------------------------------------
+# --- running one target -------------------------------------------------------------------------------------
 
 
 def _default_loss(out: Any) -> Any:
@@ -188,8 +191,8 @@ def _user_error(spec: Any, err: BaseException, options: TraceOptions) -> StepErr
 
 
 def _inside_python_stand_in(err: BaseException) -> bool:
-    """Whether the exception was raised inside the pure-Python stand-in's own code (a message naming its wrapper
-    class, NeuronTensor, is the other sign)."""
+    """Whether the exception was raised inside the pure-Python stand-in's own code (a message naming its
+    wrapper class, NeuronTensor, is the other sign)."""
     frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(err.__traceback__)]
     return bool(frames) and frames[-1].endswith(os.path.join("tracer", "python_device.py"))
 
@@ -332,7 +335,8 @@ def run_request(request: TraceRequest) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of the child: limit memory, trace, write the result file. Exit 0 when the file is written."""
+    """Entry point of the child: limit memory, trace, write the result file. Exit 0 when the file is
+    written."""
     request = TraceRequest.from_json(Path(argv[1]).read_text(encoding="utf-8"))
     if request.options.max_memory_mb:
         size = int(request.options.max_memory_mb) * 1024 * 1024

@@ -3,11 +3,12 @@
 The build goes through `torch.utils.cpp_extension.load` into a cache directory keyed by a hash of the sources,
 torch's version and the Python version, so two checkouts (or two torch installs) never share a stale build and
 a rebuilt source is never mistaken for the old one. The directory is `$NEURON_MIGRATE_STANDIN_CACHE`, else
-`$XDG_CACHE_HOME/neuron-migrate/standin` (default `~/.cache/...`). `cpp_extension` locks the directory while it
-builds, so concurrent first uses (test workers) wait for one build instead of racing.
+`$XDG_CACHE_HOME/neuron-migrate/standin` (default `~/.cache/...`). `cpp_extension` locks the directory while
+it builds, so concurrent first uses (test workers) wait for one build instead of racing.
 
 `available()` says whether a build can be tried (a C++ compiler and ninja on PATH); `load()` returns the
-module or raises `ExtensionUnavailable` with the reason, and the device falls back to the pure-Python stand-in.
+module or raises `ExtensionUnavailable` with the reason, and the device falls back to the pure-Python
+stand-in.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def _index(device: Any = None) -> int:
     return current_device() if device.index is None else device.index
 
 
-# --- device ----------------------------------------------------------------------------------------------------
+# --- device -------------------------------------------------------------------------------------------------
 
 
 def is_available() -> bool:
@@ -127,7 +127,7 @@ def is_bf16_supported() -> bool:
     return True
 
 
-# --- random numbers --------------------------------------------------------------------------------------------
+# --- random numbers -----------------------------------------------------------------------------------------
 
 
 def default_generator(device: Any = None) -> torch.Generator:
@@ -183,7 +183,7 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
         set_rng_state(state, index)
 
 
-# --- streams and events ----------------------------------------------------------------------------------------
+# --- streams and events -------------------------------------------------------------------------------------
 
 
 def current_stream(device: Any = None) -> torch.Stream:
@@ -216,7 +216,7 @@ def stream(value: torch.Stream | None) -> Iterator[None]:
         set_stream(previous)
 
 
-# --- memory ----------------------------------------------------------------------------------------------------
+# --- memory -------------------------------------------------------------------------------------------------
 
 
 def memory_allocated(device: Any = None) -> int:

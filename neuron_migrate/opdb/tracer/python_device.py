@@ -2,21 +2,23 @@
 stand-in (`native_device`) cannot be built, e.g. on a machine without a C++ compiler. Results name it
 `stand-in-python`.
 
-Tensors on it are `NeuronTensor` wrappers that claim device `neuron:0` and hold a CPU tensor; every ATen op that
-reaches them runs on CPU. Which ops count as running "on the device" comes from an opdb snapshot: per op and
-dtype, `native` ops are recorded as executed, `cpu_fallback` and `unknown` ops as fallbacks (what TorchNeuron's
-boxed CPU fallback does with an op it has no kernel for) and `unsupported` ops raise `RuntimeError` naming the op
-and dtype. The tracking calls are the ones torch-neuronx offers: `get_fallback_ops`, `get_executed_ops`,
-`clear_op_tracking`.
+Tensors on it are `NeuronTensor` wrappers that claim device `neuron:0` and hold a CPU tensor; every ATen op
+that reaches them runs on CPU. Which ops count as running "on the device" comes from an opdb snapshot: per op
+and dtype, `native` ops are recorded as executed, `cpu_fallback` and `unknown` ops as fallbacks (what
+TorchNeuron's boxed CPU fallback does with an op it has no kernel for) and `unsupported` ops raise
+`RuntimeError` naming the op and dtype. The tracking calls are the ones torch-neuronx offers:
+`get_fallback_ops`, `get_executed_ops`, `clear_op_tracking`.
 
-Because the wrappers claim a PrivateUse1 device, composite ops decompose the way they do on a PrivateUse1 backend
-(e.g. SDPA takes the math path, not CPU flash attention). Registration is process-wide and cannot be undone:
-call `install` only in a child process (the tracer and `opdb probe` do), never in a test runner or the CLI.
+Because the wrappers claim a PrivateUse1 device, composite ops decompose the way they do on a PrivateUse1
+backend (e.g. SDPA takes the math path, not CPU flash attention). Registration is process-wide and cannot be
+undone: call `install` only in a child process (the tracer and `opdb probe` do), never in a test runner or the
+CLI.
 
 What it cannot do, because a Python-only backend has no C++ device guard, allocator or hooks: synchronize,
 events' timing, allocator statistics, `empty_cache`, pinned memory, `torch.Generator("neuron")`, and the
-wrapper tensors are not plain tensors (`.tolist()` / printing of some values, `torch.save` of the wrapper class,
-Dynamo warns). It does not widen dtypes either: a CPU dtype gap of a native op is a stand-in limitation here.
+wrapper tensors are not plain tensors (`.tolist()` / printing of some values, `torch.save` of the wrapper
+class, Dynamo warns). It does not widen dtypes either: a CPU dtype gap of a native op is a stand-in limitation
+here.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ _LOCK = threading.Lock()
 
 
 class _Tracking:
-    """What the device ran, by op name, since the last `clear_op_tracking` (sets, no counts, like torch-neuronx)."""
+    """What the device ran, by op name, since the last `clear_op_tracking` (sets, no counts, like
+    torch-neuronx)."""
 
     def __init__(self) -> None:
         self.executed: set[str] = set()
@@ -74,7 +77,8 @@ def get_executed_ops() -> set[str]:
 
 
 def get_unsupported_ops() -> set[str]:
-    """Ops the snapshot marks unsupported that were reached (only non-empty with `install(keep_going=True)`)."""
+    """Ops the snapshot marks unsupported that were reached (only non-empty with
+    `install(keep_going=True)`)."""
     with _LOCK:
         return set(_STATE.unsupported)
 
@@ -104,7 +108,8 @@ def _track(name: str, dtypes: tuple[str, ...]) -> None:
         if not _STATE.keep_going:
             shown = "/".join(dtypes) or "no tensor inputs"
             raise RuntimeError(
-                f"{NEURON_PREFIX}{name} ({shown}) is not supported on the neuron device (opdb {_STATE.snapshot.version}); "
+                f"{NEURON_PREFIX}{name} ({shown}) is not supported on the neuron device "
+                f"(opdb {_STATE.snapshot.version}); "
                 "it has no neuron kernel and no CPU fallback"
             )
         bucket = _STATE.unsupported
@@ -115,7 +120,7 @@ def _track(name: str, dtypes: tuple[str, ...]) -> None:
             bucket.add(name)
 
 
-# --- the wrapper tensor --------------------------------------------------------------------------------------
+# --- the wrapper tensor -------------------------------------------------------------------------------------
 
 
 class NeuronTensor(torch.Tensor):
@@ -218,7 +223,7 @@ def _rewrap(value: Any, inputs: dict[int, Any], wrap: bool) -> Any:
     return value
 
 
-# --- per-op PrivateUse1 kernels: a boxed Python fallback breaks under dispatch modes (see notes section 3) ----
+# --- per-op PrivateUse1 kernels: a boxed Python fallback breaks under dispatch modes (see notes section 3) --
 
 
 def _factory(func: Any) -> Any:
@@ -237,8 +242,9 @@ def _factory(func: Any) -> Any:
 
 
 def _factory_ops() -> list[Any]:
-    """Every aten overload that makes tensors from no tensor input and takes `device=`: these reach a backend's
-    own kernel, never a tensor subclass, so each needs a PrivateUse1 kernel (a boxed fallback breaks under modes)."""
+    """Every aten overload that makes tensors from no tensor input and takes `device=`: these reach a
+    backend's own kernel, never a tensor subclass, so each needs a PrivateUse1 kernel (a boxed fallback breaks
+    under modes)."""
     found = []
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::") or schema.is_mutable:
@@ -255,7 +261,8 @@ def _factory_ops() -> list[Any]:
 
 
 def _copy_kernel(self: Any, src: Any, non_blocking: bool = False) -> Any:
-    # Reached with the Python key excluded (e.g. torch.tensor(..., device='neuron') copies into a new wrapper).
+    # Reached with the Python key excluded (e.g. torch.tensor(..., device='neuron') copies into a new
+    # wrapper).
     _track("aten::copy_", op_dtypes((self, src), {}))
     target = self.elem if isinstance(self, NeuronTensor) else self
     target.copy_(src.elem if isinstance(src, NeuronTensor) else src)
@@ -270,11 +277,12 @@ def _register_kernels(lib: torch.library.Library) -> None:
         lib.impl(qualified, _factory(func), "PrivateUse1")
 
 
-# --- the device module (torch.neuron) --------------------------------------------------------------------------
+# --- the device module (torch.neuron) -----------------------------------------------------------------------
 
 
 class NeuronModule:
-    """What torch expects of `torch.<backend>`; RNG state is the CPU generator's, since the data lives on CPU."""
+    """What torch expects of `torch.<backend>`; RNG state is the CPU generator's, since the data lives on
+    CPU."""
 
     @staticmethod
     def is_available() -> bool:
@@ -339,8 +347,8 @@ _LIBS: list[torch.library.Library] = []
 
 
 def allow_foreach(tensor_type: type) -> None:
-    """Let torch.optim pick its foreach (multi-tensor) kernels for parameters of this tensor type, as it does for
-    parameters on a real PrivateUse1 device (they are plain tensors there)."""
+    """Let torch.optim pick its foreach (multi-tensor) kernels for parameters of this tensor type, as it does
+    for parameters on a real PrivateUse1 device (they are plain tensors there)."""
     from torch.optim import optimizer
 
     if tensor_type not in optimizer._foreach_supported_types:
@@ -348,7 +356,8 @@ def allow_foreach(tensor_type: type) -> None:
 
 
 def install(snapshot: Any = None, *, keep_going: bool = False) -> None:
-    """Register the stand-in `neuron` device in THIS process (irreversible; a second call only swaps snapshot).
+    """Register the stand-in `neuron` device in THIS process (irreversible; a second call only swaps
+    snapshot).
 
     `snapshot` (default: the newest shipped opdb snapshot) decides which ops count as native. With
     `keep_going`, unsupported ops are recorded (`get_unsupported_ops`) and computed instead of raising, so a

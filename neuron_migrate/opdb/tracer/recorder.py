@@ -3,8 +3,8 @@
 `OpRecorder` is a `TorchDispatchMode`: it sees ops after composite (CompositeImplicitAutograd) decomposition.
 To record what a `neuron` backend is asked to run, ops for which the opdb snapshot claims no neuron kernel but
 which have a composite kernel are run through that kernel with the recorder re-entered, so their callees are
-recorded instead (`op_route`); the stand-in device applies the same rule, so both see the same ops. Only ops that
-touch the device are recorded. Call sites are the innermost frame outside torch, neuron_migrate and the
+recorded instead (`op_route`); the stand-in device applies the same rule, so both see the same ops. Only ops
+that touch the device are recorded. Call sites are the innermost frame outside torch, neuron_migrate and the
 standard library. Backward ops run inside autograd nodes, often on a device thread with no user frame; a
 `TorchFunctionMode` above autograd (`_GradFnSites`) stamps each new node with the forward line that created
 it (in the node's `metadata` dict, so nothing keeps graphs alive), and backward ops take their node's line
@@ -44,7 +44,7 @@ _DTYPE_NAMES: dict[frozenset, tuple[str, ...]] = {}
 Site = tuple[str, int, str]
 
 
-# --- call sites ----------------------------------------------------------------------------------------------
+# --- call sites ---------------------------------------------------------------------------------------------
 
 
 class SiteFinder:
@@ -92,7 +92,7 @@ class SiteFinder:
         return None
 
 
-# --- the recorder --------------------------------------------------------------------------------------------
+# --- the recorder -------------------------------------------------------------------------------------------
 
 
 class OpRecorder(TorchDispatchMode):
@@ -141,7 +141,8 @@ class OpRecorder(TorchDispatchMode):
             return _lift_to_fake(self.fake_mode, args[0])
         if route == "silent":
             return call_op(func, args, kwargs)
-        # Only ops that touch the device count: CPU-side work (data prep, AdamW's step counter) never reaches it.
+        # Only ops that touch the device count: CPU-side work (data prep, AdamW's step counter) never reaches
+        # it.
         found, on_device = tensors_on((*args, *kwargs.values()) if kwargs else args, self.device_type)
         if route == "decompose" and on_device:
             with self:  # re-enter: the callees are what the device runs, so they are what we record
@@ -234,8 +235,8 @@ class _GradFnSites(TorchFunctionMode):
                 site = self.recorder.sites.find(3)
                 if site is None:
                     return
-            # Nodes made inside C++ composites (LogSoftmaxBackward0 inside cross_entropy) have no Python call of
-            # their own: walk back from the output node and stamp every unstamped node with the same line.
+            # Nodes made inside C++ composites (LogSoftmaxBackward0 inside cross_entropy) have no Python call
+            # of their own: walk back from the output node and stamp every unstamped node with the same line.
             todo = [node]
             while todo:
                 n = todo.pop()
@@ -249,7 +250,8 @@ class _GradFnSites(TorchFunctionMode):
 def _data_dependent(
     recorder: OpRecorder, name: str, func: Any, args: Any, kwargs: Any, err: Exception
 ) -> Any:
-    """Under FakeTensorMode, stand in for an op whose output depends on tensor values; other errors re-raise."""
+    """Under FakeTensorMode, stand in for an op whose output depends on tensor values; other errors
+    re-raise."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
     if not isinstance(err, (DataDependentOutputException, DynamicOutputShapeException)):
@@ -276,8 +278,8 @@ def _data_dependent(
 
 
 def _lift_to_fake(fake_mode: Any, tensor: Any) -> Any:
-    """`torch.tensor(data, device=...)` builds its tensor outside the modes, so under FakeTensorMode it is a real
-    (stand-in) tensor; make it a fake one on the same device so it mixes with the fake model."""
+    """`torch.tensor(data, device=...)` builds its tensor outside the modes, so under FakeTensorMode it is a
+    real (stand-in) tensor; make it a fake one on the same device so it mixes with the fake model."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     return FakeTensor(fake_mode, tensor.elem.to("meta"), tensor.device)

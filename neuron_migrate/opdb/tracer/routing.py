@@ -1,6 +1,7 @@
-"""How a device backend meets an ATen op: its name and dtypes as both the recorder and the stand-in spell them,
-and its route — recorded as itself, decomposed through its composite kernel, or silent — decided from the opdb
-snapshot the same way for the recorder, the pure-Python stand-in and the C++ one (`device_kernels`)."""
+"""How a device backend meets an ATen op: its name and dtypes as both the recorder and the stand-in spell
+them, and its route — recorded as itself, decomposed through its composite kernel, or silent — decided from
+the opdb snapshot the same way for the recorder, the pure-Python stand-in and the C++ one
+(`device_kernels`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ _RANK = {"native": 0, "unknown": 1, "cpu_fallback": 2, "unsupported": 3}
 _NAMES: dict[Any, str | None] = {}
 
 
-# --- op identity shared with the stand-in device: both must name and type an op call the same way ------------
+# --- op identity shared with the stand-in device: both must name and type an op call the same way -----------
 
 
 def op_name(func: Any) -> str | None:
@@ -56,7 +57,8 @@ def tensors_on(value: Any, device_type: str) -> tuple[set[torch.dtype], bool]:
     return found, on_device
 
 
-# Composite-explicit ops whose kernel builds the result itself (no further dispatch): metadata only on a backend.
+# Composite-explicit ops whose kernel builds the result itself (no further dispatch): metadata only on a
+# backend.
 METADATA_ONLY = frozenset({"aten::alias", "aten::_unsafe_view", "aten::detach", "aten::lift_fresh"})
 _COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
 _ROUTES: dict[tuple[int, Any], tuple[str, Any]] = {}
@@ -152,8 +154,8 @@ def _refresh(value: Any) -> Any:
 
 
 def _coerce_numbers(func: Any, args: Any) -> list[Any]:
-    # A composite kernel's wrapped-number argument reaches Python as a plain number although the callee's schema
-    # wants a Tensor (remainder.Scalar -> remainder.Tensor(self, 3)); give it back a 0-dim tensor.
+    # A composite kernel's wrapped-number argument reaches Python as a plain number although the callee's
+    # schema wants a Tensor (remainder.Scalar -> remainder.Tensor(self, 3)); give it back a 0-dim tensor.
     schema = func._schema.arguments
     return [
         torch.tensor(v)
@@ -164,7 +166,8 @@ def _coerce_numbers(func: Any, args: Any) -> list[Any]:
 
 
 def call_op(func: Any, args: Any, kwargs: Any) -> Any:
-    """`func(*args, **kwargs)`, retried with wrapped numbers restored as 0-dim tensors when that is the problem."""
+    """`func(*args, **kwargs)`, retried with wrapped numbers restored as 0-dim tensors when that is the
+    problem."""
     try:
         return func(*args, **kwargs)
     except RuntimeError as err:
@@ -174,7 +177,8 @@ def call_op(func: Any, args: Any, kwargs: Any) -> Any:
 
 
 def worst_support(snapshot: Any, op: str, dtypes: tuple[str, ...]) -> Any:
-    """The snapshot's answer for the dtype that fares worst (native < unknown < cpu_fallback < unsupported)."""
+    """The snapshot's answer for the dtype that fares worst (native < unknown < cpu_fallback <
+    unsupported)."""
     if not dtypes:
         return snapshot.lookup(op, None)
     answers = [snapshot.lookup(op, d) for d in dtypes]

@@ -2,9 +2,10 @@
 
 A script is traced as it is: run as `__main__` with its arguments. Tracing it to its end would take as long as
 training; instead, the global optimizer-step post hook counts steps and, after each, compares the recorded
-(op, dtypes, phase) keys with those before the step. By default the script stops after the first step that adds
-none (the op set is stable: further steps repeat it); `steps=N` stops after N steps, `steps=0` never stops it.
-Stopping raises `ScriptStopped`, a BaseException, so the script's own `except Exception` does not swallow it.
+(op, dtypes, phase) keys with those before the step. By default the script stops after the first step that
+adds none (the op set is stable: further steps repeat it); `steps=N` stops after N steps, `steps=0` never
+stops it. Stopping raises `ScriptStopped`, a BaseException, so the script's own `except Exception` does not
+swallow it.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class StepCounter:
         """What the trace covered, for the result's notes."""
         if self.stopped and self.limit is None:
             return (
-                f"script traced for {self.steps} optimizer steps: stopped after step {self.steps}, which added "
-                "no new (op, dtypes, phase); pass --steps 0 to run it to its end"
+                f"script traced for {self.steps} optimizer steps: stopped after step {self.steps}, which "
+                "added no new (op, dtypes, phase); pass --steps 0 to run it to its end"
             )
         if self.stopped:
             return f"script traced for {self.steps} optimizer steps (--steps {self.limit}), then stopped"

@@ -7,8 +7,8 @@ Target forms (`TargetSpec.parse`):
   `device`, and returns either a dict `{"model", "inputs", "loss_fn"?, "optimizer"?}` or a tuple
   `(model, inputs[, loss_fn[, optimizer]])`. `inputs` is a tensor (`model(inputs)`), a tuple/list
   (`model(*inputs)`) or a dict (`model(**inputs)`). `loss_fn(output) -> scalar tensor`; without it the loss is
-  `output.loss` (Hugging Face outputs), else the sum of the first tensor in the output. `optimizer` defaults to
-  `torch.optim.AdamW(model.parameters())`. The tracer records one step: forward (model + loss), backward,
+  `output.loss` (Hugging Face outputs), else the sum of the first tensor in the output. `optimizer` defaults
+  to `torch.optim.AdamW(model.parameters())`. The tracer records one step: forward (model + loss), backward,
   optimizer step; only the forward with `--inference`. Model construction is not recorded.
 - `path/to/script.py` (plus its own arguments after `--`) — run as `__main__`; the whole run is recorded.
 - `--hf MODEL_TYPE` — a random-weight transformers model built from a tiny config that `opdb.hf_tiny` derives
@@ -196,8 +196,8 @@ def _to_device(value: Any, device: Any) -> Any:
 
 
 def hf_config_kwargs(model_type: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The fixed config values of a tiny `model_type` (hf_overrides.json, then the user's); the rest is derived
-    from the config class's own defaults by `opdb.hf_tiny`."""
+    """The fixed config values of a tiny `model_type` (hf_overrides.json, then the user's); the rest is
+    derived from the config class's own defaults by `opdb.hf_tiny`."""
     from neuron_migrate.opdb import hf_tiny
 
     return hf_tiny.requested(model_type, overrides)
@@ -205,7 +205,8 @@ def hf_config_kwargs(model_type: str, overrides: dict[str, Any]) -> dict[str, An
 
 def build_hf(model_type: str, overrides: dict[str, Any], device: Any) -> Workload:
     """A random-weight transformers model from a tiny config (no downloads) with a (2, 16) batch of token ids;
-    the config comes from `opdb.hf_tiny`, model and inputs from `opdb.hf_inputs`, which the fleet builds with too."""
+    the config comes from `opdb.hf_tiny`, model and inputs from `opdb.hf_inputs`, which the fleet builds with
+    too."""
     try:
         import transformers
     except ImportError:

@@ -25,8 +25,8 @@ def run_python(code: str, cwd: Path = ROOT, timeout: float = 300, standin: str =
         "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
         "NEURON_MIGRATE_STANDIN": standin,
     }
-    # end like the trace child does (os._exit after the output): torch can abort in teardown after the stand-in
-    # ran autograd, which says nothing about the code under test
+    # end like the trace child does (os._exit after the output): torch can abort in teardown after the
+    # stand-in ran autograd, which says nothing about the code under test
     code = textwrap.dedent(code) + "\nimport os as _os, sys as _sys\n_sys.stdout.flush()\n_os._exit(0)\n"
     proc = subprocess.run(
         [sys.executable, "-c", code],

@@ -1,6 +1,7 @@
 """PyTorch's generic single-device accelerator tests (test/test_accelerator.py), ported to the stand-in
 `neuron` device (tests/opdb/tracer/fixtures/accelerator_checks.py), run once in a fresh interpreter. The
-multi-device tests are not ported: the stand-in offers one device, as a trn2.3xlarge with one logical core would.
+multi-device tests are not ported: the stand-in offers one device, as a trn2.3xlarge with one logical core
+would.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ CHECKS = (
     "test_get_memory_info",
     "test_device_capability_supported_dtypes",
 )
-#: checks that cannot pass, each with the reason: all three test PyTorch changes newer than torch 2.13 (they fail
-#: the same way for a CPU stream or batch on 2.13), none is a gap of the stand-in
+#: checks that cannot pass, each with the reason: all three test PyTorch changes newer than torch 2.13 (they
+#: fail the same way for a CPU stream or batch on 2.13), none is a gap of the stand-in
 _PIN = (
     "torch 2.13's torch.utils.data pin_memory(data, device) calls a batch's own pin_memory() without the "
     "device (newer PyTorch passes it on); not about the device"

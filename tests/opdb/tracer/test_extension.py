@@ -34,7 +34,8 @@ def test_no_compiler_falls_back_to_the_python_stand_in(tmp_path, monkeypatch):
     """)
     assert result["kind"] == "stand-in-python"
     assert "no-such-compiler" in result["reason"] and "C++ compiler" in result["reason"]
-    # the whole trace path says which stand-in ran, and what only the pure-Python one cannot do is its limitation
+    # the whole trace path says which stand-in ran, and what only the pure-Python one cannot do is its
+    # limitation
     traced, tolist = run_traces(
         [
             TargetSpec("function", "tests/opdb/tracer/fixtures/sites_model.py:build"),

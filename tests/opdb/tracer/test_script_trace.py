@@ -43,7 +43,8 @@ class _Recorder:
 
 
 def _run_steps(counter: StepCounter, recorder: _Recorder, new_keys_per_step: list[int]) -> int:
-    """Feed the counter steps that add the given numbers of new keys; returns the steps run before it stopped."""
+    """Feed the counter steps that add the given numbers of new keys; returns the steps run before it
+    stopped."""
     for step, added in enumerate(new_keys_per_step, 1):
         recorder.calls.update({(step, i): 1 for i in range(added)})
         try:

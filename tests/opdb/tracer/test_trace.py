@@ -1,4 +1,5 @@
-"""End-to-end traces in child processes: prediction vs observation, fake vs stand-in, sites, phases, failures."""
+"""End-to-end traces in child processes: prediction vs observation, fake vs stand-in, sites, phases,
+failures."""
 
 from __future__ import annotations
 
