@@ -116,7 +116,9 @@ def table(data: dict, baseline: dict | None = None) -> str:
     )
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
     lines = [
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
         for row in [head, *rows]
     ]
     lines.insert(1, "-" * len(lines[0]))

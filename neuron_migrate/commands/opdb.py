@@ -251,7 +251,10 @@ def probe(
 
     if device != "neuron":
         raise UsageError(f"--device {device!r} is not supported; use --device neuron")
-    split = lambda s: tuple(p.strip() for p in s.split(",") if p.strip()) if s else ()
+
+    def split(s: str | None) -> tuple[str, ...]:
+        return tuple(p.strip() for p in s.split(",") if p.strip()) if s else ()
+
     opts = ProbeOptions(
         ops=split(ops),
         dtypes=split(dtypes),

@@ -58,7 +58,7 @@ def defaults(cls: type) -> dict[str, Any]:
 
 def _even_parts(parts: tuple[int, ...], total: int) -> tuple[int, ...]:
     """Resize rotary axes to even sizes that add up to `total` (the new head size)."""
-    scaled = [max(2, int(round(p * total / sum(parts) / 2)) * 2) for p in parts]
+    scaled = [max(2, round(p * total / sum(parts) / 2) * 2) for p in parts]
     scaled[-1] += total - sum(scaled)
     return tuple(scaled)
 
@@ -70,9 +70,7 @@ def tiny_config(cls: type) -> dict[str, Any]:
     for key in ("block_out_channels", "encoder_block_out_channels", "decoder_block_out_channels"):
         value = found.get(key)
         if isinstance(value, (list, tuple)) and value and value[0] > CHANNELS:
-            kwargs[key] = tuple(
-                max(GROUPS, int(round(v * CHANNELS / value[0] / GROUPS)) * GROUPS) for v in value
-            )
+            kwargs[key] = tuple(max(GROUPS, round(v * CHANNELS / value[0] / GROUPS) * GROUPS) for v in value)
     for key in ("num_encoder_blocks", "num_decoder_blocks"):
         if isinstance(found.get(key), (list, tuple)):
             kwargs[key] = tuple(min(v, 1) for v in found[key])

@@ -13,6 +13,7 @@ print goes to stderr, never into the protocol stream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,14 +39,10 @@ def preload() -> dict[str, Any]:
 
     for _, auto_class in TASKS.values():
         getattr(transformers, auto_class)  # resolve transformers' lazy attributes before forking
-    try:
+    with contextlib.suppress(ImportError):
         import transformers.loss.loss_utils
-    except ImportError:
-        pass
-    try:
+    with contextlib.suppress(ImportError):
         import diffusers  # noqa: F401 - optional: `fleet diffusers` forks from here too
-    except ImportError:
-        pass
     return {"torch": torch.__version__, "transformers": transformers.__version__, "mappings": read_mappings()}
 
 

@@ -140,9 +140,8 @@ class _Dispatcher(cst.CSTVisitor):
             bindings.record_assign([node.target], node.value, "assign", statement, block, scope)
         elif kind is cst.For:
             bindings.record_assign([node.target], None, "loop", statement, block, scope)
-        elif kind is cst.WithItem:
-            if node.asname is not None:
-                bindings.record_assign([node.asname.name], node.item, "with", statement, block, scope)
+        elif kind is cst.WithItem and node.asname is not None:
+            bindings.record_assign([node.asname.name], node.item, "with", statement, block, scope)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         handlers = self.leaves.get(type(original_node).__name__)
@@ -269,13 +268,16 @@ def _suppressed(code: str, codes: set[str] | bool | None) -> bool:
     return codes is None or any(code.startswith(c) for c in codes)  # type: ignore[union-attr]
 
 
+_DEFAULT_STYLE = FixStyle()
+
+
 def analyze_module(
     module: cst.Module,
     path: str,
     rules: list[type[Rule]],
     bound_modules: frozenset[str] = frozenset(),
     source: str | None = None,
-    style: FixStyle = FixStyle(),
+    style: FixStyle = _DEFAULT_STYLE,
     tree: ast.Module | None = None,
 ) -> list[Finding]:
     """Findings of `rules` in a parsed module (positions relative to the module's text, `source` when the

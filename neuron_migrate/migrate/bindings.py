@@ -122,7 +122,7 @@ class Bindings:
                     and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *parts))
                 ):
                     self.record_assign(elements, None, kind, statement, block, scope)
-                    for element, part in zip(elements, parts):
+                    for element, part in zip(elements, parts, strict=True):
                         self.add(key_of(element), part.value, kind, statement, block, scope)
                     continue
                 for element in elements:

@@ -90,7 +90,7 @@ class FileContext:
     def guard(self) -> str | None:
         """The CUDA-availability condition the visited node sits under (`if torch.cuda.is_available():`), if
         any."""
-        for child, parent in zip(reversed(self.stack), reversed(self.stack[:-1])):
+        for child, parent in zip(reversed(self.stack), reversed(self.stack[:-1]), strict=False):
             if isinstance(parent, (cst.If, cst.IfExp)) and child is parent.body:
                 test = self.code(parent.test)
                 if "cuda" in test and ("is_available" in test or "device_count" in test):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 
 from neuron_migrate.migrate.fixes import AVAILABILITY_GUARD
 from neuron_migrate.model import Edit
@@ -36,7 +37,7 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
         },
         key=_order,
     )
-    for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]):
+    for (_, end, _), (next_start, _, _) in pairwise(spans):
         if next_start < end:
             raise OverlappingEdits(f"edits overlap at offset {next_start}")
     for start, end, replacement in reversed(_join_adjacent_guards(text, spans)):

@@ -232,7 +232,7 @@ def _write_cells(original: bytes, cells: list[str]) -> bytes:
     text = original.decode("utf-8-sig")
     notebook = json.loads(text)
     code_cells = [c for c in notebook["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
-    for cell, source in zip(code_cells, cells):
+    for cell, source in zip(code_cells, cells, strict=True):
         if isinstance(cell.get("source"), list):
             cell["source"] = source.splitlines(keepends=True)
         else:

@@ -24,11 +24,14 @@ class FixOutcome:
     left: list[tuple[Finding, str]] = field(default_factory=list)
 
 
+_DEFAULT_LAYOUT = Layout()
+
+
 def fix_text(
     text: str,
     findings: list[Finding],
     unsafe: bool = False,
-    layout: Layout = Layout(),
+    layout: Layout = _DEFAULT_LAYOUT,
     path: Path | None = None,
 ) -> FixOutcome:
     """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text, then

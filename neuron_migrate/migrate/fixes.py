@@ -84,13 +84,16 @@ def inline(text: str) -> str:
     )
 
 
+_DEFAULT_LAYOUT = Layout()
+
+
 @dataclass(frozen=True)
 class FixStyle:
     """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe fixes
     will be applied (only applied fixes count when deciding to name the device), the first-party module names
     (for import grouping) and the oldest torch the fixed code must run on."""
 
-    layout: Layout = Layout()
+    layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = (2, 9)

@@ -93,9 +93,13 @@ def implies(ctx, test: cst.CSTNode, depth: int = 0) -> Implication:
 def _method_test(ctx, call: cst.Call) -> Implication:
     """`d.startswith("cuda")` (a device string that names CUDA)."""
     func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(call.args) == 1:
-        if _string(call.args[0].value) in ("cuda", "cuda:"):
-            return "certain", None
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "startswith"
+        and len(call.args) == 1
+        and _string(call.args[0].value) in ("cuda", "cuda:")
+    ):
+        return "certain", None
     return _NONE
 
 
@@ -184,7 +188,7 @@ def _from_earlier_statements(ctx, block: cst.CSTNode, child: cst.CSTNode) -> str
 
 def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:
     """What `parent` (an `if`, a conditional, a boolean operation) says about the branch `child` is in."""
-    if isinstance(parent, (cst.If, cst.While)) or isinstance(parent, cst.IfExp):
+    if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
         if child is parent.body:
             return implies(ctx, parent.test)[0]
         if child is parent.orelse:

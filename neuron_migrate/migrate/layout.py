@@ -21,6 +21,7 @@ import sys
 import tokenize
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -316,7 +317,7 @@ def _split_at(body: str, tokens: list[_Token], delimiters: tuple[str, ...], comm
     if not cuts:
         return None
     bounds = [0, *cuts, len(body)]
-    parts = [body[a:b].strip() for a, b in zip(bounds, bounds[1:])]
+    parts = [body[a:b].strip() for a, b in pairwise(bounds)]
     parts = [p for p in parts if p]
     if comma:
         parts = [p if p.endswith(",") else p + "," for p in parts]
@@ -367,7 +368,7 @@ def _header_parentheses(content: str, tokens: list[_Token]) -> tuple[str, str, s
         return None
     keyword = tokens[0].text
     colon = keyword in ("if", "elif", "while")
-    if colon and not (tokens[-1].text == ":"):
+    if colon and tokens[-1].text != ":":
         return None
     end = tokens[-1].start if colon else len(content)
     body = content[tokens[0].end : end].strip()

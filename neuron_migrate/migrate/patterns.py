@@ -203,7 +203,7 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
     """The code a device check at the visited node guards: (test, body) of the `if` / `while` / conditional
     whose test holds it, (iterable, body) of the `for` loop over what it counts; elsewhere the statement it is
     part of (`ok = is_available() and capability() > 8`)."""
-    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
+    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1]), strict=False):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
             if child is parent.test:
                 return _guarded_after(ctx, parent) or (parent.test, parent.body)
@@ -230,7 +230,7 @@ def device_chain(ctx) -> str | None:
     """The other accelerator an `if`/`elif` chain branches on, when the visited node is in one of the chain's
     tests (`if torch.cuda.is_available(): ... elif is_torch_npu_available(): ...`)."""
     test_of = None
-    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1])):
+    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1]), strict=False):
         if isinstance(parent, cst.If) and child is parent.test:
             test_of = parent
             break

@@ -161,12 +161,12 @@ def _blocks(owner: cst.CSTNode, node: ast.AST, indents: tuple[str, ...], default
 
     found = block(getattr(owner, "body", None), getattr(node, "body", []))
     if isinstance(owner, (cst.Try, cst.TryStar)):
-        for handler, ast_handler in zip(owner.handlers, getattr(node, "handlers", [])):
+        for handler, ast_handler in zip(owner.handlers, getattr(node, "handlers", []), strict=False):
             found += block(handler.body, ast_handler.body)
         if owner.finalbody is not None:
             found += block(owner.finalbody.body, getattr(node, "finalbody", []))
     elif isinstance(owner, cst.Match):
-        for case, ast_case in zip(owner.cases, getattr(node, "cases", [])):
+        for case, ast_case in zip(owner.cases, getattr(node, "cases", []), strict=False):
             found += block(case.body, ast_case.body)
     orelse = getattr(owner, "orelse", None)
     if isinstance(orelse, cst.Else):

@@ -125,7 +125,7 @@ class Rule:
         heads = "|".join(re.escape(h) for h in DOC_SECTIONS)
         parts = re.split(rf"^({heads}):?\s*$", text, flags=re.M)
         sections = {}
-        for head, body in zip(parts[1::2], parts[2::2]):
+        for head, body in zip(parts[1::2], parts[2::2], strict=True):
             sections[head] = body.strip("\n")
         return sections
 

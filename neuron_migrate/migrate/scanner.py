@@ -126,7 +126,7 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
     planned = plan(options, rules, cache, errors)
     work = [item for item in planned if item.findings is None]
     tasks = [(item.source.rel, item.text, item.active, item.style) for item in work]
-    for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress)):
+    for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress), strict=True):
         for finding in result:
             if _kind(rules, finding) in ("unparsable", "analysis-failure"):
                 errors.append(FileError(item.source.rel, finding.message))
@@ -187,8 +187,11 @@ def _scan_task(rel: str, text: SourceText, codes: tuple[str, ...], style: FixSty
     return scan_file(rel, text, codes, style)
 
 
+_DEFAULT_STYLE = FixStyle()
+
+
 def scan_file(
-    rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = FixStyle()
+    rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = _DEFAULT_STYLE
 ) -> list[Finding]:
     """What `scan_text` returns, paying for libcst only for the rules the pre-pass keeps; never raises.
 
@@ -212,7 +215,7 @@ def scan_text(
     rel: str,
     text: SourceText,
     codes: tuple[str, ...],
-    style: FixStyle = FixStyle(),
+    style: FixStyle = _DEFAULT_STYLE,
     tree: ast.Module | None = None,
 ) -> list[Finding]:
     """Findings of the rules `codes` in one decoded file, their fixes shaped by `style`; never raises.

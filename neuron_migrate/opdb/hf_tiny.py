@@ -28,6 +28,7 @@ holds the genuine exceptions on top.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -125,20 +126,16 @@ def _field_defaults(cls: type) -> dict[str, Any]:
 
 def _resolved(config: Any) -> dict[str, Any]:
     """A built config's values, sub-configs as dicts (per-layer configs allowed to be read globally)."""
-    try:
+    with contextlib.suppress(Exception):
         config.allow_global_per_layer_attribute_access = True
-    except Exception:
-        pass
     try:
         values = config.to_dict()
     except Exception:
         return {k: getattr(config, k, None) for k in _field_defaults(type(config))}
     for key, value in values.items():
         if isinstance(value, list):  # to_dict may write a legacy spelling of a list; the attribute is current
-            try:
+            with contextlib.suppress(Exception):
                 values[key] = list(getattr(config, key))
-            except Exception:
-                pass
     return values
 
 
@@ -162,11 +159,11 @@ def _sub_config_classes(cls: type) -> dict[str, tuple[type, dict[str, Any]]]:
 
 
 def _even(value: float) -> int:
-    return max(2, int(round(value / 2)) * 2)
+    return max(2, round(value / 2) * 2)
 
 
 def _eighth(value: float) -> int:
-    return max(8, int(round(value / 8)) * 8)
+    return max(8, round(value / 8) * 8)
 
 
 def _divisor_at_most(limit: int, of: int) -> int:
@@ -529,7 +526,7 @@ def tiny_config(model_type: str, overrides: dict[str, Any] | None = None) -> Any
 
     cls = CONFIG_MAPPING[model_type]  # KeyError: no such model type
     fixed = requested(model_type, dict(overrides or {}))
-    kwargs = shrink(cls, {k: v for k, v in fixed.items()})
+    kwargs = shrink(cls, dict(fixed))
     kwargs = {k: v for k, v in kwargs.items() if v is not None or k in fixed}
     config = cls(**kwargs)
     if (

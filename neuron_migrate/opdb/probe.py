@@ -259,7 +259,10 @@ def _tree(value: Any, fn: Callable[[Any], Any]) -> Any:
 def probe_sample(dev: _Device, opinfo: Any, sample: Any, dtype: str) -> list[Observation]:
     """Run one sample on CPU and on the device; the observations it yields (none if CPU itself fails)."""
     torch = dev.torch
-    keep = lambda t: t.clone() if isinstance(t, torch.Tensor) else t
+
+    def keep(t: Any) -> Any:
+        return t.clone() if isinstance(t, torch.Tensor) else t
+
     try:
         cpu = sample.transform(keep)
         expected = opinfo(cpu.input, *cpu.args, **cpu.kwargs)
@@ -302,7 +305,9 @@ def probe_sample(dev: _Device, opinfo: Any, sample: Any, dtype: str) -> list[Obs
 
 
 def _compare(torch: Any, actual: Any, expected: Any, dtype: str) -> str | None:
-    to_cpu = lambda t: t.cpu() if isinstance(t, torch.Tensor) else t
+    def to_cpu(t: Any) -> Any:
+        return t.cpu() if isinstance(t, torch.Tensor) else t
+
     rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
     try:
         torch.testing.assert_close(

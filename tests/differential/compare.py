@@ -33,7 +33,7 @@ def difference(
     """
     a, b = [c[0] for c in original.calls], [c[0] for c in rewritten.calls]
     if a != b:
-        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         for name, run, other in (("rewritten", rewritten, original), ("original", original, rewritten)):
             if at == len(run.calls) and run.error and run.error != other.error:
                 return (
@@ -50,7 +50,8 @@ def difference(
     if original.stdout != rewritten.stdout:
         lines_a, lines_b = original.stdout.splitlines(), rewritten.stdout.splitlines()
         at = next(
-            (i for i, (x, y) in enumerate(zip(lines_a, lines_b)) if x != y), min(len(lines_a), len(lines_b))
+            (i for i, (x, y) in enumerate(zip(lines_a, lines_b, strict=False)) if x != y),
+            min(len(lines_a), len(lines_b)),
         )
         return (
             f"printed line {at + 1} differs:\n  original:  {_line(lines_a, at)}\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -48,9 +49,7 @@ class Patches:
         while self._undo:
             owner, name, old = self._undo.pop()
             if old is _MISSING:
-                try:
+                with contextlib.suppress(AttributeError):
                     delattr(owner, name)
-                except AttributeError:
-                    pass
             else:
                 setattr(owner, name, old)

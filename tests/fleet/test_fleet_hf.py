@@ -167,9 +167,10 @@ def test_a_rerun_comes_from_the_cache_without_tracing(runs, run_cli):
     assert proc.returncode == 0, proc.stderr
     again = json.loads(proc.stdout)
     assert (again["traced"], again["from_cache"]) == (0, len(MODELS))
-    strip = lambda data: [
-        {k: v for k, v in a.items() if k not in ("cached", "seconds")} for a in data["architectures"]
-    ]
+
+    def strip(data):
+        return [{k: v for k, v in a.items() if k not in ("cached", "seconds")} for a in data["architectures"]]
+
     assert strip(again) == strip(runs["fleet"])
     proc = run_cli(
         "fleet", "hf", "--models", "llama", "--train", "--cache-dir", work / "cache", "--list", cwd=work

@@ -138,7 +138,7 @@ def test_bad_status_names_the_op(tmp_path, snap):
 
 
 def test_unknown_version_lists_available():
-    with pytest.raises(OpdbError, match="unknown opdb version '0.0.1'.*2.13.3-prerelease-2026-04-21"):
+    with pytest.raises(OpdbError, match=r"unknown opdb version '0\.0\.1'.*2\.13\.3-prerelease-2026-04-21"):
         db.load_snapshot("0.0.1")
 
 

@@ -8,9 +8,9 @@ from importlib import resources
 
 import pytest
 
-transformers = pytest.importorskip("transformers")
-
 from neuron_migrate.opdb import hf_tiny
+
+transformers = pytest.importorskip("transformers")
 
 
 def test_a_llama_keeps_its_shape_at_tiny_sizes():

@@ -59,7 +59,7 @@ def test_rewritten_script_runs_on_standin_neuron(workspace, standin_runs, name):
     assert on_neuron.device_line.startswith(DEVICE_LINE.get(name, "device neuron")), on_neuron.describe()
     steps = [step for step, _ in on_neuron.losses]
     assert steps == [step for step, _ in reference.losses], on_neuron.describe()
-    for (step, got), (_, want) in zip(on_neuron.losses, reference.losses):
+    for (step, got), (_, want) in zip(on_neuron.losses, reference.losses, strict=True):
         assert math.isclose(float(got), float(want), rel_tol=REL_TOL.get(name, 1e-5), abs_tol=1e-6), (
             f"step {step}: neuron {got} vs CPU reference {want}{on_neuron.describe()}"
         )

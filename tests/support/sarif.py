@@ -12,7 +12,7 @@ def sarif_problems(log: dict) -> list[str]:
         problems.append("$schema must name the 2.1.0 schema")
     runs = log.get("runs")
     if not isinstance(runs, list) or not runs:
-        return problems + ["runs must be a non-empty list"]
+        return [*problems, "runs must be a non-empty list"]
     for r, run in enumerate(runs):
         driver = run.get("tool", {}).get("driver", {})
         if not driver.get("name"):

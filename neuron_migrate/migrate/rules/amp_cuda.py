@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.amp import (
@@ -60,7 +62,10 @@ class CudaAmpAutocast(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"autocast",)
-    NAMES = {"torch.cuda.amp.autocast": None, "torch.cuda.amp.autocast_mode.autocast": None}
+    NAMES: ClassVar[dict[str, str | None]] = {
+        "torch.cuda.amp.autocast": None,
+        "torch.cuda.amp.autocast_mode.autocast": None,
+    }
     PARAMS = ("enabled", "dtype", "cache_enabled")  # torch.cuda.amp.autocast's positional order
     ORDER = ("dtype", "enabled", "cache_enabled")  # torch.amp.autocast's
     VALID = (
@@ -174,7 +179,10 @@ class CudaAmpGradScaler(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"GradScaler",)
-    NAMES = {"torch.cuda.amp.GradScaler": None, "torch.cuda.amp.grad_scaler.GradScaler": None}
+    NAMES: ClassVar[dict[str, str | None]] = {
+        "torch.cuda.amp.GradScaler": None,
+        "torch.cuda.amp.grad_scaler.GradScaler": None,
+    }
     PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
     VALID = (
         "import torch\nscaler = torch.amp.GradScaler('cuda')\n",
@@ -262,7 +270,7 @@ class CudaAmpCustomFwd(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"custom_fwd", b"custom_bwd")
-    NAMES = {
+    NAMES: ClassVar[dict[str, str | None]] = {
         f"torch.cuda.amp{module}.{short}": None
         for module in ("", ".autocast_mode")
         for short in ("custom_fwd", "custom_bwd")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.patterns import QualifiedNameRule
@@ -63,7 +65,7 @@ class CudnnFlags(_BackendFlagRule):
     name = "cudnn-flags"
     message = _CUDNN_OTHER
     triggers = (b"cudnn",)
-    NAMES = {"torch.backends.cudnn.*": None}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.backends.cudnn.*": None}
     VALID = (
         "import torch\ntorch.use_deterministic_algorithms(True)\n",
         "import torch\ntorch.backends.mkldnn.enabled = False\n",
@@ -136,7 +138,7 @@ class CudaBackendFlags(_BackendFlagRule):
     name = "cuda-backend-flags"
     message = _CUDA_OTHER
     triggers = ((b"cuda", b"backends"),)
-    NAMES = {"torch.backends.cuda.*": None}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.backends.cuda.*": None}
     VALID = (
         "import torch\ntorch.set_float32_matmul_precision('high')\n",
         "import torch\nwith torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):\n    pass\n",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.device_literals import string_value
@@ -191,7 +193,7 @@ class CompileInductorOptions(QualifiedNameRule):
     fix_safety = "none"
     cuda_only = False
     triggers = (b"_inductor", (b"compile", b"options"))
-    NAMES = {"torch._inductor.config.*": None}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch._inductor.config.*": None}
     VALID = (
         "import torch\nm = torch.compile(model, options={'model_name': 'gpt'})\n",
         "import torch\nm = torch.compile(model)\n",

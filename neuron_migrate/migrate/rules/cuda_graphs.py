@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid
 
@@ -50,7 +52,9 @@ class CudaGraphs(QualifiedNameRule):
     severity = "error"
     fix_safety = "none"
     triggers = ((b"cuda", b"graph"), (b"cuda", b"Graph"))
-    NAMES = {f"torch.cuda{sub}.{name}": None for sub in ("", ".graphs") for name in _GRAPH_API}
+    NAMES: ClassVar[dict[str, str | None]] = {
+        f"torch.cuda{sub}.{name}": None for sub in ("", ".graphs") for name in _GRAPH_API
+    }
     VALID = (
         "import torch\ncompiled = torch.compile(model)\n",
         "import torch\ng = torch.fx.Graph()\n",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
@@ -49,7 +51,7 @@ class CudaDeviceApi(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"cuda",)
-    NAMES = {
+    NAMES: ClassVar[dict[str, str | None]] = {
         "torch.cuda.is_available": "torch.accelerator.is_available",
         "torch.cuda.device_count": "torch.accelerator.device_count",
         "torch.cuda.current_device": "torch.accelerator.current_device_index",
@@ -173,7 +175,7 @@ class CudaDeviceApi(QualifiedNameRule):
 
     def _flag_assigned(self) -> str | None:
         """`use_cuda` for `use_cuda = torch.cuda.is_available()` (or `args.cuda = ... and is_available()`)."""
-        for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1])):
+        for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1]), strict=False):
             if isinstance(parent, cst.Assign) and child is parent.value and len(parent.targets) == 1:
                 return key_of(parent.targets[0].target)
             if not isinstance(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid
 
@@ -49,7 +51,7 @@ class CudaDeviceProperties(QualifiedNameRule):
     message = "`{name}` is CUDA-only: use {instead}"
     severity = "warning"
     triggers = (b"get_device_", b"is_bf16_supported")
-    NAMES = {f"torch.cuda.{short}": None for short in _INSTEAD}
+    NAMES: ClassVar[dict[str, str | None]] = {f"torch.cuda.{short}": None for short in _INSTEAD}
     VALID = (
         "import torch\nname = torch.get_device_module(device).get_device_name()\n",
         "import torch\ncap = torch.accelerator.get_device_capability()\n",
@@ -105,7 +107,7 @@ class TorchVersionCuda(QualifiedNameRule):
     )
     severity = "warning"
     triggers = (b"version.cuda", b"torch.version")
-    NAMES = {"torch.version.cuda": None, "torch.version.cuda.*": None}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.version.cuda": None, "torch.version.cuda.*": None}
     VALID = (
         "import torch\nprint(torch.version.__version__, torch.version.hip)\n",
         "import torch\nv = torch.__version__\n",

@@ -3,6 +3,8 @@ maps)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
@@ -160,7 +162,8 @@ class NcclBackend(Rule):
                 isinstance(candidate, (cst.Name, cst.Attribute))
                 and self.ctx.qualified_name(candidate) != _NCCL_CONSTANT
             ):
-                self.ctx.defer(lambda key=key_of(candidate): self._through_name(key, prefix))
+                key = key_of(candidate)  # bound now: the deferred check runs after the walk
+                self.ctx.defer(lambda key=key: self._through_name(key, prefix))
 
     def _through_name(self, key: str | None, prefix: str) -> None:
         """`backend = "nccl"` (or `--dist-backend` defaulting to it, or a conditional over such names) later
@@ -279,7 +282,7 @@ class DdpDeviceIds(Rule):
     severity = "warning"
     fix_safety = "unsafe"
     triggers = (b"DistributedDataParallel",)
-    NAMES = {
+    NAMES: ClassVar[set[str]] = {
         "torch.nn.parallel.DistributedDataParallel",
         "torch.nn.parallel.distributed.DistributedDataParallel",
     }
@@ -362,7 +365,7 @@ class CudaNcclModule(QualifiedNameRule):
     message = "`{name}` calls NCCL directly and is CUDA-only: use `torch.distributed` collectives"
     severity = "error"
     triggers = (b"nccl",)
-    NAMES = {"torch.cuda.nccl": None, "torch.cuda.nccl.*": None}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.nccl": None, "torch.cuda.nccl.*": None}
     VALID = ("import torch.distributed as dist\ndist.all_reduce(t)\n", "import torch\nbackend = 'nccl'\n")
     INVALID = (
         Invalid(
@@ -406,7 +409,7 @@ class CudaBackendMap(Rule):
     fix_safety = "safe"
     # the backend names as they appear in the dict's values ("ucc"/"mpi" only quoted: they hide in words)
     triggers = (b"nccl", b"NCCL", b"gloo", b"'mpi'", b'"mpi"', b"'ucc'", b'"ucc"')
-    BACKENDS = {"nccl", "gloo", "mpi", "ucc"}
+    BACKENDS: ClassVar[set[str]] = {"nccl", "gloo", "mpi", "ucc"}
     VALUE = f"torch.distributed.Backend.default_device_backend_map.get({DEVICE_TYPE})"
     VALID = (
         "RUN_META = {'accelerator': 'cuda', 'precision': 'fp16'}\n",

@@ -162,7 +162,7 @@ class CudaOnlyLibrary(Rule):
 
     def _optional(self) -> bool:
         """Whether the import sits in the body of a `try` that handles ImportError (or any exception)."""
-        for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1])):
+        for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1]), strict=False):
             if isinstance(parent, (cst.Try, cst.TryStar)) and child is parent.body:
                 return any(_catches_import_error(handler) for handler in parent.handlers)
         return False

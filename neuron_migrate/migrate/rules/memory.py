@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
@@ -150,7 +152,9 @@ class CudaMemoryStats(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"mem"),)
-    NAMES = {name: (entry[0] if entry else None) for name, entry in _MEMORY.items()}
+    NAMES: ClassVar[dict[str, str | None]] = {
+        name: (entry[0] if entry else None) for name, entry in _MEMORY.items()
+    }
     VALID = (
         "import torch\npeak = torch.accelerator.max_memory_allocated()\n",
         "import torch\nfree, total = torch.accelerator.get_memory_info()\n",

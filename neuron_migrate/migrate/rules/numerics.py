@@ -199,9 +199,13 @@ def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
             first = call.args[0].value if call.args else None
             if first is None or not _is_dtype(ctx, first):
                 return inner.args[0].value
-    if ctx.call_name(call) in ("torch.tensor", "torch.as_tensor") and call.args and keyword(call, "device"):
-        if keyword(call, "dtype") is None:
-            return call.args[0].value
+    if (
+        ctx.call_name(call) in ("torch.tensor", "torch.as_tensor")
+        and call.args
+        and keyword(call, "device")
+        and keyword(call, "dtype") is None
+    ):
+        return call.args[0].value
     return None
 
 

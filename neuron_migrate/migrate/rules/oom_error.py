@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid
 
@@ -35,7 +37,7 @@ class CudaOomError(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"OutOfMemoryError",)
-    NAMES = {"torch.cuda.OutOfMemoryError": "torch.OutOfMemoryError"}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.OutOfMemoryError": "torch.OutOfMemoryError"}
     VALID = (
         "import torch\ntry:\n    step()\nexcept torch.OutOfMemoryError:\n    pass\n",
         "try:\n    step()\nexcept MemoryError:\n    pass\n",

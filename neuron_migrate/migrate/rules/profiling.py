@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.fixes import DEVICE_TYPE
@@ -56,7 +58,7 @@ class CudaNvtx(QualifiedNameRule):
     severity = "warning"
     fix_safety = "unsafe"
     triggers = (b"nvtx",)
-    NAMES = {"torch.cuda.nvtx.*": None}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.nvtx.*": None}
     VALID = (
         "import torch\nwith torch.profiler.record_function('fwd'):\n    pass\n",
         "import nvtx\nnvtx.push_range('x')\n",  # the standalone `nvtx` package, not torch.cuda.nvtx
@@ -143,7 +145,7 @@ class ProfilerActivityCuda(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"ProfilerActivity",)
-    NAMES = {f"{owner}.CUDA": None for owner in _ACTIVITY}
+    NAMES: ClassVar[dict[str, str | None]] = {f"{owner}.CUDA": None for owner in _ACTIVITY}
     VALID = (
         "from torch.profiler import ProfilerActivity\nacts = [ProfilerActivity.CPU]\n",
         "import torch\nacts = torch.profiler.supported_activities()\n",

@@ -119,7 +119,7 @@ class CudaManualSeed(QualifiedNameRule):
     def _seeded_before(self, seed_code: str) -> bool:
         """Whether `torch.manual_seed(<same seed>)` runs just before, with only seeding statements between."""
         stack = self.ctx.stack
-        for child, parent in zip(reversed(stack), reversed(stack[:-1])):
+        for child, parent in zip(reversed(stack), reversed(stack[:-1]), strict=False):
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
                 for stmt in reversed(parent.body[: parent.body.index(child)]):
                     if self._is_manual_seed(stmt, seed_code):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import ClassVar
 
 import libcst as cst
 
@@ -89,7 +90,7 @@ class CudaStreamEvent(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = ((b"cuda", b"stream"), (b"cuda", b"Stream"), (b"cuda", b"Event"))
-    NAMES = {
+    NAMES: ClassVar[dict[str, str | None]] = {
         f"torch.cuda{sub}.{short}": target
         for short, target in _TARGETS.items()
         for sub in ("", ".streams")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
@@ -40,7 +42,7 @@ class CudaSynchronize(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = ((b"cuda", b"synchronize"),)
-    NAMES = {"torch.cuda.synchronize": "torch.accelerator.synchronize"}
+    NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.synchronize": "torch.accelerator.synchronize"}
     VALID = (
         "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n",
         "import torch\ntorch.cpu.synchronize()\n",

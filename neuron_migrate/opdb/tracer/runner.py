@@ -10,6 +10,7 @@ Before the first trace with the stand-in it builds the C++ extension in a child 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -91,7 +92,7 @@ def run_traces(specs: list[TargetSpec], options: TraceOptions) -> list[TraceResu
         items = json.loads(result.read_text(encoding="utf-8"))
         if len(items) == 1 and "schema" not in items[0]:
             raise TraceFailed(items[0]["error"], items[0].get("error_kind") or "target")
-        for spec, item in zip(specs, items):
+        for spec, item in zip(specs, items, strict=False):
             if item.get("error") and spec.kind == "script":  # the script's own last words explain its failure
                 item["error"] += _tail(log)
     return [from_json(json.dumps(item), TraceResult, "trace child result") for item in items]
@@ -128,10 +129,8 @@ def _run_child(request: Path, log: Path, options: TraceOptions, label: str) -> i
         try:
             return proc.wait(timeout=options.timeout)
         except (subprocess.TimeoutExpired, KeyboardInterrupt) as err:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()
             if isinstance(err, KeyboardInterrupt):
                 raise
@@ -154,10 +153,7 @@ def _tail(log: Path, lines: int = 3) -> str:
 def _crash_message(label: str, code: int, log: Path, options: TraceOptions) -> tuple[str, str]:
     tail = _tail(log)
     oom = any(word in tail for word in _OOM_WORDS)
-    if code < 0:
-        how = f"was killed by signal {signal.Signals(-code).name}"
-    else:
-        how = f"exited with status {code}"
+    how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
     if oom or (options.max_memory_mb and code in (-signal.SIGKILL, -signal.SIGSEGV, -signal.SIGABRT)):
         limit = f" (limit --max-memory {options.max_memory_mb} MB)" if options.max_memory_mb else ""
         return f"{label}: ran out of memory{limit}; raise --max-memory or trace with --fake{tail}", "memory"

@@ -36,7 +36,7 @@ def stand_in():
         TargetSpec("hf", "no_such_model_type"),
     ]
     results = run_traces(specs, TraceOptions(root=str(ROOT)))
-    return {spec.ref: result for spec, result in zip(specs, results)}
+    return {spec.ref: result for spec, result in zip(specs, results, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def fake():
         TargetSpec("function", f"{SITES}:build_data_dependent"),
     ]
     results = run_traces(specs, TraceOptions(root=str(ROOT), fake=True))
-    return {spec.ref: result for spec, result in zip(specs, results)}
+    return {spec.ref: result for spec, result in zip(specs, results, strict=True)}
 
 
 def _observed_native(result: TraceResult) -> dict[str, bool]:
