@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 NM := $(VENV)/bin/neuron-migrate
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test install clean docs
+.PHONY: demo test lint install clean docs
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# the project's own lint, as CI runs it: ruff's checks and formatting at the configured line length
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 docs: $(VENV)/.installed
 	$(NM) rules --format md > docs/rules.md
