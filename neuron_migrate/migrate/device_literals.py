@@ -73,12 +73,6 @@ def has_index(node: cst.CSTNode) -> bool:
     return value is None or ":" in value
 
 
-def literal_index(node: cst.CSTNode) -> str | None:
-    """`'1'` for `'cuda:1'`; None for `'cuda'` and for computed strings."""
-    value = string_value(node)
-    return value.split(":", 1)[1] if value is not None and ":" in value else None
-
-
 def agnostic_string(ctx, node: cst.CSTNode) -> tuple[str, bool]:
     """The string the CUDA device string `node` becomes (the accelerator's type, keeping any index), and
     whether that text is an f-string (its placeholder must then become a name, not the inline idiom)."""

@@ -98,15 +98,6 @@ def _join_adjacent_guards(text: str, spans: list[tuple[int, int, str]]) -> list[
     return joined
 
 
-def compatible(accepted: list[Edit], candidate: Iterable[Edit], text: str) -> bool:
-    """Whether `candidate` edits can be applied together with the `accepted` ones."""
-    try:
-        apply_edits(text, [*accepted, *candidate])
-    except OverlappingEdits:
-        return False
-    return True
-
-
 def drop_repeats(before: str, after: str) -> str:
     """`after` without the statement lines a fix turned into a copy of the line right above them
     (`torch.manual_seed(s)` twice): a call statement repeated verbatim at the same indentation."""

@@ -16,11 +16,6 @@ from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.rule import Rule
 
 
-def is_outermost_chain(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
-    """False for `torch.cuda` inside `torch.cuda.synchronize` (only the full chain is checked)."""
-    return not (isinstance(parent, cst.Attribute) and parent.value is node)
-
-
 def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:

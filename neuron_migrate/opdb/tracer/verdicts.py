@@ -25,8 +25,3 @@ def kind_of(message: str) -> str:
     if STAND_IN_PREFIX in message:
         return "stand_in"
     return "target"
-
-
-def stand_in_limitation(what: str) -> NotImplementedError:
-    """The exception the stand-in raises for something it cannot do (Trainium can)."""
-    return NotImplementedError(f"{STAND_IN_PREFIX}{what}")
