@@ -59,8 +59,11 @@ def test_downcast_becomes_dtype_entries(pre):
     assert "int32" in pre.lookup("aten::add.Tensor", "int64").note
 
 
-def test_complex_unsupported_only_where_the_active_routes_say_so(pre):
-    assert pre.lookup("aten::mul.Tensor", "complex64").status == "unsupported"  # xla: complex not mapped
+def test_complex_unknown_only_where_the_active_routes_say_so(pre):
+    # xla maps no complex dtypes in the source, but the release decomposes complex ops: unknown, with the docs
+    mul = pre.lookup("aten::mul.Tensor", "complex64")
+    assert mul.status == "unknown" and "TORCH_NEURONX_COMPLEX_DECOMPOSE" in mul.note
+    assert mul.source.endswith("/torch/reference/env-vars.html") and mul.date == "2026-10-14"
     assert pre.lookup("aten::add.Tensor", "complex64").status == "native"  # mlir row says nothing: op level
     assert pre.lookup("aten::contiguous", "complex64").status == "native"  # mlir rejects, host-copy takes any
 

@@ -12,6 +12,12 @@ that README:
   `autocast_only` rows only wrap a dtype policy: both add a note and never make an op native. An op with only
   such rows gets the snapshot's rule for unlisted ops (the boxed CPU fallback), like an op not in the table;
 - clear dtype facts become per-dtype entries (f64/i64 downcasts; "complex unsupported" on the active route).
+
+One fact of the source is out of date for the release it predates: the source maps no complex dtypes, but
+the Neuron 2.33 docs (torch-neuronx 2.13.3 / 2.14.3) decompose complex operations before lowering by default
+on PyTorch >= 2.13 (`TORCH_NEURONX_COMPLEX_DECOMPOSE`). So where the source says "complex unsupported",
+complex dtypes are `unknown` with both facts and the docs as their source, never `unsupported`: the release
+no longer rejects them, and nothing says which run natively.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ DEFAULT_TSV = (
 HEADER = ["op", "status", "route", "dtype_notes", "evidence"]
 NATIVE_ROUTES = {"cpp", "python-mlir", "python-nki", "python-xla", "python-host-copy", "structured-delegate"}
 COMPLEX = ("complex64", "complex128")
+COMPLEX_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html"
+COMPLEX_DOCS_DATE = "2026-10-14"
 DESCRIPTION = (
     "PRE-RELEASE state: op registrations read from a torch-neuronx development source tree (HEAD 98154b86, "
     "2026-04-21, package 0.1.0, BUILD_TYPE DEV), about six months before the Neuron 2.33 public beta. "
@@ -137,21 +145,24 @@ def _dtype_facts(row: Row) -> dict[str, DtypeEntry]:
     if any(
         w in row.notes for w in ("complex unsupported", "complex rejected", "complex dtypes are not mapped")
     ):
+        note = (
+            f"{row.route} maps no complex dtypes in the pre-release source; the 2.33 release decomposes "
+            "complex ops before lowering by default on PyTorch >= 2.13 (TORCH_NEURONX_COMPLEX_DECOMPOSE): "
+            "whether this op then runs on the device is not established (probe it)"
+        )
         for dt in COMPLEX:
-            facts[dt] = DtypeEntry("unsupported", f"{row.route}: complex dtypes are not mapped (per source)")
+            facts[dt] = DtypeEntry("unknown", note, COMPLEX_DOCS, COMPLEX_DOCS_DATE)
     return facts
 
 
 def _merge_dtypes(native_rows: list[Row]) -> dict[str, DtypeEntry]:
-    # A dtype is unsupported only if every native route of the op says so; a downcast note from any route
-    # holds.
+    # A complex dtype is in question only if every native route of the op maps none; a downcast note from any
+    # route holds.
     per_row = [_dtype_facts(r) for r in native_rows]
     merged: dict[str, DtypeEntry] = {}
     for facts in per_row:
         for dt, entry in facts.items():
-            if entry.status == "unsupported" and not all(
-                dt in f and f[dt].status == "unsupported" for f in per_row
-            ):
+            if dt in COMPLEX and not all(dt in f and f[dt].status == entry.status for f in per_row):
                 continue
             merged.setdefault(dt, entry)
     return merged
@@ -223,7 +234,16 @@ def build_snapshot(rows: list[Row], source_name: str = "torchneuron-prerelease-o
             "id": "prerelease-source",
             "url": BLOB.rstrip("/"),
             "date": DATE,
-            "what": "torch-neuronx development source, HEAD 98154b86; every entry's source points into it",
+            "what": "torch-neuronx development source, HEAD 98154b86; every entry's source points into it "
+            "(complex dtypes excepted)",
+        },
+        {
+            "id": "release-docs-complex",
+            "url": COMPLEX_DOCS,
+            "date": COMPLEX_DOCS_DATE,
+            "what": "Neuron 2.33 environment variables: TORCH_NEURONX_COMPLEX_DECOMPOSE, on by default for "
+            "PyTorch >= 2.13, decomposes complex ops; it makes the source's complex dtypes unknown, not "
+            "unsupported",
         },
     ]
     return Snapshot(
