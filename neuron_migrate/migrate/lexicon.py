@@ -20,7 +20,7 @@ import io
 import re
 import sys
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 #: an escape, or a backslash line continuation (CRLF included)
@@ -60,6 +60,8 @@ class Lexicon:
     names: frozenset[str]
     strings: frozenset[str]
     imported: frozenset[str]
+    #: the source itself, for the few conditions that need to see how names are combined (a call, a keyword)
+    text: str = field(default="", repr=False, compare=False)
 
 
 def lexicon(text: str) -> Lexicon:
@@ -73,7 +75,7 @@ def lexicon(text: str) -> Lexicon:
         if run:
             _add_run(_PIECES.findall(run), strings, names)
     names.discard("")
-    return Lexicon(frozenset(names), frozenset(strings), _imported(text))
+    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text)
 
 
 def _add_run(pieces: list[str], strings: set[str], names: set[str]) -> None:
@@ -144,4 +146,4 @@ def _tokenized(text: str) -> Lexicon:
             strings.update(_BRACES.split(token.string))
     if run:
         _add_run(run, strings, names)
-    return Lexicon(frozenset(names), frozenset(strings), _imported(text))
+    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text)

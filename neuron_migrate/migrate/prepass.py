@@ -53,6 +53,30 @@ _CUDA_STRING = re.compile(r"^cuda(?::\d*|:\{\w*\}|:%[di])?$")
 
 Condition = Callable[[Lexicon], bool]
 
+#: what may stand between two tokens of one expression: blanks, line continuations, comments (a comment
+#: runs to its line's end: were it allowed to stop earlier, a `####` line would split in exponentially many
+#: ways)
+_BETWEEN = r"(?:\s|\\|#[^\r\n]*(?![^\r\n]))*"
+#: `pin_memory=True` (the keyword NM412 reports) or a `.pin_memory(` call; comments and strings may match too,
+#: which only keeps a file that cannot report (never the reverse)
+_PINNED = re.compile(
+    rf"\bpin_memory{_BETWEEN}={_BETWEEN}(?:\({_BETWEEN})*True\b|\.{_BETWEEN}pin_memory{_BETWEEN}\("
+)
+#: an `import a, b as c` statement's list of modules (continuation lines joined)
+_IMPORT_LIST = re.compile(r"\bimport\s+((?:[^\r\n;#\\]|\\\r?\n)+)")
+_NUMPY_MODULE = re.compile(r"numpy(?:\s*\.\s*\w+)*(?:\s+as\s+(\w+))?")
+
+
+def _numpy_aliases(text: str) -> set[str]:
+    """The names imports bind to NumPy or one of its modules (`import numpy as np`, `import os, numpy`)."""
+    aliases = set()
+    for modules in _IMPORT_LIST.findall(text):
+        for module in modules.replace("\\", " ").split(","):
+            found = _NUMPY_MODULE.fullmatch(module.strip())
+            if found:
+                aliases.add(found.group(1) or "numpy")
+    return aliases
+
 
 def candidates(text: str, codes: Iterable[str]) -> tuple[str, ...]:
     """The rules among `codes` that can report something in Python source `text`."""
@@ -125,7 +149,7 @@ def conditions() -> dict[str, Condition]:
     )
     backends = rules["NM304"].BACKENDS
     table["NM304"] = lambda lex: "cuda" in lex.strings and _any_string(lex, lambda s: s.lower() in backends)
-    table["NM412"] = lambda lex: "pin_memory" in lex.names
+    table["NM412"] = lambda lex: "pin_memory" in lex.names and _PINNED.search(lex.text) is not None
     modes = frozenset(compile_options._MODES)
     table["NM501"] = lambda lex: (
         {"mode", "compile"} <= lex.names
@@ -163,16 +187,31 @@ def conditions() -> dict[str, Condition]:
 
 
 def _numpy_float64_to_device(float64_makers: Iterable[str]) -> Condition:
-    """NM801's array check: a NumPy function that makes float64 arrays (`numpy.zeros`, ..., `numpy.array`)
-    with `numpy` imported, and `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`."""
-    makers = {name.rsplit(".", 1)[1] for name in float64_makers} | {"array", "asarray"}
-    return lambda lex: (
-        "numpy" in lex.imported
-        and not makers.isdisjoint(lex.names)
-        and (
-            "from_numpy" in lex.names or ("device" in lex.names and bool({"tensor", "as_tensor"} & lex.names))
-        )
-    )
+    """NM801's array check: a call of a NumPy function that makes float64 arrays (`np.zeros(...)`, ...), or
+    `np.array` / `np.asarray` of a literal list or tuple (the rule looks for float literals in it), and
+    `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`.
+
+    `zeros`, `ones`, `full` are torch's names too, so the call must be spelled on a NumPy alias that an import
+    binds (`np.zeros`, `numpy.random.rand`); a file that imports names from NumPy directly (`from numpy import
+    zeros`) keeps the looser test."""
+    makers = {name.rsplit(".", 1)[1] for name in float64_makers}
+    call = rf"(?:{'|'.join(sorted(makers))})\b|(?:array|asarray){_BETWEEN}\({_BETWEEN}[\[(]"
+
+    def holds(lex: Lexicon) -> bool:
+        if "numpy" not in lex.imported or (makers | {"array", "asarray"}).isdisjoint(lex.names):
+            return False
+        to_device = "device" in lex.names and bool({"tensor", "as_tensor"} & lex.names)
+        if not ("from_numpy" in lex.names or to_device):
+            return False
+        if re.search(r"\bfrom\s+numpy\b", lex.text):
+            return True
+        aliases = _numpy_aliases(lex.text)
+        if not aliases:
+            return False
+        spelled = rf"\b(?:{'|'.join(map(re.escape, aliases))}){_BETWEEN}\.(?:{_BETWEEN}random{_BETWEEN}\.)?"
+        return re.search(rf"{spelled}{_BETWEEN}(?:{call})", lex.text) is not None
+
+    return holds
 
 
 def _or(*tests: Condition) -> Condition:

@@ -84,3 +84,58 @@ def test_lexicon_of_a_comment_banner_after_a_docstring_is_linear():
     start = time.perf_counter()
     lexicon(source)
     assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize(
+    ("source", "kept"),
+    [
+        # torch's zeros and a tensor made on the device, but no NumPy maker call: nothing NM801 could report
+        (
+            "import numpy as np\nimport torch\nx = torch.zeros(2)\ny = torch.tensor(np.stack(a), device=d)\n",
+            False,
+        ),
+        (
+            "import numpy as np\nimport torch\nids = np.array(batch['ids'])\n"
+            "t = torch.tensor(ids, device=d)\n",
+            False,
+        ),
+        ("import numpy as np\nimport torch\nx = torch.tensor(np.zeros(3), device=d)\n", True),
+        ("import numpy\nimport torch\nx = torch.from_numpy(numpy.random.rand(3)).to(d)\n", True),
+        ("import numpy.random as npr, numpy\nimport torch\nx = torch.from_numpy(npr.rand(3)).to(d)\n", True),
+        ("import numpy as np\nimport torch\na = np.array([0.5, 1.5])\nt = torch.tensor(a, device=d)\n", True),
+        ("from numpy import zeros\nimport torch\nx = torch.tensor(zeros(3), device=d)\n", True),
+        ("import os, numpy as np\nimport torch\nx = torch.tensor(np.ones(3), device=d)\n", True),
+        ("import os, \\\n    numpy\nimport torch\nx = torch.tensor(numpy.ones(3), device=d)\n", True),
+        ("def f(d):\n    import numpy as np\n    return torch.tensor(np.ones(3), device=d)\n", True),
+    ],
+)
+def test_numpy_arrays_keep_nm801_only_when_a_numpy_maker_is_called(source, kept):
+    assert ("NM801" in candidates(source, CODES)) is kept
+    assert _findings(scan_file, source) == _findings(scan_text, source)
+
+
+@pytest.mark.parametrize(
+    ("source", "kept"),
+    [
+        ("loader = DataLoader(ds, pin_memory=args.pin_memory)\n", False),
+        ("loader = DataLoader(ds, pin_memory=True)\n", True),
+        ("loader = DataLoader(ds, pin_memory=(  # pinned\n    True))\n", True),
+        ("x = x.pin_memory().to(device)\n", True),
+        ("x = x.\\\n    pin_memory()\n", True),
+    ],
+)
+def test_pin_memory_keeps_nm412_only_for_a_true_keyword_or_a_call(source, kept):
+    assert ("NM412" in candidates(source, CODES)) is kept
+    assert _findings(scan_file, source) == _findings(scan_text, source)
+
+
+def test_conditions_that_read_the_text_take_linear_time_on_comment_banners():
+    banner = "#" * 5000
+    source = (
+        "import numpy as np\nimport torch\n"
+        f"x = torch.tensor(a, device=d).pin_memory  {banner}\nnp.  {banner}\n"
+        f"  {banner}\npin_memory = {banner}\n"
+    )
+    start = time.perf_counter()
+    candidates(source, CODES)
+    assert time.perf_counter() - start < 5  # exponential backtracking would take hours
