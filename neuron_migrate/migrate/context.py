@@ -37,6 +37,8 @@ class PendingFinding:
     notes: list[str] = field(default_factory=list)
     replacement: str | None = None
     no_change: str | None = None
+    #: its fix turns a CUDA test into one for any accelerator: other devices then run the code it guards
+    widens_test: bool = False
 
 
 class FileContext:

@@ -80,6 +80,9 @@ class Rule:
     #: its findings are code that only works on CUDA: left unfixed inside a CUDA check, they keep that check
     #: CUDA-only (False for advice that holds on any device: numerics, settings that are harmless elsewhere)
     cuda_only: ClassVar[bool] = True
+    #: its findings are CUDA-only libraries or kernels the file uses: a CUDA device-type test elsewhere in the
+    #: file may be choosing them, so making it generic is unsafe (`settle`)
+    cuda_library: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -8,18 +8,23 @@ In order, for every finding with a fix:
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
-   those findings become notes). Repeated until nothing changes, since withdrawing one fix can keep the
-   check around it;
+   those findings become notes). A CUDA device-type test whose generic form would send other devices into
+   code that is neither device plumbing nor fixed in this run, or that sits in a file using CUDA-only
+   libraries, keeps its fix as an unsafe one (`device_neutral`). Repeated until nothing changes, since
+   withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
+from neuron_migrate.migrate.device_neutral import widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
@@ -78,6 +83,7 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
     """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
     checks = [p for p in pendings if p.region]
+    libraries = [p for p in pendings if getattr(p.rule, "cuda_library", False)]
     changed = True
     while changed:
         changed = False
@@ -92,6 +98,12 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
                         f"it guards CUDA-only code such as {reason}: keep this check CUDA's and give "
                         "other devices their own path",
                     )
+                    changed = True
+            if check.fix is not None and check.widens_test and _safety(check) == "safe":
+                risk = widening_risk(ctx, check, libraries, mentions.covered)
+                if risk is not None:
+                    check.fix = replace(check.fix, safety="unsafe")
+                    check.notes.append(risk)
                     changed = True
             if applies(check, style):
                 continue

@@ -260,6 +260,48 @@ def test_a_precondition_message_that_names_nccl_keeps_the_check_cuda():
     assert fixed(source) == source
 
 
+# --- device-type tests around code whose CUDA-ness the fixes cannot see ------------------------------------
+
+_MM = (
+    "import torch\ndef _project(tile, hidden, w, dtype):\n"
+    "    if _MM_OUT_DTYPE and tile.device.type == 'cuda' and dtype in (torch.float16, torch.bfloat16):\n"
+    "        torch.mm(hidden, w, out_dtype=torch.float32, out=tile)\n"
+    "    else:\n        torch.mm(hidden.float(), w.float(), out=tile)\n"
+)
+
+
+def test_a_device_type_test_around_unknown_code_is_an_unsafe_fix():
+    assert fixed(_MM) == _MM
+    [check] = [f for f in findings(_MM) if f.code == "NM105"]
+    assert check.fix is not None and check.fix.safety == "unsafe"
+    assert "torch.mm(" in check.message  # it names the code to check
+    assert "tile.device.type != 'cpu'" in fixed(_MM, unsafe=True).replace('"', "'")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef f(x):\n    if x.device.type == 'cuda':\n        torch.cuda.synchronize()\n",
+        "import torch\ndef f(x):\n    if x.device.type == 'cuda':\n        x = x.pin_memory()\n"
+        "        print('pinned', x.shape)\n    return x\n",
+        "import torch\ndef f(x, device):\n    if device.type == 'cuda':\n"
+        "        x = x.to(device, non_blocking=True)\n    return x\n",
+        "import torch\ndef f(x):\n    return x.device.type == 'cuda'\n",
+    ],
+)
+def test_a_device_type_test_around_device_plumbing_is_a_safe_fix(source):
+    assert "!= 'cpu'" in fixed(source).replace('"', "'")
+
+
+def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
+    source = (
+        "import torch\nimport triton\ndef f(x):\n"
+        "    use_kernel = x.device.type == 'cuda'\n    return use_kernel\n"
+    )
+    assert fixed(source) == source
+    assert "!= 'cpu'" in fixed(source, unsafe=True).replace('"', "'")
+
+
 # --- what is left for a person, and what needs no change ---------------------------------------------------
 
 
@@ -299,3 +341,13 @@ def test_a_membership_precondition_over_many_devices_is_not_a_cuda_one():
         "        raise ValueError(device)\n    torch.cuda.synchronize()\n"
     )
     assert "torch.accelerator.synchronize()" in fixed(source)
+
+
+def test_the_test_of_a_version_guarded_if_is_no_old_torch_fallback():
+    source = (
+        "import torch\n_MM_OUT_DTYPE = Version(torch.__version__) >= Version('2.8.0')\n"
+        "def addmm(acc, a, b):\n    if _MM_OUT_DTYPE and acc.device.type == 'cuda':\n"
+        "        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)\n"
+    )
+    [check] = [f for f in findings(source) if f.code == "NM105"]
+    assert check.severity == "warning" and check.fix is not None and check.fix.safety == "unsafe"

@@ -71,7 +71,8 @@ def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> N
             no_change=chain.advice() if chain.has_neuron else None,
         )
         return
-    rule.report(node, message, fix, region=check_region(rule.ctx))
+    pending = rule.report(node, message, fix, region=check_region(rule.ctx))
+    pending.widens_test = True
 
 
 class IsCuda(Rule):
@@ -175,9 +176,13 @@ class CudaDeviceCheck(Rule):
     a CUDA machine and `cpu` without an accelerator, as before; with another condition only the `'cuda'`
     string is replaced, so the condition still decides. A test on a value that clearly holds a device
     becomes `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
-    `torch.device(s).type`. Unsafe for `.type == 'cuda'` on something not known to be a device. No fix for a
-    test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay CUDA-only), for a
-    comparison with an indexed string, or for membership in a list of device types.
+    `torch.device(s).type`. That is safe when the code the test selects for CUDA is device plumbing (moving
+    or pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
+    device-agnostic, or when the test's value is kept (`use_amp = ...`); around other code (a torch op with a
+    CUDA-only argument, the project's own kernels), in a file that uses a CUDA-only library or Triton, and
+    for `.type == 'cuda'` on something not known to be a device it is unsafe, and the message names what to
+    check. No fix for a test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay
+    CUDA-only), for a comparison with an indexed string, or for membership in a list of device types.
     """
 
     code = "NM105"
