@@ -205,7 +205,8 @@ _FORMATTING = _concrete(
     cst.Asynchronous,
     cst.ImportStar,
 )
-_NODE_TYPES = _concrete(cst.CSTNode) - _FORMATTING
+#: an annotation runs no device code (a type named there is no use of it), so no rule sees one
+_NODE_TYPES = _concrete(cst.CSTNode) - _FORMATTING - {cst.Annotation}
 _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
 _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})

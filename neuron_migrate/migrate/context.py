@@ -24,7 +24,8 @@ class PendingFinding:
     """A finding whose positions are resolved after the traversal (only files with findings pay for that).
 
     `stack` is the node's ancestry at report time (for scopes, guards and "is this inside that region");
-    `note` is appended to the message when the fix is withdrawn after the walk."""
+    `notes` say why the fix was withdrawn after the walk; `no_change` why the code needs no change at all (the
+    finding is then a note, severity info, and says that instead of the rule's advice)."""
 
     rule: Any
     node: cst.CSTNode
@@ -35,6 +36,9 @@ class PendingFinding:
     region: tuple[cst.CSTNode, ...] = ()  # the code this finding's check guards (its fix waits for it)
     notes: list[str] = field(default_factory=list)
     replacement: str | None = None
+    no_change: str | None = None
+    #: its fix turns a CUDA test into one for any accelerator: other devices then run the code it guards
+    widens_test: bool = False
 
 
 class FileContext:
@@ -119,9 +123,18 @@ class FileContext:
         fix: FixSpec | None,
         region: tuple[cst.CSTNode, ...] = (),
         replacement: str | None = None,
+        no_change: str | None = None,
     ) -> PendingFinding:
         pending = PendingFinding(
-            rule, node, message, fix, self.guard(), tuple(self.stack), region, replacement=replacement
+            rule,
+            node,
+            message,
+            fix,
+            self.guard(),
+            tuple(self.stack),
+            region,
+            replacement=replacement,
+            no_change=no_change,
         )
         self.pending.append(pending)
         return pending

@@ -6,30 +6,58 @@ A fix is withdrawn, with a note saying why, when its code:
   `cuda_utils.py`, `def cuda(self)`, `is_torch_cuda_available`);
 - only runs when a test that is about CUDA and stays CUDA's holds: the body of an `if`/`while`/conditional
   whose test mentions CUDA in code no fix of this run rewrites (`elif is_torch_cuda_available():`,
-  `if len(torch.cuda.default_generators) > 0:`), or the `else` of such a test when it is negated;
+  `if len(torch.cuda.default_generators) > 0:`, `if backend == "nccl":`), the `else` of such a test when it
+  is negated (`not ...`, `!=`, `not in`), and the code after such a negated test that exits (`if
+  device.type != "cuda": raise ...`); when that precondition is a statement of a function's body, the whole
+  function is CUDA's (anywhere else it ends in the `raise`);
+- is in a branch of a per-device `if`/`elif` chain that has a branch for `neuron` (Trainium takes that one),
+  or in the `GPU` branch of a test that tells devices apart (`DistributedType.MULTI_GPU` next to `MULTI_XPU`);
+- is under a comment that says it is CUDA-only ("right now, only CUDA is implemented");
+- is in a function that requires a CUDA-only library: imports it in its body (`import bitsandbytes as bnb`,
+  or in an `if` whose other branch exits) or calls it there unconditionally;
+- is in, or after, a statement of its block that calls a function of the module that requires CUDA by its
+  precondition (`client.init_communicator(device="cuda")`, matched by name);
 - is an argument of CUDA-only code that stays
   (`torch.cuda.get_device_properties(torch.cuda.current_device())`);
 - is the function under a `"cuda"` key of a dict (a per-device dispatch table,
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
-"Mentions CUDA" means a name or attribute containing `cuda`, `nvidia`, `cublas`, `cudnn` or `nccl`, a call of
-a function whose name contains `gpu`, a string containing `cuda`, `gpu` or `nvidia`, or a CUDA-only library or
-capability name (`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in
-this run replace.
+All but the last need no change (the finding becomes a note). "Mentions CUDA" means a name or attribute
+containing `cuda`, `nvidia`, `cublas`, `cudnn` or `nccl`, a call of a function whose name contains `gpu`, a
+string containing `cuda`, `gpu`, `nvidia` or `nccl`, or a CUDA-only library or capability name
+(`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in this run replace.
+A *strong* mention (what keeps a precondition's check CUDA's, `settle`) leaves out what people also say of
+any accelerator: `cuda` and `gpu` in names and messages ("needs a CUDA GPU").
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import libcst as cst
 
-from neuron_migrate.migrate.guards import implies
+from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
+from neuron_migrate.migrate.guards import exits, implies
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
+from neuron_migrate.migrate.rules.libraries import library_of
 
-_STRING_CUE = re.compile(r"cuda|gpu|nvidia", re.IGNORECASE)
+_STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
 _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl", re.IGNORECASE)
+_STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl", re.IGNORECASE)
+_STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
+_GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
+_CUDA_ONLY_COMMENT = re.compile(r"\bonly\s+(?:on\s+|for\s+|with\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
+_NEGATIONS = (cst.NotEqual, cst.NotIn, cst.IsNot)
+
+
+class CudaOnly(NamedTuple):
+    """Why code only runs on CUDA; `needs_change` when a person still has something to do there."""
+
+    reason: str
+    needs_change: bool = False
 
 
 class CudaMentions:
@@ -40,11 +68,16 @@ class CudaMentions:
     def __init__(self, ctx, covered: set[int]) -> None:
         self.ctx = ctx
         self.covered = covered
+        self.libraries: dict[int, str | None] = {}  # per function: the CUDA-only library it requires
+        self.cuda_functions: set[str] | None = None  # the module's functions that require CUDA, by name
+        self.cuda_calls: dict[int, str | None] = {}  # per statement: the one of those it calls
 
-    def find(self, node: cst.CSTNode) -> str | None:
-        """The first CUDA mention in `node`, as text, or None."""
+    def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
+        """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions."""
         found: list[str] = []
         covered, ctx = self.covered, self.ctx
+        name_cue = _STRONG_NAME_CUE if strong else _NAME_CUE
+        string_cue = _STRONG_STRING_CUE if strong else _STRING_CUE
 
         class Finder(cst.CSTVisitor):
             def on_visit(self, child: cst.CSTNode) -> bool:
@@ -57,13 +90,13 @@ class CudaMentions:
                     return False
                 text = None
                 if isinstance(child, cst.Name) and (
-                    _NAME_CUE.search(child.value) or CUDA_ONLY_CODE.search(child.value)
+                    name_cue.search(child.value) or CUDA_ONLY_CODE.search(child.value)
                 ):
                     text = child.value
-                elif isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
+                elif not strong and isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
                     text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
-                elif isinstance(child, (cst.SimpleString, cst.FormattedStringText)) and _STRING_CUE.search(
-                    child.value
+                elif isinstance(child, (cst.SimpleString, cst.FormattedStringText)) and (
+                    string_cue.search(child.value) or (strong and CUDA_ONLY_CODE.search(child.value))
                 ):
                     text = child.value.strip("'\"")
                 if text is not None:
@@ -73,6 +106,26 @@ class CudaMentions:
 
         node.visit(Finder())
         return found[0] if found else None
+
+    def calls_cuda_function(self, statement: cst.CSTNode) -> str | None:
+        """The name of a function of this module that requires CUDA (a CUDA precondition among its body's
+        statements) which `statement` calls (`client.init_communicator(device="cuda")`), if any."""
+        if self.cuda_functions is None:
+            self.cuda_functions = _cuda_functions(self.ctx, self)
+        if not self.cuda_functions or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            return None  # defining a function calls nothing
+        key = id(statement)
+        if key not in self.cuda_calls:
+            names = (_callee_name(call) for call in _calls_in(statement))
+            self.cuda_calls[key] = next((n for n in names if n in self.cuda_functions), None)
+        return self.cuda_calls[key]
+
+    def required_library(self, function: cst.FunctionDef) -> str | None:
+        """The CUDA-only library `function` cannot run without (see the module docstring), if any."""
+        key = id(function)
+        if key not in self.libraries:
+            self.libraries[key] = _required_library(self.ctx, function)
+        return self.libraries[key]
 
 
 def covered_nodes(pendings: list, applies) -> set[int]:
@@ -99,27 +152,83 @@ def cuda_file(path: str) -> bool:
     return any(part.lower() == "cuda" for part in parts[:-1]) or "cuda" in stem
 
 
-def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "") -> str | None:
+def negative(ctx, test: cst.BaseExpression) -> bool:
+    """Whether a test is true when the device is *not* the one it names (`not ...`, `d.type != "cuda"`,
+    `"cuda" not in str(d)`, `torch.cuda.device_count() == 0`)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return True
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, _NEGATIONS)
+    ):
+        return True
+    when_true, when_false = implies(ctx, test)
+    return when_false == "certain" and when_true != "certain"
+
+
+def cuda_precondition(ctx, statement: cst.CSTNode, mentions: CudaMentions) -> str | None:
+    """For `if <not CUDA>: raise/return ...` without an `else`, whose test stays CUDA's: what in the test
+    says CUDA. The code after it only runs on CUDA."""
+    if not (
+        isinstance(statement, cst.If)
+        and statement.orelse is None
+        and exits(statement.body)
+        and negative(ctx, statement.test)
+        and not _lists_other_values(statement.test)
+    ):
+        return None
+    return mentions.find(statement.test)
+
+
+def _lists_other_values(test: cst.BaseExpression) -> bool:
+    """`d not in ("cpu", "gpu", "xpu", ...)`: a membership test in a list that names more than CUDA."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    listed = [test.left, test.comparisons[0].comparator]
+    elements = [
+        e.value for node in listed if isinstance(node, (cst.List, cst.Tuple, cst.Set)) for e in node.elements
+    ]
+    return any(not (isinstance(e, cst.SimpleString) and _STRING_CUE.search(e.value)) for e in elements)
+
+
+def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "") -> CudaOnly | None:
     """Why the code of `pending` only runs on CUDA (see the module docstring), or None."""
     if cuda_file(path):
-        return "the file is about CUDA by its name: leave it, or port it by hand"
+        return CudaOnly("the file is about CUDA by its name: leave it, or port it by hand")
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
-    if function is not None and "cuda" in function.name.value.lower():
-        return (
-            f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
-            "function and port it by hand"
-        )
+    if function is not None:
+        if "cuda" in function.name.value.lower():
+            return CudaOnly(
+                f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
+                "function and port it by hand"
+            )
+        if (library := mentions.required_library(function)) is not None:
+            return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
+    ctx = mentions.ctx
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is not parent.test:
-            negated = isinstance(parent.test, cst.UnaryOperation) and isinstance(
-                parent.test.operator, cst.Not
-            )
             in_true_branch = child is parent.body
-            if in_true_branch != negated and (cue := mentions.find(parent.test)) is not None:
-                return f"it only runs when a CUDA test holds (`{cue}`): no change needed"
+            if in_true_branch != negative(ctx, parent.test) and (
+                cue := mentions.find(parent.test) or _gpu_among_devices(ctx, stack, index)
+            ):
+                return CudaOnly(f"it only runs when a CUDA test holds (`{cue}`): no change needed")
+            if isinstance(parent, cst.If) and _in_chain_with_neuron(ctx, stack, index, in_true_branch):
+                return CudaOnly(CHAIN_NOTE)
+        elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            whole_function = index == start + 1 and function is not None
+            for statement in parent.body if whole_function else parent.body[: parent.body.index(child)]:
+                if statement is not child and (cue := cuda_precondition(ctx, statement, mentions)):
+                    where = "its function requires" if whole_function else "it runs after a check for"
+                    return CudaOnly(f"{where} CUDA (`{cue}`): no change needed")
+            for statement in parent.body[: parent.body.index(child) + 1]:
+                if (called := mentions.calls_cuda_function(statement)) is not None:
+                    return CudaOnly(
+                        f"it runs with or after `{called}()`, which requires CUDA: no change needed"
+                    )
         elif (
             isinstance(parent, cst.DictElement)
             and child is parent.value
@@ -127,8 +236,141 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             and isinstance(parent.key, cst.SimpleString)
             and (parent.key.evaluated_value == "cuda")
         ):
-            return "it is CUDA's entry of a per-device table: add an entry for the accelerator instead"
+            return CudaOnly(
+                "it is CUDA's entry of a per-device table: add an entry for the accelerator instead", True
+            )
+    if (comment := _cuda_only_comment(stack[start:])) is not None:
+        return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
     for leftover in leftovers:
         if leftover is not pending and leftover.node in stack and leftover.node is not pending.node:
-            return "it is an argument of CUDA-only code that stays: no change needed"
+            return CudaOnly("it is an argument of CUDA-only code that stays: no change needed")
     return None
+
+
+def _gpu_among_devices(ctx, stack, index: int) -> str | None:
+    """`GPU` in the test of `stack[index]`, in a chain of tests that tells devices apart."""
+    test = stack[index].test
+    tests = chain_tests(stack, index) if isinstance(stack[index], cst.If) else [test]
+    return gpu_among_devices(ctx, test, tests)
+
+
+def gpu_among_devices(ctx, test: cst.BaseExpression, tests: list[cst.BaseExpression]) -> str | None:
+    """`GPU` in `test` when `tests` (its chain, or itself) tell devices apart (`elif state.distributed_type ==
+    DistributedType.MULTI_GPU` after `MULTI_XPU`, `XLA and is_torch_xla_available(check_is_gpu=True)`): there
+    it means CUDA, where elsewhere (`if args.gpu:`) it means any accelerator."""
+    word = next((w for w in re.findall(r"\w+", ctx.code(test)) if _GPU.search(w)), None)
+    return word if word is not None and chain_of_tests(ctx, tests) is not None else None
+
+
+def _cuda_only_comment(stack) -> str | None:
+    """A comment above (or after) a statement around the node that says the code is CUDA-only ("right now,
+    only CUDA is implemented")."""
+    for node in stack:
+        comments = [line.comment for line in getattr(node, "leading_lines", ()) if line.comment]
+        trailing = getattr(node, "trailing_whitespace", None)
+        if trailing is not None and trailing.comment is not None:
+            comments.append(trailing.comment)
+        for comment in comments:
+            if _CUDA_ONLY_COMMENT.search(comment.value):
+                text = comment.value.lstrip("# ").strip()
+                return text if len(text) <= 40 else text[:37] + "..."
+    return None
+
+
+def _in_chain_with_neuron(ctx, stack, index: int, in_body: bool) -> bool:
+    """Whether `stack[index]` (an `If`) is part of a per-device chain with a `neuron` branch, and the branch
+    at `stack[index + 1]` is not that one (an `elif` is the next `If` of the chain, not a branch)."""
+    branch = stack[index + 1]
+    if not in_body and isinstance(branch, cst.If):
+        return False
+    if in_body and names_neuron(ctx, stack[index].test):
+        return False
+    chain = chain_of_tests(ctx, chain_tests(stack, index))
+    return chain is not None and chain.has_neuron
+
+
+def _cuda_functions(ctx, mentions: CudaMentions) -> set[str]:
+    """Names of the module's functions and methods whose body has a CUDA precondition (names defined once:
+    a call is matched by name only)."""
+    defined: dict[str, int] = {}
+    requiring: set[str] = set()
+    pending: list[cst.CSTNode] = list(ctx.module.body)
+    while pending:  # statements only: functions are defined in blocks, never inside expressions
+        statement = pending.pop()
+        if isinstance(statement, cst.FunctionDef):
+            name = statement.name.value
+            defined[name] = defined.get(name, 0) + 1
+            if any(cuda_precondition(ctx, s, mentions) for s in _block(statement.body)):
+                requiring.add(name)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            value = getattr(statement, field, None)
+            for part in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
+                    pending.append(part)
+                elif part is not None:
+                    pending.extend(_block(part))
+    return {name for name in requiring if defined[name] == 1}
+
+
+def _block(node) -> list[cst.CSTNode]:
+    if isinstance(node, (cst.Else, cst.Finally, cst.ExceptHandler)):
+        node = node.body
+    return list(node.body) if isinstance(node, cst.IndentedBlock) else []
+
+
+def _callee_name(call: cst.Call) -> str | None:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+
+
+def _required_library(ctx, function: cst.FunctionDef) -> str | None:
+    """The CUDA-only library `function` imports in its body (also in an `if` whose other branch exits) or
+    calls from a statement of its body, if any."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    calls = None
+    for statement in body:
+        if isinstance(statement, cst.If) and isinstance(statement.orelse, cst.Else):
+            branches = (statement.body, statement.orelse.body)
+            for imports, other in (branches, branches[::-1]):
+                if exits(other) and (library := _imported_library(imports.body)):
+                    return library
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        if library := _imported_library([statement]):
+            return library
+        if calls is None:
+            calls = {id(call): name for call, name in ctx.calls}
+        for call in _calls_in(statement):
+            if (name := calls.get(id(call))) and (library := library_of(name)):
+                return library
+    return None
+
+
+def _imported_library(statements) -> str | None:
+    for statement in statements:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            modules = []
+            if isinstance(small, cst.Import):
+                modules = [dotted(alias.name) for alias in small.names]
+            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                modules = [dotted(small.module)]
+            for module in modules:
+                if module and (library := library_of(module)):
+                    return library
+    return None
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False  # called later, if at all
+
+    node.visit(Collect())
+    return found

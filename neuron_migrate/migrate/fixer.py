@@ -10,6 +10,7 @@ from pathlib import Path
 import libcst as cst
 
 from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits, drop_repeats
+from neuron_migrate.migrate.guard_layout import tidy_new_guards
 from neuron_migrate.migrate.layout import Layout, reflow
 from neuron_migrate.migrate.names import import_bindings
 from neuron_migrate.model import Edit, Finding
@@ -35,8 +36,8 @@ def fix_text(
     path: Path | None = None,
 ) -> FixOutcome:
     """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text, then
-    drop statements the fixes made repeat their neighbour and wrap the lines they made too long (`layout`;
-    `path` lets the project's formatter find its configuration)."""
+    drop statements the fixes made repeat their neighbour, make new guards read well (`guard_layout`) and wrap
+    the lines they made too long (`layout`; `path` lets the project's formatter find its configuration)."""
     outcome = FixOutcome(text)
     accepted: list[Edit] = []
     for finding in findings:
@@ -54,7 +55,7 @@ def fix_text(
     if not accepted:
         return outcome
     new_text = remove_unused_imports(text, apply_edits(text, accepted))
-    new_text = reflow(text, drop_repeats(text, new_text), layout, path)
+    new_text = reflow(text, tidy_new_guards(text, drop_repeats(text, new_text)), layout, path)
     try:
         cst.parse_module(new_text)
     except cst.ParserSyntaxError as err:  # a bug in a rule's fix: keep the file as it was

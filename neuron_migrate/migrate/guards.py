@@ -236,34 +236,50 @@ _VERSION_FLAG = re.compile(
     r"(greater|less|newer|older|at_least|before)\w*torch",
     re.IGNORECASE,
 )
-#: the newest torch whose absence a version test can mean `torch.accelerator` (or its API) is missing
+#: a version as code writes it: "2.3", "2.4.0", (2, 3), (2, 3, 0), _2_7
+_VERSION = re.compile(r"(\d+)(?:\.|_|,\s*)(\d+)")
+#: the operator of a helper that takes it as an argument: `is_torch_version(">=", "2.3")`, `operator.lt`
+_OPERATORS = {">=": ">=", ">": ">", "<": "<", "<=": "<=", "ge": ">=", "gt": ">", "lt": "<", "le": "<="}
+_COMPARISONS = {cst.GreaterThanEqual: ">=", cst.GreaterThan: ">", cst.LessThan: "<", cst.LessThanEqual: "<="}
+#: the oldest torch with `torch.accelerator` and the API the fixes use: older than that, a fallback is needed
 _ACCELERATOR_COMPLETE = (2, 9)
 
 
 def _version_test(ctx, test: cst.CSTNode) -> bool | None:
-    """True for "torch is at least X" (X <= 2.9), False for "torch is older than X", else None:
+    """True when `test` being false means a torch without `torch.accelerator` (torch >= X or > X, for an X
+    that 2.9 passes), False when its being true means that (torch < X or <= X), else None:
     `_is_torch_greater_or_equal_than_2_7`, `is_torch_greater_or_equal("2.6")`, `torch.__version__ >= "2.6"`,
-    `version.parse(torch.__version__) < version.parse("2.8")`."""
+    `version.parse(torch.__version__) < version.parse("2.8")`, accelerate's `is_torch_version(">=", "2.3")`,
+    `torch_version >= (2, 3)`."""
     text = ctx.code(test)
     if "torch" not in text.lower():
         return None
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        found = re.search(r"(\d+)\.(\d+)", text)
-        op = test.comparisons[0].operator
-        if found is None or (int(found.group(1)), int(found.group(2))) > _ACCELERATOR_COMPLETE:
-            return None
-        if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)):
-            return True
-        if isinstance(op, (cst.LessThan, cst.LessThanEqual)):
-            return False
+    operator = None
+    about_versions = "version" in text.lower()  # not `torch.rand(1) > 0.5`
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and about_versions:
+        operator = _COMPARISONS.get(type(test.comparisons[0].operator))
+    elif about_versions and isinstance(test, cst.Call) and any(_operator_of(a.value) for a in test.args):
+        operator = next(op for arg in test.args if (op := _operator_of(arg.value)))
+    elif isinstance(test, (cst.Name, cst.Attribute, cst.Call)) and (match := _VERSION_FLAG.search(text)):
+        newer = (match.group(1) or match.group(2)).lower() in ("greater", "newer", "at_least")
+        operator = ">=" if newer else "<"
+    found = _VERSION.search(text)
+    if operator is None or found is None:
         return None
-    match = _VERSION_FLAG.search(text) if isinstance(test, (cst.Name, cst.Attribute, cst.Call)) else None
-    found = re.search(r"(\d+)[._](\d+)", text)
-    if match is None or found is None:
-        return None
-    if (int(found.group(1)), int(found.group(2))) > _ACCELERATOR_COMPLETE:
-        return None
-    return (match.group(1) or match.group(2)).lower() in ("greater", "newer", "at_least")
+    version = (int(found.group(1)), int(found.group(2)))
+    if operator in (">=", "<"):
+        return None if version > _ACCELERATOR_COMPLETE else operator == ">="
+    return None if version >= _ACCELERATOR_COMPLETE else operator == ">"
+
+
+def _operator_of(node: cst.BaseExpression) -> str | None:
+    """`">="` for the string `">="` or `operator.ge`."""
+    from neuron_migrate.migrate.names import dotted
+
+    value = _string(node)
+    if value is None and isinstance(node, cst.Attribute) and dotted(node.value) == "operator":
+        value = node.attr.value
+    return _OPERATORS.get(value or "")
 
 
 def _api_test(ctx, test: cst.CSTNode) -> bool | None:
@@ -318,7 +334,7 @@ def without_accelerator_api(ctx, stack=None) -> bool:
     stack = ctx.stack if stack is None else stack
     for index in range(len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
-        if isinstance(parent, cst.If):
+        if isinstance(parent, cst.If) and child is not parent.test:  # the test runs on every torch
             api = _api_test(ctx, parent.test)
             if api is not None and ((child is parent.body) != api):
                 return True

@@ -213,58 +213,17 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
     return (statement,) if statement is not None else ()
 
 
-#: other accelerators, as an `if`/`elif` chain names them (`device.type == "xpu"`, `is_torch_npu_available()`)
-_OTHER_DEVICES = re.compile(
-    r"\b(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm)\b|is_torch_(xpu|npu|mlu|hpu|"
-    r"mps|musa|xla|tpu|sdaa)_available|backends\.mps",
-    re.IGNORECASE,
-)
-
-
-def device_chain(ctx) -> str | None:
-    """The other accelerator an `if`/`elif` chain branches on, when the visited node is in one of the chain's
-    tests (`if torch.cuda.is_available(): ... elif is_torch_npu_available(): ...`)."""
-    test_of = None
-    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1]), strict=False):
-        if isinstance(parent, cst.If) and child is parent.test:
-            test_of = parent
-            break
-        if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            return None
-    if test_of is None:
-        return None
-    top = test_of
-    index = ctx.stack.index(test_of)
-    while index > 0 and isinstance(ctx.stack[index - 1], cst.If) and ctx.stack[index - 1].orelse is top:
-        index -= 1
-        top = ctx.stack[index]
-    tests = []
-    branch: cst.CSTNode | None = top
-    while isinstance(branch, cst.If):
-        tests.append(branch.test)
-        branch = branch.orelse
-    block = ctx.stack[index - 1] if index > 0 else None  # `if d == "cuda": ...` then `if d == "hpu": ...`
-    if isinstance(block, (cst.IndentedBlock, cst.Module)):
-        tests += [stmt.test for stmt in block.body if isinstance(stmt, cst.If) and stmt is not top]
-    for test in tests:
-        match = _OTHER_DEVICES.search(ctx.code(test))
-        if match:
-            return match.group(0)
-    return None
-
-
 def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
-    """For `if not <available>: raise/return ...` (a precondition), the code it protects: the statements after
-    it in its block. Its own body is only the message of the early exit."""
-    from neuron_migrate.migrate.guards import exits
+    """For `if <no accelerator>: raise/return ...` (a precondition: `not torch.cuda.is_available()`,
+    `d.type != "cuda"`, `device_count() == 0`), the code it protects: the statements after it in its block.
+    Its own body is only the early exit."""
+    from neuron_migrate.migrate.guards import exits, implies
 
-    if not (
-        isinstance(check, cst.If)
-        and check.orelse is None
-        and isinstance(check.test, cst.UnaryOperation)
-        and isinstance(check.test.operator, cst.Not)
-        and exits(check.body)
-    ):
+    if not (isinstance(check, cst.If) and check.orelse is None and exits(check.body)):
+        return None
+    when_true, when_false = implies(ctx, check.test)
+    negated = isinstance(check.test, cst.UnaryOperation) and isinstance(check.test.operator, cst.Not)
+    if not (negated or (when_false == "certain" and when_true != "certain")):
         return None
     index = next((i for i in range(len(ctx.stack) - 1, 0, -1) if ctx.stack[i] is check), None)
     block = ctx.stack[index - 1] if index else None

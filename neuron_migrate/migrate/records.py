@@ -25,24 +25,45 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
         ]
         fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
     line = where.start.line
-    message = pending.message
-    if pending.notes:
-        message = f"{message} ({'; '.join(pending.notes)})"
     return Finding(
         code=rule.code,
-        severity=rule.severity,
+        severity="info" if pending.no_change else rule.severity,
         category=rule.category(),
         path=ctx.path,
         line=line,
         col=where.start.column,
         end_line=where.end.line,
         end_col=where.end.column,
-        message=message,
+        message=_message(pending),
         source=lines[line - 1].strip() if 0 < line <= len(lines) else "",
         fix=fix,
         guard=pending.guard,
         replacement=pending.replacement,
     )
+
+
+def _message(pending) -> str:
+    """The rule's message with why its fix was withdrawn; for code that needs no change, the problem the rule
+    names and why nothing needs doing (its advice no longer applies)."""
+    if pending.no_change:
+        return f"{problem(pending.message)}: {pending.no_change}"
+    if pending.notes:
+        return f"{pending.message} ({'; '.join(pending.notes)})"
+    return pending.message
+
+
+def problem(message: str) -> str:
+    """The part of a rule message before its advice: up to the first `: ` outside backticks and
+    parentheses (`torch.cuda.device_count` is CUDA-only: use ...)."""
+    depth, code = 0, False
+    for index, char in enumerate(message):
+        if char == "`":
+            code = not code
+        elif not code and char in "()":
+            depth += 1 if char == "(" else -1
+        elif not code and depth == 0 and message.startswith(": ", index):
+            return message[:index]
+    return message
 
 
 def _edit(where: CodeRange, text: str) -> Edit:

@@ -80,6 +80,9 @@ class Rule:
     #: its findings are code that only works on CUDA: left unfixed inside a CUDA check, they keep that check
     #: CUDA-only (False for advice that holds on any device: numerics, settings that are harmless elsewhere)
     cuda_only: ClassVar[bool] = True
+    #: its findings are CUDA-only libraries or kernels the file uses: a CUDA device-type test elsewhere in the
+    #: file may be choosing them, so making it generic is unsafe (`settle`)
+    cuda_library: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 
@@ -107,13 +110,15 @@ class Rule:
         fix: FixSpec | None = None,
         region: tuple[cst.CSTNode, ...] = (),
         replacement: str | None = None,
+        no_change: str | None = None,
     ) -> PendingFinding:
         """Record a finding at `node` (message defaults to the rule's).
 
         `region`: the code a CUDA check guards. Its fix (a device-agnostic test) is withdrawn after the walk
         when CUDA-only code stays in that region, so the check keeps it on CUDA. `replacement`: what to move
-        to, when that is another library or API (reports read it; the message says it in words)."""
-        return self.ctx.add(self, node, message or self.message, fix, region, replacement)
+        to, when that is another library or API (reports read it; the message says it in words). `no_change`:
+        why this code needs no change (the finding becomes a note that says so)."""
+        return self.ctx.add(self, node, message or self.message, fix, region, replacement, no_change)
 
     def finish(self) -> None:
         """Called once after the traversal (for rules that decide at the end of the file)."""

@@ -3,39 +3,53 @@
 In order, for every finding with a fix:
 
 1. code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
-   CUDA calls: the fix is withdrawn;
+   CUDA calls: the fix is withdrawn (a note);
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
-   the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there).
-   Repeated until nothing changes, since withdrawing one fix can keep the check around it;
+   the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
+   those findings become notes). A CUDA device-type test whose generic form would send other devices into
+   code that is neither device plumbing nor fixed in this run, or that sits in a file using CUDA-only
+   libraries, keeps its fix as an unsafe one (`device_neutral`). Repeated until nothing changes, since
+   withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
-from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, only_on_cuda
+from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
+from neuron_migrate.migrate.device_neutral import widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 
+_FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
+_BEHIND_CHECK = "it only runs on CUDA, behind a CUDA check that stays: no change needed"
+
 
 def applies(pending, style: FixStyle) -> bool:
     """Whether this run applies the finding's fix (safe ones always, unsafe ones with --unsafe-fixes)."""
-    fix = pending.fix
-    if fix is None:
-        return False
-    safety = fix.safety or pending.rule.fix_safety
+    safety = _safety(pending)
     return safety == "safe" or (safety == "unsafe" and style.unsafe)
 
 
-def withdraw(pending, note: str) -> None:
+def _safety(pending) -> str | None:
+    fix = pending.fix
+    return None if fix is None else fix.safety or pending.rule.fix_safety
+
+
+def withdraw(pending, note: str, no_change: bool = False) -> None:
+    """Take the fix back, saying why; `no_change`: the code is right as it is (a note, not a to-do)."""
     pending.fix = None
-    if note not in pending.notes:
+    if no_change:
+        pending.no_change = pending.no_change or note
+    elif note not in pending.notes:
         pending.notes.append(note)
 
 
@@ -43,7 +57,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     for pending in pendings:
         if pending.fix is not None and without_accelerator_api(ctx, pending.stack):
-            withdraw(pending, "in a fallback for a torch without `torch.accelerator`: leave it as it is")
+            withdraw(pending, _FALLBACK, no_change=True)
         elif (
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):
@@ -69,6 +83,7 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
     """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
     checks = [p for p in pendings if p.region]
+    libraries = [p for p in pendings if getattr(p.rule, "cuda_library", False)]
     changed = True
     while changed:
         changed = False
@@ -80,45 +95,60 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
                 if reason is not None:
                     withdraw(
                         check,
-                        f"it guards CUDA-only code ({reason}): keep this check CUDA-only and give "
+                        f"it guards CUDA-only code such as {reason}: keep this check CUDA's and give "
                         "other devices their own path",
                     )
+                    changed = True
+            if check.fix is not None and check.widens_test and _safety(check) == "safe":
+                risk = widening_risk(ctx, check, libraries, mentions.covered)
+                if risk is not None:
+                    check.fix = replace(check.fix, safety="unsafe")
+                    check.notes.append(risk)
                     changed = True
             if applies(check, style):
                 continue
             for inner in pendings:
                 if inner is not check and inner.fix is not None and _inside(inner, check.region):
-                    withdraw(inner, "it only runs on CUDA (behind a CUDA check that stays): no change needed")
+                    withdraw(inner, _BEHIND_CHECK, no_change=True)
                     changed = True
         for pending in pendings:
             if (
                 pending.fix is not None
-                and (reason := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
+                and (cuda_only := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
             ):
-                withdraw(pending, reason)
+                withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
 
 
 def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | None:
     """What CUDA-only code stays in the region `check` guards, if any. After a precondition (`if not
     available: raise ...`) the rest of the block is ordinary code: only CUDA-only calls that stay (findings
-    without a fix) keep it CUDA's, not names or messages that mention CUDA."""
+    without a fix) and strong mentions (NCCL, CUDA-only libraries, in the code or in the exit's message) keep
+    it CUDA's, not names or messages that say CUDA or GPU ("needs a CUDA GPU" means any accelerator there)."""
     for inner in leftovers:
         if inner is not check and _inside(inner, check.region):
             return f"`{_first_line(ctx, inner.node)}`"
-    nodes = check.region[:1] if _is_precondition(check) else check.region
-    for node in nodes:
-        cue = mentions.find(node)
-        if cue is not None:
+    owner = _precondition_of(check)
+    scans = (
+        [(node, False) for node in check.region]
+        if owner is None
+        else [(check.region[0], False), *((node, True) for node in (owner.body, *check.region[1:]))]
+    )
+    for node, strong in scans:
+        if (cue := mentions.find(node, strong)) is not None:
             return f"`{cue}`"
+    test = check.region[0]
+    if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
+        return f"`{cue}`"
     return None
 
 
-def _is_precondition(check) -> bool:
-    """Whether the check's region is "the code after `if not <available>: <exit>`" rather than a body."""
+def _precondition_of(check) -> cst.If | None:
+    """The `if` when the check's region is "the code after `if <no accelerator>: <exit>`" rather than a
+    body."""
     test = check.region[0]
     owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is test), None)
-    return owner is not None and owner.body not in check.region
+    return owner if owner is not None and owner.body not in check.region else None
 
 
 def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:

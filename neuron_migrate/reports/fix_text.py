@@ -34,8 +34,8 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
     console.print(
         f"\n{len(changed)} files {'changed' if write else 'would change'}, {applied} findings {verb}, "
         f"{len(todo)} left for a person"
-        + (f" ({unsafe_left} have unsafe fixes: --unsafe-fixes)" if unsafe_left and not unsafe else "")
-        + (f", {notes} notes that need no change (`neuron-migrate scan` lists them)" if notes else "")
+        + (f" ({unsafe_left} with an unsafe fix: --unsafe-fixes)" if unsafe_left and not unsafe else "")
+        + (f", {_notes(notes)} (`neuron-migrate scan` lists them)" if notes else "")
         + "."
     )
     if changed and not write:
@@ -43,3 +43,7 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
             "[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]"
         )
     return len(todo)
+
+
+def _notes(count: int) -> str:
+    return "1 note that needs no change" if count == 1 else f"{count} notes that need no change"

@@ -123,3 +123,231 @@ def test_cuda_device_context_takes_the_device_index():
 def test_equality_with_a_bare_cuda_string_keeps_meaning_for_indexed_devices():
     after = fixed("import torch\ndef f(device):\n    if device == 'cuda':\n        pass\n", ("NM105",))
     assert 'torch.device(device).type != "cpu" and torch.device(device).index is None' in after
+
+
+# --- per-device chains written with the libraries' own helpers (accelerate, peft, transformers, trl) -------
+
+_CHAIN = (
+    "import torch\ndef default_device():\n    if {other}:\n        return torch.device('other')\n"
+    "    elif torch.cuda.is_available():\n        return torch.device('cuda')\n"
+    "    else:\n        return torch.device('cpu')\n"
+)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "is_npu_available()",
+        "is_xpu_available(check_device=True)",
+        "is_mlu_available()",
+        "is_hpu_available(init_hccl=True)",
+        "is_musa_available()",
+        "is_sdaa_available()",
+        "is_torch_xpu_available()",
+        "is_torch_mlu_available()",
+        "torch.xpu.is_available()",
+        "state.distributed_type == DistributedType.MULTI_NPU",
+    ],
+)
+def test_a_branch_of_a_chain_of_device_helpers_stays_cuda(other):
+    """On an XPU/MLU/… machine a generic test would take the CUDA branch before the device's own."""
+    source = _CHAIN.format(other=other)
+    assert fixed(source) == source
+    [check] = [f for f in findings(source) if f.code == "NM106"]
+    assert "per-device chain" in check.message and "add a branch for `neuron`" in check.message
+
+
+def test_a_chain_with_a_neuron_branch_needs_no_change():
+    source = (
+        "import torch\ndef default_device():\n    if is_npu_available():\n"
+        "        return torch.device('npu')\n    elif torch.cuda.is_available():\n"
+        "        torch.cuda.empty_cache()\n"
+        "        return torch.device('cuda')\n"
+        "    elif is_neuron_available():\n        return torch.device('neuron')\n"
+        "    else:\n        torch.cuda.synchronize()\n"
+    )
+    assert fixed(source) == source
+    found = findings(source)
+    assert found and all(f.severity == "info" and "no change needed" in f.message for f in found), found
+
+
+def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
+    source = (
+        "import torch\nclass TorchTracemalloc:\n    def __enter__(self):\n"
+        "        if torch.cuda.is_available():\n            torch.cuda.empty_cache()\n"
+        "            torch.cuda.reset_max_memory_allocated()  # reset the peak gauge to zero\n"
+        "            self.begin = torch.cuda.memory_allocated()\n"
+        "        elif is_mlu_available():\n            torch.mlu.empty_cache()\n"
+        "            self.begin = torch.mlu.memory_allocated()\n"
+        "        return self\n"
+    )
+    assert fixed(source) == source
+
+
+# --- code that only runs on CUDA by what it tests or requires ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # NCCL only runs on CUDA: what runs under a test for it is CUDA's
+        "import torch\ndef setup(self):\n    if self.backend == 'nccl' and use_fsdp:\n"
+        "        self.backend = 'cuda:nccl,cpu:gloo'\n"
+        "    torch.distributed.init_process_group(backend=self.backend)\n",
+        "import torch\nimport torch.distributed as dist\nif dist.get_backend() == 'nccl':\n"
+        "    torch.cuda.synchronize()\n",
+        # a CUDA precondition: the code after `if <not CUDA>: raise` only runs on CUDA, and so does the code
+        # before it in the function (it ends in that raise anywhere else)
+        "import torch\ndef init_communicator(device=0):\n"
+        "    device = torch.device('cuda', device) if isinstance(device, int) else torch.device(device)\n"
+        "    if device.type != 'cuda':\n"
+        "        raise NotImplementedError(f'NCCL weight transfer needs a CUDA device, got {device}')\n"
+        "    if device.index is not None:\n        torch.cuda.set_device(device)\n",
+        "import torch\nclass Client:\n    def init_communicator(self, device):\n"
+        "        if torch.device(device).type != 'cuda':\n"
+        "            raise NotImplementedError('NCCL only')\n"
+        "if __name__ == '__main__':\n    client = Client()\n    client.init_communicator(device='cuda')\n"
+        "    model = torch.nn.Linear(2, 2).to('cuda')\n",
+        "import torch\ndef f(x):\n    for part in x:\n        if 'cuda' not in str(part.device):\n"
+        "            raise ValueError('fused kernels need CUDA')\n        torch.cuda.synchronize()\n",
+        "import torch\ndef g():\n    if not is_torch_cuda_available():\n        return None\n"
+        "    return torch.cuda.current_device()\n",
+        # `GPU` in a test that tells devices apart is CUDA, and so is code a comment says is CUDA-only
+        "import torch\ndef check(state):\n    if state.distributed_type == DistributedType.MULTI_GPU:\n"
+        "        return torch.cuda.get_rng_state()\n"
+        "    elif state.distributed_type == DistributedType.MULTI_XPU:\n"
+        "        return torch.xpu.get_rng_state()\n",
+        "import torch\ndef autocast_type(state):\n"
+        "    return 'cuda' if state.type == XLA and is_torch_xla_available(check_is_gpu=True) else 'cpu'\n",
+        "import torch\ndef collect(weight):\n    # right now, only CUDA is implemented\n"
+        "    device = torch.device('cuda', torch.cuda.current_device())\n    return weight.to(device)\n",
+        # a function that requires a CUDA-only library (imported unconditionally, or with a raise otherwise)
+        "import torch\ndef dequantize(qweight, weight):\n    import bitsandbytes as bnb\n\n"
+        "    compute_device = 'xpu' if is_xpu_available() else 'cuda'\n"
+        "    dequantized = bnb.functional.dequantize_4bit(qweight.data, qweight.quant_state)\n"
+        "    return weight.to(device=compute_device) - dequantized\n",
+        "import torch\ndef loftq_init(weight):\n    if is_bnb_available():\n"
+        "        import bitsandbytes as bnb\n    else:\n"
+        "        raise ValueError('bitsandbytes is not available')\n"
+        "    compute_device = 'xpu' if is_xpu_available() else 'cuda'\n"
+        "    return bnb.nn.Params4bit(weight.to('cpu')).to(compute_device)\n",
+    ],
+)
+def test_code_that_only_runs_on_cuda_by_what_it_needs_is_left_alone(source):
+    assert fixed(source) == source
+
+
+def test_gpu_where_devices_are_not_told_apart_means_any_accelerator():
+    source = (
+        "import torch\ndef setup(args):\n    if args.use_gpu:\n        torch.cuda.set_device(args.rank)\n"
+    )
+    assert "torch.accelerator.set_device_index(args.rank)" in fixed(source)
+
+
+def test_a_function_that_only_may_use_a_cuda_only_library_is_still_fixed():
+    source = (
+        "import torch\nimport bitsandbytes as bnb\ndef make(model, eight_bit):\n    if eight_bit:\n"
+        "        return bnb.optim.Adam8bit(model.parameters())\n    return model.cuda()\n"
+    )
+    assert "return model.to(" in fixed(source)
+
+
+def test_a_precondition_message_that_names_nccl_keeps_the_check_cuda():
+    source = (
+        "import torch\ndef sync(device):\n    if device.type != 'cuda':\n"
+        "        raise NotImplementedError('weight transfer runs on NCCL')\n    return device\n"
+    )
+    assert fixed(source) == source
+
+
+# --- device-type tests around code whose CUDA-ness the fixes cannot see ------------------------------------
+
+_MM = (
+    "import torch\ndef _project(tile, hidden, w, dtype):\n"
+    "    if _MM_OUT_DTYPE and tile.device.type == 'cuda' and dtype in (torch.float16, torch.bfloat16):\n"
+    "        torch.mm(hidden, w, out_dtype=torch.float32, out=tile)\n"
+    "    else:\n        torch.mm(hidden.float(), w.float(), out=tile)\n"
+)
+
+
+def test_a_device_type_test_around_unknown_code_is_an_unsafe_fix():
+    assert fixed(_MM) == _MM
+    [check] = [f for f in findings(_MM) if f.code == "NM105"]
+    assert check.fix is not None and check.fix.safety == "unsafe"
+    assert "torch.mm(" in check.message  # it names the code to check
+    assert "tile.device.type != 'cpu'" in fixed(_MM, unsafe=True).replace('"', "'")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef f(x):\n    if x.device.type == 'cuda':\n        torch.cuda.synchronize()\n",
+        "import torch\ndef f(x):\n    if x.device.type == 'cuda':\n        x = x.pin_memory()\n"
+        "        print('pinned', x.shape)\n    return x\n",
+        "import torch\ndef f(x, device):\n    if device.type == 'cuda':\n"
+        "        x = x.to(device, non_blocking=True)\n    return x\n",
+        "import torch\ndef f(x):\n    return x.device.type == 'cuda'\n",
+    ],
+)
+def test_a_device_type_test_around_device_plumbing_is_a_safe_fix(source):
+    assert "!= 'cpu'" in fixed(source).replace('"', "'")
+
+
+def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
+    source = (
+        "import torch\nimport triton\ndef f(x):\n"
+        "    use_kernel = x.device.type == 'cuda'\n    return use_kernel\n"
+    )
+    assert fixed(source) == source
+    assert "!= 'cpu'" in fixed(source, unsafe=True).replace('"', "'")
+
+
+# --- what is left for a person, and what needs no change ---------------------------------------------------
+
+
+def test_code_behind_a_check_that_stays_is_a_note_not_a_to_do():
+    source = (
+        "import torch\nif torch.cuda.is_available():\n    name = torch.cuda.get_device_name()\n"
+        "    count = torch.cuda.device_count()\n"
+    )
+    check, count = (next(f for f in findings(source) if name in f.message) for name in ("is_av", "device_c"))
+    assert check.severity == "error" and "keep this check CUDA's" in check.message
+    assert _nesting(check.message) <= 1, check.message
+    assert count.severity == "info" and "no change needed" in count.message
+    assert "use `torch.accelerator`" not in count.message and _nesting(count.message) <= 1, count.message
+
+
+def _nesting(message: str) -> int:
+    """How deep parentheses nest in a message, outside `code`."""
+    depth = deepest = 0
+    for index, part in enumerate(message.split("`")):
+        if index % 2:
+            continue
+        for char in part:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            deepest = max(deepest, depth)
+    return deepest
+
+
+def test_messages_say_no_automatic_fix_once():
+    source = "import torch\ndef f(device):\n    if device.type in ('cuda', 'xpu'):\n        pass\n"
+    [finding] = findings(source)
+    assert "no automatic fix" not in finding.message
+
+
+def test_a_membership_precondition_over_many_devices_is_not_a_cuda_one():
+    source = (
+        "import torch\ndef set_device(device):\n    if device not in ('cpu', 'gpu', 'xpu', 'neuron'):\n"
+        "        raise ValueError(device)\n    torch.cuda.synchronize()\n"
+    )
+    assert "torch.accelerator.synchronize()" in fixed(source)
+
+
+def test_the_test_of_a_version_guarded_if_is_no_old_torch_fallback():
+    source = (
+        "import torch\n_MM_OUT_DTYPE = Version(torch.__version__) >= Version('2.8.0')\n"
+        "def addmm(acc, a, b):\n    if _MM_OUT_DTYPE and acc.device.type == 'cuda':\n"
+        "        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)\n"
+    )
+    [check] = [f for f in findings(source) if f.code == "NM105"]
+    assert check.severity == "warning" and check.fix is not None and check.fix.safety == "unsafe"

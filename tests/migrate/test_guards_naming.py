@@ -136,3 +136,36 @@ def test_a_class_body_use_binds_above_the_class():
         or "\ndevice_type = " in after.split("class F")[0]
     )
     assert "custom_fwd(device_type=device_type, cast_inputs=torch.float32)" in after
+
+
+_SCALER = "import torch\ndef get_grad_scaler(**kwargs):\n    if {test}:\n{newer}    else:\n{older}"
+_NEWER = "        return torch.amp.GradScaler('cuda', **kwargs)\n"
+_OLDER = "        return torch.cuda.amp.GradScaler(**kwargs)\n"
+
+
+@pytest.mark.parametrize(
+    ("test", "newer_first"),
+    [
+        ("is_torch_version('>=', '2.3')", True),
+        ("is_torch_version('>', '2.2.1')", True),
+        ("is_torch_version('<', '2.4.0')", False),
+        ("is_torch_version(operator.lt, '2.4')", False),
+        ("torch_version >= (2, 3)", True),
+        ("TORCH_VERSION < (2, 3, 0)", False),
+        ("version.parse(torch.__version__) >= version.parse('2.3')", True),
+        ("TORCH_VERSION >= version.parse('2.3')", True),
+    ],
+)
+def test_torch_version_helpers_mark_an_old_torch_fallback(test, newer_first):
+    """accelerate's `is_torch_version(">=", "2.3")`: the torch < 2.3 branch has no `torch.amp.GradScaler`."""
+    newer, older = (_NEWER, _OLDER) if newer_first else (_OLDER, _NEWER)
+    source = _SCALER.format(test=test, newer=newer, older=older)
+    assert "torch.cuda.amp.GradScaler(**kwargs)" in fixed(source, ("NM202",))
+
+
+@pytest.mark.parametrize(
+    "test", ["is_torch_version('>=', '2.10')", "is_torch_version('<=', '2.9')", "torch_version >= (2, 11)"]
+)
+def test_a_version_test_that_torch_accelerator_can_pass_is_not_a_fallback(test):
+    source = f"import torch\nif {test}:\n    pass\nelse:\n    torch.cuda.synchronize()\n"
+    assert "torch.accelerator.synchronize()" in fixed(source, SYNC)

@@ -120,6 +120,47 @@ def test_a_removed_statement_takes_the_comment_above_it():
     assert fixed(source, ("NM404", "NM106")) == "import torch\ntorch.manual_seed(s)\nprint('ok')\n"
 
 
+def test_a_guard_that_is_all_of_an_else_becomes_an_elif():
+    source = (
+        "import torch\ndef empty_cache():\n    if is_torch_xpu_available():\n"
+        "        torch.xpu.empty_cache()\n    else:  # CUDA, or nothing\n"
+        "        # frees the cached blocks\n        torch.cuda.empty_cache()\n"
+        "    return None\n"
+    )
+    assert fixed(source, ("NM402",)) == (
+        "import torch\ndef empty_cache():\n    if is_torch_xpu_available():\n"
+        "        torch.xpu.empty_cache()\n    elif torch.accelerator.is_available():  # CUDA, or nothing\n"
+        "        # frees the cached blocks\n"
+        "        torch.accelerator.empty_cache()\n    return None\n"
+    )
+
+
+def test_a_comment_that_said_the_unguarded_call_was_safe_goes_with_it():
+    source = (
+        "import torch\ndef seed(s):\n    if is_xpu_available():\n        torch.xpu.manual_seed_all(s)\n"
+        "    else:\n        torch.cuda.manual_seed_all(s)\n"
+        "    # ^^ safe to call this function even if cuda is not available\n    random.seed(s)\n"
+    )
+    assert fixed(source, ("NM404",)) == (
+        "import torch\ndef seed(s):\n    if is_xpu_available():\n        torch.xpu.manual_seed_all(s)\n"
+        "    elif torch.accelerator.is_available():\n        torch.get_device_module().manual_seed_all(s)\n"
+        "    random.seed(s)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the `else` of a loop or a `try`, or one that holds more than the guarded call
+        "import torch\nfor x in xs:\n    pass\nelse:\n    torch.cuda.empty_cache()\n",
+        "import torch\ntry:\n    pass\nexcept OSError:\n    pass\nelse:\n    torch.cuda.empty_cache()\n",
+        "import torch\nif a:\n    pass\nelse:\n    torch.cuda.empty_cache()\n    print('freed')\n",
+    ],
+)
+def test_other_else_blocks_keep_the_nested_guard(source):
+    assert "else:\n    if torch.accelerator.is_available():" in fixed(source, ("NM402",))
+
+
 PROJECT = '''\
 """A small training script that passes ruff (lint, imports, format) as it is."""
 

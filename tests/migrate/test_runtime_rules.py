@@ -178,3 +178,15 @@ def test_fixed_cuda_program_runs_on_a_cpu_only_torch(tmp_path):
     )
     assert run.returncode == 0, textwrap.shorten(run.stderr, 2000)
     assert run.stdout.strip().endswith("ran")
+
+
+def test_annotations_are_not_reported():
+    """An annotation runs no device code (and `from torch.cuda.amp import GradScaler` in an old-torch branch
+    only names the type)."""
+    source = (
+        "import torch\nfrom typing import Optional\nif is_torch_version('>=', '2.4.0'):\n"
+        "    from torch.amp import GradScaler\nelse:\n    from torch.cuda.amp import GradScaler\n"
+        "def save(scaler: Optional[GradScaler] = None, s: 'torch.cuda.Stream' = None) -> torch.cuda.Event:\n"
+        "    event: torch.cuda.Event = make_event()\n    return event\n"
+    )
+    assert findings(source) == []

@@ -149,7 +149,8 @@ class CudaAmpGradScaler(QualifiedNameRule):
     """`torch.cuda.amp.GradScaler`.
 
     What it does
-    Flags `torch.cuda.amp.GradScaler`, however it was imported: calls, annotations, `isinstance` checks.
+    Flags `torch.cuda.amp.GradScaler`, however it was imported: calls and other uses such as `isinstance`
+    checks (not annotations: no rule looks inside one, since it runs no device code).
 
     Why it matters on Trainium
     A `torch.cuda.amp.GradScaler` disables itself when CUDA is missing, so on a `neuron` device float16
@@ -205,9 +206,8 @@ class CudaAmpGradScaler(QualifiedNameRule):
         Invalid(
             "import torch\ndef train(scaler: torch.cuda.amp.GradScaler):\n"
             "    assert isinstance(scaler, torch.cuda.amp.GradScaler)\n",
-            "import torch\ndef train(scaler: torch.amp.GradScaler):\n"
+            "import torch\ndef train(scaler: torch.cuda.amp.GradScaler):\n"
             "    assert isinstance(scaler, torch.amp.GradScaler)\n",
-            count=2,
         ),
         Invalid(
             "from torch.cuda import amp\nscaler = amp.GradScaler(enabled=not args.fp32)\n",

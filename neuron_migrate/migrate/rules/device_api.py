@@ -7,9 +7,11 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.chains import device_chain
 from neuron_migrate.migrate.device_flow import is_index_name
 from neuron_migrate.migrate.guards import accelerator_certain
-from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, device_chain, guarded_call_fix
+from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
+from neuron_migrate.migrate.records import problem
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
@@ -130,9 +132,9 @@ class CudaDeviceApi(QualifiedNameRule):
         if chain:
             self.report(
                 call,
-                f"{self.message_for(name)} (one branch of a per-device chain (`{chain}`): keep "
-                "it, and add a branch for the `neuron` device)",
+                f"{problem(self.message_for(name))}: {chain.advice()}",
                 region=check_region(self.ctx),
+                no_change=chain.advice() if chain.has_neuron else None,
             )
             return
         region = () if self._flag_assigned() else check_region(self.ctx)

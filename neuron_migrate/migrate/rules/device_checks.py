@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.migrate.chains import device_chain
 from neuron_migrate.migrate.device_flow import (
     availability,
     device_conditional,
@@ -19,13 +20,9 @@ from neuron_migrate.migrate.device_literals import (
 )
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import check_region, device_chain
+from neuron_migrate.migrate.patterns import check_region
+from neuron_migrate.migrate.records import problem
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-
-_CHAIN = (
-    "one branch of a per-device chain (`{cue}`): keep it, and add a branch for the `neuron` device "
-    "(a generic test would also take the other devices' branches)"
-)
 
 
 def _negated(ctx) -> bool:
@@ -68,10 +65,14 @@ def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> N
     chain = device_chain(rule.ctx)
     if chain:  # no fix, but still a check: the code under it stays CUDA's
         rule.report(
-            node, f"{message.split(':')[0]}: {_CHAIN.format(cue=chain)}", region=check_region(rule.ctx)
+            node,
+            f"{problem(message)}: {chain.advice()}",
+            region=check_region(rule.ctx),
+            no_change=chain.advice() if chain.has_neuron else None,
         )
         return
-    rule.report(node, message, fix, region=check_region(rule.ctx))
+    pending = rule.report(node, message, fix, region=check_region(rule.ctx))
+    pending.widens_test = True
 
 
 class IsCuda(Rule):
@@ -175,9 +176,13 @@ class CudaDeviceCheck(Rule):
     a CUDA machine and `cpu` without an accelerator, as before; with another condition only the `'cuda'`
     string is replaced, so the condition still decides. A test on a value that clearly holds a device
     becomes `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
-    `torch.device(s).type`. Unsafe for `.type == 'cuda'` on something not known to be a device. No fix for a
-    test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay CUDA-only), for a
-    comparison with an indexed string, or for membership in a list of device types.
+    `torch.device(s).type`. That is safe when the code the test selects for CUDA is device plumbing (moving
+    or pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
+    device-agnostic, or when the test's value is kept (`use_amp = ...`); around other code (a torch op with a
+    CUDA-only argument, the project's own kernels), in a file that uses a CUDA-only library or Triton, and
+    for `.type == 'cuda'` on something not known to be a device it is unsafe, and the message names what to
+    check. No fix for a test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay
+    CUDA-only), for a comparison with an indexed string, or for membership in a list of device types.
     """
 
     code = "NM105"
@@ -348,7 +353,7 @@ class CudaDeviceCheck(Rule):
             self.report(
                 node,
                 "CUDA in a list of device types: add the accelerator's type where it supports "
-                'this code, or test `!= "cpu"` (no automatic fix)',
+                'this code, or test `!= "cpu"`',
             )
 
     def _check(

@@ -57,6 +57,7 @@ class CudaExtension(QualifiedNameRule):
     severity = "error"
     effort = "custom-kernel"
     builds_kernels = True
+    cuda_library = True
     triggers = (b"cpp_extension", b"CUDAExtension")
     NAMES: ClassVar[dict[str, str | None]] = {
         f"{_CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")
@@ -167,6 +168,7 @@ class TritonKernel(Rule):
     )
     severity = "error"
     effort = "custom-kernel"
+    cuda_library = True
     triggers = (b"triton",)
     VALID = (
         "import torch\n@torch.jit.script\ndef f(x):\n    return x\n",

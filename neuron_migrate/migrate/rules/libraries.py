@@ -87,6 +87,7 @@ class CudaOnlyLibrary(Rule):
     message = "`{module}` is CUDA-only{optional}: use {replacement}"
     severity = "error"
     effort = "cuda-library"
+    cuda_library = True
     triggers = tuple(sorted({key.split(".")[0].encode() for key in LIBRARIES}))
     OPTIONAL: ClassVar[str] = " (optional import: on Trainium its fallback runs, check it)"
     VALID = (

@@ -69,6 +69,11 @@ def fallback_reason() -> str | None:
     return _STATE["reason"]
 
 
+def is_installed() -> bool:
+    """Whether `install` ran in this process (the differential harness checks it did not, before forking)."""
+    return _STATE["backend"] is not None
+
+
 def _backend() -> ModuleType:
     if _STATE["backend"] is None:
         raise RuntimeError("the stand-in neuron device is not installed in this process")

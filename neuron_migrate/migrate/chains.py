@@ -1,0 +1,95 @@
+"""Per-device `if`/`elif` chains: `if is_npu_available(): ... elif torch.cuda.is_available(): ... elif
+is_neuron_available(): ...`.
+
+One branch of such a chain is CUDA's and must stay CUDA's: made accelerator-generic, its test would also be
+true on the devices whose branches come after it. When the chain already has a branch for `neuron`, none of
+its branches needs a change for Trainium.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+#: other accelerators, as an `if`/`elif` chain names them: `device.type == "xpu"`, `is_torch_npu_available()`,
+#: accelerate's and peft's `is_npu_available()`, `torch.xpu.is_available()`, `DistributedType.MULTI_NPU`
+#: (a device name not run into other letters, so `input` is not `npu`)
+_OTHER_DEVICES = re.compile(
+    r"(?<![a-z])(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm|neuronx?)(?![a-z])", re.IGNORECASE
+)
+_NEURON = re.compile(r"(?<![a-z])neuronx?(?![a-z])", re.IGNORECASE)
+
+#: what a branch of a per-device chain is told: the other devices' branches come first or after it
+CHAIN_TODO = (
+    "one branch of a per-device chain (`{cue}`): keep it, and add a branch for `neuron` "
+    "(a generic test would also take the other devices' branches)"
+)
+CHAIN_NOTE = "one branch of a per-device chain that has a `neuron` branch: no change needed"
+
+
+@dataclass(frozen=True)
+class DeviceChain:
+    """The other accelerators an `if`/`elif` chain branches on: the first one named, and whether the chain
+    already has a branch for `neuron` (then none of its branches needs a change for Trainium)."""
+
+    cue: str
+    has_neuron: bool
+
+    def advice(self) -> str:
+        return CHAIN_NOTE if self.has_neuron else CHAIN_TODO.format(cue=self.cue)
+
+
+def chain_tests(stack, index: int) -> list[cst.BaseExpression]:
+    """The tests of the `if`/`elif` chain that `stack[index]` (an `If`) belongs to, first to last."""
+    tests = []
+    branch: cst.CSTNode | None = stack[_chain_top(stack, index)]
+    while isinstance(branch, cst.If):
+        tests.append(branch.test)
+        branch = branch.orelse
+    return tests
+
+
+def chain_of_tests(ctx, tests: list[cst.BaseExpression]) -> DeviceChain | None:
+    """The other devices `tests` name, if any."""
+    cues = [match.group(0) for test in tests for match in _OTHER_DEVICES.finditer(ctx.code(test))]
+    if not cues:
+        return None
+    others = [cue for cue in cues if not _NEURON.fullmatch(cue)]
+    return DeviceChain(others[0] if others else cues[0], len(others) < len(cues))
+
+
+def names_neuron(ctx, test: cst.BaseExpression) -> bool:
+    """Whether a test is about the `neuron` device (`is_neuron_available()`, `d.type == "neuron"`)."""
+    return _NEURON.search(ctx.code(test)) is not None
+
+
+def device_chain(ctx) -> DeviceChain | None:
+    """The other accelerators an `if`/`elif` chain branches on, when the visited node is in one of the chain's
+    tests (`if torch.cuda.is_available(): ... elif is_npu_available(): ...`); sibling `if` statements of the
+    same block that test other devices count too (`if d == "cuda": ...` then `if d == "hpu": ...`)."""
+    test_of = None
+    for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1]), strict=False):
+        if isinstance(parent, cst.If) and child is parent.test:
+            test_of = parent
+            break
+        if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
+    if test_of is None:
+        return None
+    index = ctx.stack.index(test_of)
+    tests = chain_tests(ctx.stack, index)
+    index = _chain_top(ctx.stack, index)
+    top = ctx.stack[index]
+    block = ctx.stack[index - 1] if index > 0 else None
+    if isinstance(block, (cst.IndentedBlock, cst.Module)):
+        tests += [stmt.test for stmt in block.body if isinstance(stmt, cst.If) and stmt is not top]
+    return chain_of_tests(ctx, tests)
+
+
+def _chain_top(stack, index: int) -> int:
+    """The index in `stack` of the first `if` of the chain `stack[index]` is an `elif` of."""
+    while index > 0 and isinstance(stack[index - 1], cst.If) and stack[index - 1].orelse is stack[index]:
+        index -= 1
+    return index
