@@ -53,7 +53,7 @@ _HEAD_DIM_KEYS = re.compile(
 _HEAD_COUNT_KEYS = re.compile(
     r"^(num_attention_heads|num_key_value_heads|n_head|n_heads|num_heads|n_head_kv|"
     r"num_kv_heads|.*_attention_heads|.*_num_attention_heads|.*_num_key_value_heads|"
-    r"index_n_heads|linear_num_key_heads|linear_num_value_heads|mamba_n_heads|"
+    r"index_n_heads|index_num_heads|linear_num_key_heads|linear_num_value_heads|mamba_n_heads|"
     r"n_mamba_heads|multi_query_group_num|num_key_value_groups)$"
 )
 _WIDTH_KEYS = re.compile(

@@ -44,6 +44,13 @@ def test_grouped_query_attention_stays_grouped_and_divides():
     assert 1 <= config.num_key_value_heads < config.num_attention_heads
 
 
+def test_indexer_heads_are_head_counts():
+    # kolibri1_1's config class checks 1 <= index_num_heads <= query heads per key/value head
+    config = hf_tiny.tiny_config("kolibri1_1")
+    heads_per_kv = config.num_attention_heads // config.num_key_value_heads
+    assert 1 <= config.index_num_heads <= heads_per_kv
+
+
 def test_mla_head_dims_scale_together():
     config = hf_tiny.tiny_config("deepseek_v3")
     assert (config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim) == (16, 8, 16)
