@@ -7,12 +7,15 @@ table (data, not if-chains) says what each name becomes and the rule builds the 
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import spelled
 from neuron_migrate.migrate.fixes import AVAILABILITY_GUARD, AVAILABLE, FixSpec, Replacement
 from neuron_migrate.migrate.guards import accelerator_certain
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Rule
 
 
@@ -37,6 +40,15 @@ class QualifiedNameRule(Rule):
     """
 
     NAMES: ClassVar[dict[str, str | None]] = {}
+    #: every finding is a reference to one of NAMES (any other visitor only gathers facts for those
+    #: findings), so a file that spells none of them cannot hold one; False: the rule states its own
+    #: `can_report`, or is analysed wherever its triggers occur
+    names_only: ClassVar[bool] = False
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """For a `names_only` rule, whether the code spells one of NAMES; otherwise always."""
+        return spells_names(cls, lex) if cls.names_only else True
 
     def _match(self, qualified: str | None) -> str | None:
         if qualified is None:
@@ -73,6 +85,19 @@ class QualifiedNameRule(Rule):
         if target is None:
             return None
         return FixSpec(f"Replace `{name}` with `{target}`", (Replacement(node, target),), imports=("torch",))
+
+
+def spells_names(rule: type[Rule], lex: Lexicon) -> bool:
+    """Whether the code may reference one of `rule.NAMES` (a `QualifiedNameRule`, or any rule with NAMES):
+    every identifier of one of the qualified names occurs in it (in the attribute chain, or in the import
+    that bound its head)."""
+    return any(parts <= lex.names for parts in _spellings(rule))
+
+
+@cache
+def _spellings(rule: type[Rule]) -> tuple[frozenset[str], ...]:
+    """What each of a rule's NAMES spells, worked out once per rule rather than once per file."""
+    return spelled(rule.NAMES)
 
 
 def enclosing_statement(ctx) -> tuple[cst.SimpleStatementLine | None, int]:

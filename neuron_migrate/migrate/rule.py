@@ -25,6 +25,7 @@ from neuron_migrate.model import FixSafety, Severity
 
 if TYPE_CHECKING:
     from neuron_migrate.migrate.context import FileContext, PendingFinding
+    from neuron_migrate.migrate.lexicon import Lexicon
 
 __all__ = ["RULES", "FixSpec", "Invalid", "Replacement", "Rule", "load_rules", "select_rules"]
 
@@ -102,6 +103,15 @@ class Rule:
     @classmethod
     def category(cls) -> str:
         return CATEGORY_OF_PREFIX[cls.code[:3]]
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A necessary condition for a finding of this rule in a file whose code spells `lex` (`lexicon.py`).
+
+        The pre-pass (`prepass.py`) leaves the rule out of a file where this is False, and a file left with
+        no rule costs no libcst parse. It must never be False where the rule reports: a rule whose logic
+        changes reviews its condition. The default analyses every file the byte `triggers` let through."""
+        return True
 
     def report(
         self,

@@ -62,6 +62,7 @@ class CudaAmpAutocast(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"autocast",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         "torch.cuda.amp.autocast": None,
         "torch.cuda.amp.autocast_mode.autocast": None,
@@ -180,6 +181,7 @@ class CudaAmpGradScaler(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"GradScaler",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         "torch.cuda.amp.GradScaler": None,
         "torch.cuda.amp.grad_scaler.GradScaler": None,
@@ -270,6 +272,7 @@ class CudaAmpCustomFwd(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"custom_fwd", b"custom_bwd")
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         f"torch.cuda.amp{module}.{short}": None
         for module in ("", ".autocast_mode")

@@ -12,8 +12,10 @@ from neuron_migrate.migrate.amp import (
     keyword_arguments,
     rebuilt_safety,
 )
+from neuron_migrate.migrate.conditions import uses
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.fixes import DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
@@ -22,6 +24,8 @@ _ON = "torch.accelerator.is_available()"
 _AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 _CUSTOM = {f"torch.amp{m}.custom_{d}" for m in ("", ".autocast_mode") for d in ("fwd", "bwd")}
 _SCALER = {"torch.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+_USES_AUTOCAST = uses(_AUTOCAST, _CUSTOM)
+_USES_SCALER = uses(_SCALER)
 
 
 def device_first_call(
@@ -116,6 +120,11 @@ class AutocastCudaDevice(Rule):
             ' torch.device("cpu")).type, **kw):\n    pass\n',
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """The string 'cuda' and a use of `autocast` or the `torch.amp` custom_fwd / custom_bwd decorators."""
+        return "cuda" in lex.strings and _USES_AUTOCAST(lex)
 
     def visit_Call(self, node: cst.Call) -> None:
         name = self.ctx.call_name(node)
@@ -221,6 +230,11 @@ class GradScalerDefaultDevice(Rule):
             "import torch\nscaler = torch.amp.GradScaler('cuda', *rest)\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of `GradScaler` (its default device is CUDA)."""
+        return _USES_SCALER(lex)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.call_name(node) not in _SCALER:

@@ -65,6 +65,7 @@ class CudnnFlags(_BackendFlagRule):
     name = "cudnn-flags"
     message = _CUDNN_OTHER
     triggers = (b"cudnn",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.backends.cudnn.*": None}
     VALID = (
         "import torch\ntorch.use_deterministic_algorithms(True)\n",
@@ -138,6 +139,7 @@ class CudaBackendFlags(_BackendFlagRule):
     name = "cuda-backend-flags"
     message = _CUDA_OTHER
     triggers = ((b"cuda", b"backends"),)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.backends.cuda.*": None}
     VALID = (
         "import torch\ntorch.set_float32_matmul_precision('high')\n",

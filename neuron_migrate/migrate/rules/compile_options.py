@@ -6,8 +6,10 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import any_string
 from neuron_migrate.migrate.device_literals import string_value
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword
+from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, spells_names
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 #: torch.compile modes other than "default" (a `.compile(mode=...)` method is only trusted with one of these)
@@ -95,6 +97,14 @@ class CompileCudaMode(Rule):
         ),
     )
 
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """`compile` and `mode` spelled, and a mode string (or, for `torch.compile`, any string but 'default',
+        which a name may hold)."""
+        return {"mode", "compile"} <= lex.names and (
+            not lex.strings.isdisjoint(_MODES) or ("torch" in lex.names and bool(lex.strings - {"default"}))
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
         arg = keyword(node, "mode")
         mode = string_value(arg.value) if arg is not None else None
@@ -147,6 +157,11 @@ class CompileDynamic(Rule):
             "import torch\n@torch.compile()\ndef f(x):\n    return x\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """`compile(..., dynamic=True)` spelled."""
+        return {"dynamic", "True", "compile"} <= lex.names
 
     def visit_Call(self, node: cst.Call) -> None:
         arg = keyword(node, "dynamic")
@@ -211,6 +226,13 @@ class CompileInductorOptions(QualifiedNameRule):
             count=2,
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of `torch._inductor.config`, or `compile(options=...)` with a CUDA-only option key."""
+        return spells_names(cls, lex) or (
+            {"options", "compile"} <= lex.names and any_string(lex, _is_cuda_key)
+        )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         actual = self.ctx.qualified_name(node) or name

@@ -52,6 +52,7 @@ class CudaGraphs(QualifiedNameRule):
     severity = "error"
     fix_safety = "none"
     triggers = ((b"cuda", b"graph"), (b"cuda", b"Graph"))
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         f"torch.cuda{sub}.{name}": None for sub in ("", ".graphs") for name in _GRAPH_API
     }

@@ -53,6 +53,7 @@ class CudaDeviceApi(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = (b"cuda",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         "torch.cuda.is_available": "torch.accelerator.is_available",
         "torch.cuda.device_count": "torch.accelerator.device_count",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.chains import device_chain
+from neuron_migrate.migrate.conditions import cuda_string
 from neuron_migrate.migrate.device_flow import (
     availability,
     device_conditional,
@@ -19,6 +20,7 @@ from neuron_migrate.migrate.device_literals import (
     string_value,
 )
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import check_region
 from neuron_migrate.migrate.records import problem
@@ -132,6 +134,11 @@ class IsCuda(Rule):
         ),
     )
 
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """An `.is_cuda` attribute."""
+        return "is_cuda" in lex.names
+
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "is_cuda":
             return
@@ -236,6 +243,11 @@ class CudaDeviceCheck(Rule):
             "        torch.accelerator.set_device_index(device)\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A CUDA device string to compare with."""
+        return cuda_string(lex)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         if not device_conditional(self.ctx, node):

@@ -51,6 +51,7 @@ class CudaDeviceProperties(QualifiedNameRule):
     message = "`{name}` is CUDA-only: use {instead}"
     severity = "warning"
     triggers = (b"get_device_", b"is_bf16_supported")
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {f"torch.cuda.{short}": None for short in _INSTEAD}
     VALID = (
         "import torch\nname = torch.get_device_module(device).get_device_name()\n",
@@ -107,6 +108,7 @@ class TorchVersionCuda(QualifiedNameRule):
     )
     severity = "warning"
     triggers = (b"version.cuda", b"torch.version")
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.version.cuda": None, "torch.version.cuda.*": None}
     VALID = (
         "import torch\nprint(torch.version.__version__, torch.version.hip)\n",

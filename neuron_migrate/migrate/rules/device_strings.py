@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import cuda_string
 from neuron_migrate.migrate.device_flow import device_conditional, value_slot
 from neuron_migrate.migrate.device_literals import (
     agnostic_device,
@@ -13,6 +14,7 @@ from neuron_migrate.migrate.device_literals import (
     is_cuda_string,
 )
 from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _FORK_RNG = (
@@ -145,6 +147,11 @@ class CudaDeviceString(Rule):
             'import torch\nwith torch.random.fork_rng(device_type="cuda"):\n    pass\n',
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A CUDA device string among the code's string values."""
+        return cuda_string(lex)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         self._check(node)

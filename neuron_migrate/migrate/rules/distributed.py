@@ -8,10 +8,12 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.conditions import any_string, uses
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.guards import accelerator_certain, implies
-from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, keyword, positional
+from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, keyword, positional, spells_names
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _DEV = DEVICE_EXPR
@@ -25,6 +27,8 @@ _BACKEND_POSITION = {
     "torch.distributed.distributed_c10d.new_group": 2,
 }
 _NCCL_CONSTANT = "torch.distributed.Backend.NCCL"
+_USES_BACKEND_CALL = uses(_BACKEND_POSITION)
+_USES_NCCL_CONSTANT = uses((_NCCL_CONSTANT,))
 
 
 def _entries(spec: str) -> list[tuple[str, str]] | None:
@@ -119,6 +123,13 @@ class NcclBackend(Rule):
             count=2,
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A call that takes a backend, and NCCL: `Backend.NCCL` or a string that names it."""
+        return _USES_BACKEND_CALL(lex) and (
+            _USES_NCCL_CONSTANT(lex) or any_string(lex, lambda s: "nccl" in s.lower())
+        )
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -311,6 +322,11 @@ class DdpDeviceIds(Rule):
         ),
     )
 
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of `DistributedDataParallel`: every finding is a call of one of NAMES."""
+        return spells_names(cls, lex)
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.call_name(node) not in self.NAMES or accelerator_certain(self.ctx):
             return
@@ -365,6 +381,7 @@ class CudaNcclModule(QualifiedNameRule):
     message = "`{name}` calls NCCL directly and is CUDA-only: use `torch.distributed` collectives"
     severity = "error"
     triggers = (b"nccl",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.nccl": None, "torch.cuda.nccl.*": None}
     VALID = ("import torch.distributed as dist\ndist.all_reduce(t)\n", "import torch\nbackend = 'nccl'\n")
     INVALID = (
@@ -432,6 +449,11 @@ class CudaBackendMap(Rule):
             "    **EXTRA,\n}\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """The string 'cuda' (a key) and a backend name (a value)."""
+        return "cuda" in lex.strings and any_string(lex, lambda s: s.lower() in cls.BACKENDS)
 
     def visit_Dict(self, node: cst.Dict) -> None:
         keyed = [e for e in node.elements if isinstance(e, cst.DictElement)]

@@ -6,6 +6,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.device_flow import device_flow, is_device_name, is_index_name
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
@@ -80,6 +81,11 @@ class DotCuda(Rule):
             count=3,
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A `.cuda` attribute."""
+        return "cuda" in lex.names
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

@@ -15,7 +15,9 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import any_string, uses
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 
@@ -33,6 +35,7 @@ _LAUNCHERS = {
     "asyncio.create_subprocess_shell",
 }
 _NVIDIA_SMI = re.compile(r"(?<![\w-])nvidia-smi(?![\w-])")
+_USES_LAUNCHER = uses(_LAUNCHERS)
 
 
 class _ScopedAssignments(Rule):
@@ -259,6 +262,11 @@ class CudaEnvVar(_EnvVarRule):
         ),
     )
 
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """One of the variables in ADVICE, as a string or a keyword (`os.environ.update(CUDA_HOME=...)`)."""
+        return not lex.strings.isdisjoint(cls.ADVICE) or not lex.names.isdisjoint(cls.ADVICE)
+
     def advice(self, var: str) -> str | None:
         return self.ADVICE.get(var)
 
@@ -307,6 +315,11 @@ class NcclEnvVar(_EnvVarRule):
             'import os, subprocess\nsubprocess.run(cmd, env=dict(os.environ, NCCL_P2P_DISABLE="1"))\n',
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """An NCCL variable, as a string or a keyword."""
+        return any(v.startswith(("NCCL_", "TORCH_NCCL_")) for v in (*lex.strings, *lex.names))
 
     def advice(self, var: str) -> str | None:
         if not var.startswith(("NCCL_", "TORCH_NCCL_")):
@@ -361,6 +374,11 @@ class NvidiaSmi(_ScopedAssignments):
             "    return P(cmd, shell=True)\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A process launcher and a string that runs `nvidia-smi`."""
+        return _USES_LAUNCHER(lex) and any_string(lex, lambda s: bool(_NVIDIA_SMI.search(s)))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.call_name(node) not in _LAUNCHERS:

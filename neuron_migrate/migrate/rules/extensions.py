@@ -6,7 +6,9 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import uses
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 
@@ -27,6 +29,7 @@ _TRITON_DECORATORS = {
     "triton.runtime.autotuner.autotune",
     "triton.runtime.autotuner.heuristics",
 }
+_USES_TRITON_DECORATOR = uses(_TRITON_DECORATORS)
 
 
 class CudaExtension(QualifiedNameRule):
@@ -59,6 +62,7 @@ class CudaExtension(QualifiedNameRule):
     builds_kernels = True
     cuda_library = True
     triggers = (b"cpp_extension", b"CUDAExtension")
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         f"{_CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")
     }
@@ -192,6 +196,11 @@ class TritonKernel(Rule):
             "        pass\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of a Triton kernel decorator."""
+        return _USES_TRITON_DECORATOR(lex)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         for decorator in node.decorators:

@@ -6,7 +6,9 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import any_string, spelled
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import positional
 from neuron_migrate.migrate.rule import Invalid, Rule
@@ -45,6 +47,9 @@ LIBRARIES: dict[str, str] = {
     "tensorrt": _COMPILE,
     "torch_tensorrt": _COMPILE,
 }
+
+#: what an import of each library spells
+_LIBRARY_IMPORTS = spelled(LIBRARIES)
 
 
 def library_of(module: str) -> str | None:
@@ -119,6 +124,17 @@ class CudaOnlyLibrary(Rule):
             "from apex import amp, optimizers\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """An import of a library, or a dynamic import (`importlib.import_module`, `__import__`) and its name
+        as a string."""
+        # an import of a library is an import statement naming every component of its key (`deepspeed.ops`:
+        # `from deepspeed import ops`, `import deepspeed.ops.adam`); `import deepspeed` alone is not one
+        return any(parts <= lex.imported for parts in _LIBRARY_IMPORTS) or (
+            bool({"import_module", "__import__"} & lex.names)
+            and any_string(lex, lambda s: library_of(s) is not None)
+        )
 
     def visit_Import(self, node: cst.Import) -> None:
         seen: set[str] = set()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import any_string, uses
 from neuron_migrate.migrate.device_literals import string_value
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword
+from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, spells_names
 from neuron_migrate.migrate.rule import Invalid
 
 _ENTRY_POINTS = {
@@ -28,6 +30,7 @@ _CUDA_ACCELERATORS = {
     for package in ("lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric")
 }
 _CUDA_NAMES = ("cuda", "gpu")
+_USES_ENTRY_POINT = uses(_ENTRY_POINTS)
 
 
 class LightningCudaAccelerator(QualifiedNameRule):
@@ -78,6 +81,16 @@ class LightningCudaAccelerator(QualifiedNameRule):
             "torch.cuda.is_available() else 'cpu')\n"
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of `CUDAAccelerator`, or `accelerator=` with a CUDA name in a file that uses `Trainer` or
+        `Fabric`."""
+        return spells_names(cls, lex) or (
+            "accelerator" in lex.names
+            and _USES_ENTRY_POINT(lex)
+            and any_string(lex, lambda s: s.lower() in _CUDA_NAMES)
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.call_name(node) not in _ENTRY_POINTS:

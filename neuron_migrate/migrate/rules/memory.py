@@ -50,6 +50,7 @@ class CudaEmptyCache(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"empty_cache"),)
+    names_only = True
     NAMES = _both_spellings({"torch.cuda.empty_cache": "torch.accelerator.empty_cache"})
     VALID = (
         "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.empty_cache()\n",
@@ -152,6 +153,7 @@ class CudaMemoryStats(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"mem"),)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         name: (entry[0] if entry else None) for name, entry in _MEMORY.items()
     }

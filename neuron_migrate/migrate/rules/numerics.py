@@ -6,12 +6,15 @@ A dtype counts where it makes or converts data (`dtype=torch.float64`, `.to(torc
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import BETWEEN, module_aliases
 from neuron_migrate.migrate.device_literals import string_value
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword
+from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, spells_names
 from neuron_migrate.migrate.rule import Invalid
 
 #: calls whose dtype argument is only inspected
@@ -31,6 +34,16 @@ class _DtypeRule(QualifiedNameRule):
 
     METHODS: ClassVar[tuple[str, ...]] = ()
     DTYPE_STRINGS: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of NAMES, a call of one of METHODS, or a dtype string passed as `dtype=` / `torch_dtype=`;
+        a rule with checks of its own adds what they need."""
+        return (
+            spells_names(cls, lex)
+            or not lex.names.isdisjoint(cls.METHODS)
+            or (bool({"dtype", "torch_dtype"} & lex.names) and not lex.strings.isdisjoint(cls.DTYPE_STRINGS))
+        )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         if call is None and _only_inspected(self.ctx):
@@ -149,6 +162,11 @@ class Float64(_DtypeRule):
         ),
     )
 
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """The dtype checks, or a float64 NumPy array made into a tensor on a device."""
+        return super().can_report(lex) or _numpy_float64_to_device(lex)
+
     def visit_Call(self, node: cst.Call) -> None:
         super().visit_Call(node)
         array = _array_to_device(self.ctx, node)
@@ -180,6 +198,31 @@ _NUMPY_FLOAT64 = {
     f"numpy.random.{name}"
     for name in ("rand", "randn", "random", "uniform", "normal", "standard_normal", "random_sample")
 }
+#: the makers as a call spells them after the module (`np.zeros`, `np.random.rand`)
+_MAKERS = frozenset(name.rsplit(".", 1)[1] for name in _NUMPY_FLOAT64)
+_MAKER_CALL = rf"(?:{'|'.join(sorted(_MAKERS))})\b|(?:array|asarray){BETWEEN}\({BETWEEN}[\[(]"
+
+
+def _numpy_float64_to_device(lex: Lexicon) -> bool:
+    """`Float64`'s array check in the pre-pass: a call of a NumPy function that makes float64 arrays
+    (`np.zeros(...)`, ...), or `np.array` / `np.asarray` of a literal list or tuple (the rule looks for float
+    literals in it), and `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`.
+
+    `zeros`, `ones`, `full` are torch's names too, so the call must be spelled on a NumPy alias that an import
+    binds (`np.zeros`, `numpy.random.rand`); a file that imports names from NumPy directly (`from numpy import
+    zeros`) keeps the looser test."""
+    if "numpy" not in lex.imported or (_MAKERS | {"array", "asarray"}).isdisjoint(lex.names):
+        return False
+    to_device = "device" in lex.names and bool({"tensor", "as_tensor"} & lex.names)
+    if not ("from_numpy" in lex.names or to_device):
+        return False
+    if re.search(r"\bfrom\s+numpy\b", lex.text):
+        return True
+    aliases = module_aliases(lex.text, "numpy")
+    if not aliases:
+        return False
+    spelled = rf"\b(?:{'|'.join(map(re.escape, aliases))}){BETWEEN}\.(?:{BETWEEN}random{BETWEEN}\.)?"
+    return re.search(rf"{spelled}{BETWEEN}(?:{_MAKER_CALL})", lex.text) is not None
 
 
 def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
@@ -322,6 +365,11 @@ class ComplexDtype(_DtypeRule):
             "import torch\nspec = torch.stft(wave, 400, window=w, return_complex=True)\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """The dtype checks, or `stft(..., return_complex=True)`."""
+        return super().can_report(lex) or {"stft", "return_complex", "True"} <= lex.names
 
     def visit_Call(self, node: cst.Call) -> None:
         super().visit_Call(node)

@@ -37,6 +37,7 @@ class CudaOomError(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"OutOfMemoryError",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.OutOfMemoryError": "torch.OutOfMemoryError"}
     VALID = (
         "import torch\ntry:\n    step()\nexcept torch.OutOfMemoryError:\n    pass\n",

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import BETWEEN
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Invalid, Rule
+
+#: `pin_memory=True` (the keyword reported) or a `.pin_memory(` call; comments and strings may match too,
+#: which only keeps a file that cannot report (never the reverse)
+_PINNED = re.compile(
+    rf"\bpin_memory{BETWEEN}={BETWEEN}(?:\({BETWEEN})*True\b|\.{BETWEEN}pin_memory{BETWEEN}\("
+)
 
 
 class PinMemory(Rule):
@@ -53,6 +63,11 @@ class PinMemory(Rule):
         ),
         Invalid("import torch\nx_dev = x.pin_memory().to(device, non_blocking=True)\n"),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """`pin_memory=True` or a `.pin_memory(` call."""
+        return "pin_memory" in lex.names and _PINNED.search(lex.text) is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         for arg in node.args:

@@ -58,6 +58,7 @@ class CudaNvtx(QualifiedNameRule):
     severity = "warning"
     fix_safety = "unsafe"
     triggers = (b"nvtx",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.nvtx.*": None}
     VALID = (
         "import torch\nwith torch.profiler.record_function('fwd'):\n    pass\n",
@@ -145,6 +146,7 @@ class ProfilerActivityCuda(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"ProfilerActivity",)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {f"{owner}.CUDA": None for owner in _ACTIVITY}
     VALID = (
         "from torch.profiler import ProfilerActivity\nacts = [ProfilerActivity.CPU]\n",

@@ -64,6 +64,7 @@ class CudaManualSeed(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"manual_seed"),)
+    names_only = True
     NAMES = _with_random_spelling(
         {
             "torch.cuda.manual_seed": "torch.manual_seed",
@@ -203,6 +204,7 @@ class CudaRngState(QualifiedNameRule):
     severity = "warning"
     fix_safety = "safe"
     triggers = ((b"cuda", b"rng_state"),)
+    names_only = True
     NAMES = _with_random_spelling(
         {
             "torch.cuda.get_rng_state": f"{_DEVICE_MODULE}.get_rng_state",

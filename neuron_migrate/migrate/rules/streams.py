@@ -90,6 +90,7 @@ class CudaStreamEvent(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = ((b"cuda", b"stream"), (b"cuda", b"Stream"), (b"cuda", b"Event"))
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
         f"torch.cuda{sub}.{short}": target
         for short, target in _TARGETS.items()

@@ -42,6 +42,7 @@ class CudaSynchronize(QualifiedNameRule):
     severity = "error"
     fix_safety = "safe"
     triggers = ((b"cuda", b"synchronize"),)
+    names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {"torch.cuda.synchronize": "torch.accelerator.synchronize"}
     VALID = (
         "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n",

@@ -6,9 +6,16 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import any_string
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.fixes import DEVICE
-from neuron_migrate.migrate.patterns import QualifiedNameRule, indentation, is_expression_statement
+from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.patterns import (
+    QualifiedNameRule,
+    indentation,
+    is_expression_statement,
+    spells_names,
+)
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 DTYPES = {
@@ -114,6 +121,12 @@ class CudaTensorType(QualifiedNameRule):
             count=2,
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """A use of a legacy type, or its name as a string
+        (`torch.set_default_tensor_type('torch.cuda.FloatTensor')`)."""
+        return spells_names(cls, lex) or any_string(lex, lambda s: _kind(s) is not None)
 
     def visit_Call(self, node: cst.Call) -> None:
         # the string forms: set_default_tensor_type('torch.cuda.FloatTensor'), x.type('torch.cuda.HalfTensor')

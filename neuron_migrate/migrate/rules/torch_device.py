@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.migrate.conditions import cuda_string
 from neuron_migrate.migrate.device_flow import device_flow
 from neuron_migrate.migrate.device_literals import (
     agnostic_string,
@@ -13,6 +14,7 @@ from neuron_migrate.migrate.device_literals import (
     string_value,
 )
 from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE, DEVICE_TYPE
+from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
@@ -104,6 +106,11 @@ class TorchDeviceCuda(Rule):
             "else:\n    device = torch.device('cuda')\n",
         ),
     )
+
+    @classmethod
+    def can_report(cls, lex: Lexicon) -> bool:
+        """`torch.device` spelled (in the call or the import that bound it) and a CUDA device string."""
+        return {"torch", "device"} <= lex.names and cuda_string(lex)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.call_name(node) != "torch.device":

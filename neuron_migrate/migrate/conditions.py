@@ -1,0 +1,62 @@
+"""The building blocks of the rules' pre-pass conditions (`Rule.can_report`): tests on a file's `Lexicon`.
+
+A condition is necessary, never sufficient: it may keep a rule for a file in which the rule reports nothing,
+never drop one for a file in which it reports. So every test here errs towards True: a qualified name
+counts as used when all its identifiers occur anywhere in the code, a regular expression over the text may
+match in comments and strings too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from neuron_migrate.migrate.lexicon import Lexicon
+
+Condition = Callable[[Lexicon], bool]
+
+#: what may stand between two tokens of one expression: blanks, line continuations, comments (a comment
+#: runs to its line's end: were it allowed to stop earlier, a `####` line would split in exponentially many
+#: ways)
+BETWEEN = r"(?:\s|\\|#[^\r\n]*(?![^\r\n]))*"
+#: what `is_cuda_string` accepts, as a value: 'cuda', 'cuda:1', the text 'cuda:' of f"cuda:{i}" and of
+#: "cuda:" + str(i), "cuda:{}".format(i), "cuda:%d" % i
+_CUDA_STRING = re.compile(r"^cuda(?::\d*|:\{\w*\}|:%[di])?$")
+#: an `import a, b as c` statement's list of modules (continuation lines joined)
+_IMPORT_LIST = re.compile(r"\bimport\s+((?:[^\r\n;#\\]|\\\r?\n)+)")
+
+
+def spelled(qualified: Iterable[str]) -> tuple[frozenset[str], ...]:
+    """Per qualified name (`torch.cuda.*` for a namespace), the identifiers a reference to it spells."""
+    return tuple(frozenset(part for part in name.split(".") if part != "*") for name in qualified)
+
+
+def uses(*tables: Iterable[str]) -> Condition:
+    """The test that the code may reference one of the qualified names in `tables`: every component of
+    `torch.cuda.synchronize` is an identifier somewhere in a file that uses it, in the chain or in the
+    import that bound its head. Build it once (at import), not per file."""
+    needed = spelled(name for table in tables for name in table)
+    return lambda lex: any(parts <= lex.names for parts in needed)
+
+
+def cuda_string(lex: Lexicon) -> bool:
+    """Whether the code has a string value a device-string check reads as CUDA (`"cuda"`, `f"cuda:{i}"`)."""
+    return any(value.startswith("cuda") and _CUDA_STRING.match(value) for value in lex.strings)
+
+
+def any_string(lex: Lexicon, test: Callable[[str], bool]) -> bool:
+    """Whether one of the code's string values passes `test`."""
+    return any(test(value) for value in lex.strings)
+
+
+def module_aliases(text: str, module: str) -> set[str]:
+    """The names `import` statements in `text` bind to `module` or one of its submodules (`import numpy as
+    np`, `import os, numpy`, `import numpy.random as npr`)."""
+    spelling = re.compile(rf"{re.escape(module)}(?:\s*\.\s*\w+)*(?:\s+as\s+(\w+))?")
+    aliases = set()
+    for modules in _IMPORT_LIST.findall(text):
+        for name in modules.replace("\\", " ").split(","):
+            found = spelling.fullmatch(name.strip())
+            if found:
+                aliases.add(found.group(1) or module)
+    return aliases
