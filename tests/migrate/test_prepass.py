@@ -122,6 +122,21 @@ def test_lexicon_of_a_comment_banner_after_a_docstring_is_linear():
         ("import numpy.random as npr, numpy\nimport torch\nx = torch.from_numpy(npr.rand(3)).to(d)\n", True),
         ("import numpy as np\nimport torch\na = np.array([0.5, 1.5])\nt = torch.tensor(a, device=d)\n", True),
         ("from numpy import zeros\nimport torch\nx = torch.tensor(zeros(3), device=d)\n", True),
+        # an explicit dtype, or an array of ints: not float64 arrays
+        (
+            "import numpy as np\nimport torch\nm = np.zeros((2, 3), dtype=bool)\n"
+            "t = torch.tensor(m, device=d)\n",
+            False,
+        ),
+        ("import numpy as np\nimport torch\nt = torch.tensor(np.array([1, 2]), device=d)\n", False),
+        ("import numpy as np\nimport torch\nt = torch.tensor(np.array([1, 2.5]), device=d)\n", True),
+        ("import numpy as np\nimport torch\nm = np.zeros(f(a, b))\nt = torch.tensor(m, device=d)\n", True),
+        # a string in the arguments could hide a parenthesis: keep the rule
+        (
+            "import numpy as np\nimport torch\nm = np.full(3, ')', dtype=object)\n"
+            "t = torch.tensor(m, device=d)\n",
+            True,
+        ),
         ("import os, numpy as np\nimport torch\nx = torch.tensor(np.ones(3), device=d)\n", True),
         ("import os, \\\n    numpy\nimport torch\nx = torch.tensor(numpy.ones(3), device=d)\n", True),
         ("def f(d):\n    import numpy as np\n    return torch.tensor(np.ones(3), device=d)\n", True),

@@ -200,13 +200,15 @@ _NUMPY_FLOAT64 = {
 }
 #: the makers as a call spells them after the module (`np.zeros`, `np.random.rand`)
 _MAKERS = frozenset(name.rsplit(".", 1)[1] for name in _NUMPY_FLOAT64)
-_MAKER_CALL = rf"(?:{'|'.join(sorted(_MAKERS))})\b|(?:array|asarray){BETWEEN}\({BETWEEN}[\[(]"
+_MAKER_CALL = rf"(?P<maker>{'|'.join(sorted(_MAKERS))}|array|asarray){BETWEEN}\("
+_DTYPE_KEYWORD = re.compile(r"\bdtype\s*=")
+_FLOAT_LITERAL = re.compile(r"\d\.|\.\d|\de")
 
 
 def _numpy_float64_to_device(lex: Lexicon) -> bool:
     """`Float64`'s array check in the pre-pass: a call of a NumPy function that makes float64 arrays
-    (`np.zeros(...)`, ...), or `np.array` / `np.asarray` of a literal list or tuple (the rule looks for float
-    literals in it), and `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`.
+    (`np.zeros(...)`, ...) without `dtype=`, or `np.array` / `np.asarray` of a literal with a float in it, and
+    `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`.
 
     `zeros`, `ones`, `full` are torch's names too, so the call must be spelled on a NumPy alias that an import
     binds (`np.zeros`, `numpy.random.rand`); a file that imports names from NumPy directly (`from numpy import
@@ -222,7 +224,35 @@ def _numpy_float64_to_device(lex: Lexicon) -> bool:
     if not aliases:
         return False
     spelled = rf"\b(?:{'|'.join(map(re.escape, aliases))}){BETWEEN}\.(?:{BETWEEN}random{BETWEEN}\.)?"
-    return re.search(rf"{spelled}{BETWEEN}(?:{_MAKER_CALL})", lex.text) is not None
+    for call in re.finditer(rf"{spelled}{BETWEEN}{_MAKER_CALL}", lex.text):
+        literal = call.group("maker") in ("array", "asarray")
+        if literal and not re.match(rf"{BETWEEN}[\[(]", lex.text[call.end() :]):
+            continue  # the rule reads only a literal list or tuple here
+        arguments = _arguments(lex.text, call.end())
+        if arguments is None:  # cannot tell where the call ends: keep the rule
+            return True
+        if _DTYPE_KEYWORD.search(arguments):
+            continue  # an explicit dtype: the rule does not flag this array
+        if not literal or _FLOAT_LITERAL.search(arguments):
+            return True
+    return False
+
+
+def _arguments(text: str, start: int) -> str | None:
+    """The text between the `(` that ends at `start` and its closing parenthesis, or None when that is not
+    certain: no closing parenthesis, or a string or comment inside (a parenthesis in it would miscount)."""
+    depth = 1
+    for index in range(start, min(len(text), start + 2000)):
+        char = text[index]
+        if char in "\"'#":
+            return None
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return text[start:index]
+    return None
 
 
 def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
