@@ -111,6 +111,21 @@ def test_the_binding_goes_above_the_first_use_in_the_block_holding_every_use():
     assert lines[binding - 1].endswith("= '0'") and lines[binding + 1] == "    if a:", after
 
 
+def test_a_binding_for_uses_in_a_loop_goes_above_the_outermost_loop():
+    before = (
+        "import torch\ndef move(inputs, runtime_inputs_to_move):\n    for i in runtime_inputs_to_move:\n"
+        "        if inputs[i] is not None:\n"
+        "            inputs[i] = inputs[i].pin_memory().cuda(non_blocking=True)\n    return inputs\n"
+    )
+    after = (
+        "import torch\ndef move(inputs, runtime_inputs_to_move):\n"
+        '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+        "    for i in runtime_inputs_to_move:\n        if inputs[i] is not None:\n"
+        "            inputs[i] = inputs[i].pin_memory().to(device, non_blocking=True)\n    return inputs\n"
+    )
+    assert fixed(before, ("NM103",)) == after
+
+
 def test_one_short_use_stays_inline():
     after = fixed("import torch\nx = x.cuda()\n", ("NM103",))
     assert after == (
