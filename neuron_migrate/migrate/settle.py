@@ -4,7 +4,9 @@ In order, for every finding with a fix:
 
 1. code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
    CUDA calls: the fix is withdrawn (a note);
-2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version;
+2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; a
+   safe fix inside a parameter's default becomes unsafe (the default is the function's interface, and the
+   device would be looked up when the function is defined, at import);
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
@@ -30,6 +32,10 @@ from neuron_migrate.migrate.guards import without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
+_DEFAULT = (
+    "a parameter's default is part of the function's interface and is computed when the function is "
+    "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
+)
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA check that stays: no change needed"
 
 
@@ -62,6 +68,9 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):
             withdraw(pending, f"the fix needs torch >= {version}; raise `target-torch` to apply it")
+        elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
+            pending.fix = replace(pending.fix, safety="unsafe")
+            pending.notes.append(_DEFAULT)
     _keep_cuda_checks(ctx, pendings, style)
     _removals_take_inner_fixes(pendings, style)
 
@@ -73,6 +82,14 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         return len(line) - (where.end.column - where.start.column) + len(text) > style.line_length
 
     DeviceNames(ctx, style.line_length, lambda p: applies(p, style), overflow).resolve(pendings)
+
+
+def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is (in) the default value of a function's parameter."""
+    return any(
+        isinstance(parent, cst.Param) and parent.default is child
+        for parent, child in zip(stack, stack[1:], strict=False)
+    )
 
 
 def _inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:

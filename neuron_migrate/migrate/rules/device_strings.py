@@ -59,7 +59,8 @@ class CudaDeviceString(Rule):
     value directly does a bare `'cuda'` become the device itself. An index that reaches `torch.load(
     map_location=...)` is kept only when there is an accelerator (`"cpu"` otherwise: `torch.load` rejects
     `cpu:N`). The device is named once per function: an existing name for it is reused, and a function that
-    needs it several times gets one `device = ...` line. No fix for `fork_rng(device_type=...)`.
+    needs it several times gets one `device = ...` line. No fix for `fork_rng(device_type=...)`. A parameter's
+    default is an unsafe fix: it is the function's interface, and it is computed when the function is defined.
     """
 
     code = "NM101"
