@@ -19,6 +19,8 @@ A fix is withdrawn, with a note saying why, when its code:
   precondition (`client.init_communicator(device="cuda")`, matched by name);
 - is an argument of CUDA-only code that stays
   (`torch.cuda.get_device_properties(torch.cuda.current_device())`);
+- is CUDA's by what its call pairs it with: CUDA-only facts, a process-group backend, other device types
+  given to the same function; or is a CUDA function stored in a table, not called (`cuda_neighbours`);
 - is the function under a `"cuda"` key of a dict (a per-device dispatch table,
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
@@ -38,6 +40,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
+from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.guards import exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
@@ -239,6 +242,10 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             return CudaOnly(
                 "it is CUDA's entry of a per-device table: add an entry for the accelerator instead", True
             )
+    if (paired := paired_with_cuda(ctx, stack, mentions.covered)) is not None:
+        return CudaOnly(*paired)
+    if (table := stored_in_table(ctx, stack, pending.node)) is not None:
+        return CudaOnly(table)
     if (comment := _cuda_only_comment(stack[start:])) is not None:
         return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
     for leftover in leftovers:

@@ -351,3 +351,72 @@ def test_the_test_of_a_version_guarded_if_is_no_old_torch_fallback():
     )
     [check] = [f for f in findings(source) if f.code == "NM105"]
     assert check.severity == "warning" and check.fix is not None and check.fix.safety == "unsafe"
+
+
+# --- a device that is CUDA's by what its call pairs it with -------------------------------------------------
+
+_DECORATE = "import unittest\nimport torch\nfrom torch.testing._internal.opinfo.core import DecorateInfo\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        # the call's other arguments are about cuDNN / ROCm: `device_type="cuda"` means CUDA there
+        (
+            _DECORATE + "skips = (\n    DecorateInfo(unittest.expectedFailure, 'TestModule', 'test_grad',\n"
+            "                 active_if=(TEST_CUDNN and not TEST_WITH_ROCM), device_type='cuda'),\n)\n",
+            "pairs it with CUDA-only `TEST_CUDNN`",
+        ),
+        # one entry of a per-device choice: the module passes other device types to the same function
+        (
+            _DECORATE + "skips = (\n    DecorateInfo(unittest.skip('no'), 'TestModule', 'test_memory_format',"
+            " device_type='cuda'),\n    DecorateInfo(unittest.skip('no'), 'TestModule', 'test_memory_format',"
+            " device_type='mps'),\n)\n",
+            "one entry of a per-device choice",
+        ),
+    ],
+)
+def test_a_device_its_call_pairs_with_cuda_facts_or_other_devices_needs_no_change(source, why):
+    assert fixed(source) == source
+    [note] = findings(source)
+    assert note.severity == "info" and why in note.message, note.message
+
+
+def test_a_device_paired_with_a_backend_keeps_its_check_cuda():
+    """gloo only moves CPU and CUDA tensors: registering it for the accelerator would change what neuron
+    runs; the check around the registration stays CUDA's, and a person pairs the accelerator with its own
+    backend."""
+    source = (
+        "import torch\nfrom torch.distributed import ProcessGroup\ndef register(pg, backend_class):\n"
+        '    pg._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, backend_class)\n'
+        "    if torch.cuda.is_available():\n"
+        '        pg._register_backend(torch.device("cuda"), ProcessGroup.BackendType.GLOO, backend_class)\n'
+        "    return pg\n"
+    )
+    assert fixed(source) == source
+    device = next(f for f in findings(source) if f.code == "NM102")
+    assert device.severity == "error" and "the `GLOO` backend" in device.message
+
+
+def test_other_arguments_that_merely_name_a_gpu_file_do_not_pair():
+    before = 'import torch\nstate = torch.load("gpu_model.pt", map_location="cuda")\n'
+    assert fixed(before) == (
+        'import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+        '\nstate = torch.load("gpu_model.pt", map_location=device)\n'
+    )
+
+
+def test_a_cuda_function_stored_in_a_table_is_left_alone():
+    """A registry of functions (Dynamo's constant-folding list) or one device's entry of a dispatch table holds
+    that very function: swapping it for the accelerator's would drop CUDA's entry."""
+    source = (
+        "import torch\nconstant_fold_functions = [\n    torch.accelerator.current_device_index,\n"
+        "    torch.cuda.current_device,\n]\nBACKEND_DEVICE_COUNT = {}\n"
+        'BACKEND_DEVICE_COUNT["xla"] = torch.cuda.device_count\n'
+    )
+    assert fixed(source) == source
+    notes = findings(source)
+    assert len(notes) == 2 and all("stored in a table, not called" in n.message for n in notes), notes
+    assert fixed("import torch\ncount = torch.cuda.device_count\n") == (
+        "import torch\ncount = torch.accelerator.device_count\n"
+    )
