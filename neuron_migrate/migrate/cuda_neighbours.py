@@ -66,7 +66,8 @@ def paired_with_cuda(ctx, stack: tuple[cst.CSTNode, ...], covered: set[int]) -> 
             shown = ", ".join(f"`{d}`" for d in sorted(listed)[:3])
             return (
                 f"one entry of a per-device choice (the module also passes `device_type=` {shown} to "
-                f"`{ctx.code(call.func).strip()}`): CUDA's entry stays; add one for `neuron` where it applies",
+                f"`{ctx.code(call.func).strip()}`): CUDA's entry stays; add one for `neuron` where it "
+                "applies",
                 False,
             )
     return None

@@ -21,6 +21,7 @@ In order, for every finding with a fix:
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import libcst as cst
 
@@ -86,10 +87,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
 
 def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
     """Whether the node at the end of `stack` is (in) the default value of a function's parameter."""
-    return any(
-        isinstance(parent, cst.Param) and parent.default is child
-        for parent, child in zip(stack, stack[1:], strict=False)
-    )
+    return any(isinstance(parent, cst.Param) and parent.default is child for parent, child in pairwise(stack))
 
 
 def _inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:

@@ -401,14 +401,15 @@ def test_a_device_paired_with_a_backend_keeps_its_check_cuda():
 def test_other_arguments_that_merely_name_a_gpu_file_do_not_pair():
     before = 'import torch\nstate = torch.load("gpu_model.pt", map_location="cuda")\n'
     assert fixed(before) == (
-        'import torch\ndevice = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
-        '\nstate = torch.load("gpu_model.pt", map_location=device)\n'
+        "import torch\n"
+        'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+        'state = torch.load("gpu_model.pt", map_location=device)\n'
     )
 
 
 def test_a_cuda_function_stored_in_a_table_is_left_alone():
-    """A registry of functions (Dynamo's constant-folding list) or one device's entry of a dispatch table holds
-    that very function: swapping it for the accelerator's would drop CUDA's entry."""
+    """A registry of functions (Dynamo's constant-folding list) or one device's entry of a dispatch table
+    holds that very function: swapping it for the accelerator's would drop CUDA's entry."""
     source = (
         "import torch\nconstant_fold_functions = [\n    torch.accelerator.current_device_index,\n"
         "    torch.cuda.current_device,\n]\nBACKEND_DEVICE_COUNT = {}\n"
@@ -420,3 +421,35 @@ def test_a_cuda_function_stored_in_a_table_is_left_alone():
     assert fixed("import torch\ncount = torch.cuda.device_count\n") == (
         "import torch\ncount = torch.accelerator.device_count\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        # a package named after a CUDA library: its code only runs on CUDA
+        (
+            "torch/backends/cudnn/rnn.py",
+            "import torch\ndef init_dropout_state():\n"
+            '    return "desc_" + str(torch.cuda.current_device())\n',
+        ),
+        # a module named after the CUDA-only library it imports at its top level drives that library
+        (
+            "accelerate/utils/megatron_lm.py",
+            "import torch\nif is_megatron_lm_available():\n    from megatron.core import mpu\n\n\n"
+            "def get_batch(data):\n    return send_to_device(data, torch.cuda.current_device())\n",
+        ),
+    ],
+)
+def test_a_file_that_is_cuda_s_as_a_whole_is_left_alone(path, source):
+    [device] = [f for f in findings(source, path=path) if f.code == "NM106"]
+    assert device.severity == "info", device.message
+    assert "about CUDA by its name" in device.message or "a CUDA-only library" in device.message
+    assert fixed(source, path=path) == source
+
+
+def test_a_module_that_only_imports_a_cuda_library_is_not_its_integration():
+    source = (
+        "import torch\nif is_megatron_lm_available():\n    from megatron.core import mpu\n\n\n"
+        "def count():\n    return torch.cuda.device_count()\n"
+    )
+    assert "torch.accelerator.device_count()" in fixed(source, path="trainer.py")
