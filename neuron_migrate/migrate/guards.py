@@ -14,6 +14,9 @@ A test T implies an accelerator when it is `torch.cuda.is_available()` / `torch.
 a positive `device_count()`, `x.is_cuda`, a device type test (`d.type == "cuda"`, `d.type != "cpu"`,
 `"cuda" in str(d)`, `d.startswith("cuda")`), a conjunction holding one of those, or a name every assignment
 of which is such a test (`use_cuda = torch.cuda.is_available()`, `args.cuda = not args.no_cuda and ...`).
+`torch.accelerator.current_accelerator()` (or a `*current_accelerator()` helper, or a name holding it)
+being `None` or false means there is none (`acc.type if acc is not None else "cuda"`: the `"cuda"` there is
+only reached without an accelerator).
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ def implies(ctx, test: cst.CSTNode, depth: int = 0) -> Implication:
             return "certain", "absent"
         if name in _COUNT and not test.args:
             return "certain", "absent"
+        if (name or "").endswith("current_accelerator"):
+            # None only when torch has no accelerator at all; without `check_available=True` the default
+            # Linux wheel answers `cuda` on a machine without a GPU
+            checked = any(a.keyword is not None and a.keyword.value == "check_available" for a in test.args)
+            return ("certain" if checked else None), "absent"
         return _method_test(ctx, test)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         return _comparison(ctx, test)
@@ -128,6 +136,9 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
         return _NONE
     if not isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
         return _NONE
+    if isinstance(op, (cst.Is, cst.IsNot)) and _is_none(right) != _is_none(left):  # `acc is not None`
+        other = implies(ctx, left if _is_none(right) else right)
+        return other if isinstance(op, cst.IsNot) else _flip(other)
     value = _string(right) if _string(right) is not None else _string(left)
     if value is None:
         return _NONE
@@ -137,6 +148,10 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
     if value == "cpu":
         return (None, "certain") if positive else ("certain", None)
     return _NONE
+
+
+def _is_none(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
 
 
 def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:

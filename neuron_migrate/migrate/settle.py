@@ -3,7 +3,8 @@
 In order, for every finding with a fix:
 
 1. code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
-   CUDA calls: the fix is withdrawn (a note);
+   CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
+   (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; a
    safe fix inside a parameter's default becomes unsafe (the default is the function's interface, and the
    device would be looked up when the function is defined, at import);
@@ -29,13 +30,17 @@ from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.device_neutral import widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
-from neuron_migrate.migrate.guards import without_accelerator_api
+from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
 _DEFAULT = (
     "a parameter's default is part of the function's interface and is computed when the function is "
     "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
+)
+_NO_ACCELERATOR = (
+    "it is only reached without an accelerator (`acc.type if acc is not None else ...`), where the rewrite "
+    "would name the CPU, which the code chose not to: no change needed"
 )
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA check that stays: no change needed"
 
@@ -65,6 +70,12 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     for pending in pendings:
         if pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
+        elif (
+            pending.fix is not None
+            and pending.fix.uses_device
+            and accelerator(ctx, pending.stack) == "absent"
+        ):
+            withdraw(pending, _NO_ACCELERATOR, no_change=True)
         elif (
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):

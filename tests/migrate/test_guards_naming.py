@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import fixed
+from .helpers import findings, fixed
 
 SYNC = ("NM401",)
 
@@ -124,6 +124,25 @@ def test_a_binding_for_uses_in_a_loop_goes_above_the_outermost_loop():
         "            inputs[i] = inputs[i].pin_memory().to(device, non_blocking=True)\n    return inputs\n"
     )
     assert fixed(before, ("NM103",)) == after
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # torch.random.fork_rng: "Default to cuda instead of CPU since CPU rng is always forked"
+        "import torch\ndef fork(device_type=None):\n    acc = torch.accelerator.current_accelerator()\n"
+        "    device_type = device_type or (acc.type if acc is not None else 'cuda')\n"
+        "    return torch.get_device_module(device_type)\n",
+        # a helper that returns the accelerator or None
+        "import torch\ndef quantize(module):\n    device = get_current_accelerator() or 'cuda'\n"
+        "    module.to(device)\n",
+    ],
+)
+def test_a_device_only_reached_without_an_accelerator_is_left_alone(source):
+    """There the idiom would always be the CPU, which the code chose not to use."""
+    assert fixed(source) == source
+    [note] = findings(source)
+    assert note.severity == "info" and "only reached without an accelerator" in note.message
 
 
 def test_one_short_use_stays_inline():
