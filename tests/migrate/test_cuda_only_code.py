@@ -471,3 +471,16 @@ def test_a_module_that_only_imports_a_cuda_library_is_not_its_integration():
         "def count():\n    return torch.cuda.device_count()\n"
     )
     assert "torch.accelerator.device_count()" in fixed(source, path="trainer.py")
+
+
+def test_a_gpu_precondition_of_a_cuda_only_quantization_method_stays_cuda():
+    """SpQR's kernels are CUDA-only: on neuron, "GPU is required" is the right error, not a failure deep in
+    the kernel."""
+    source = (
+        "import torch\nclass SpQRHfQuantizer:\n    def validate_environment(self, *args, **kwargs):\n"
+        "        if not torch.cuda.is_available():\n"
+        '            raise RuntimeError("GPU is required to run SpQR quantized model.")\n'
+    )
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert "keep this check CUDA's" in check.message
