@@ -160,7 +160,7 @@ class DeviceNames:
         if not rest:
             return
         if len(applied) >= 2 or any(u.pending.fix.needs_name or u.long for u in rest):
-            statement = self._insertion_point(scope, rest)
+            statement = self._insertion_point(scope, applied or rest)
             if statement is not None:
                 self._bind(scope, rest, statement)
                 return

@@ -145,6 +145,25 @@ def test_a_device_only_reached_without_an_accelerator_is_left_alone(source):
     assert note.severity == "info" and "only reached without an accelerator" in note.message
 
 
+def test_a_binding_goes_above_the_first_use_this_run_rewrites():
+    """An unsafe fix left for a person (a parameter's default) does not pull the binding up to it."""
+    before = (
+        "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
+        "    return torch.tensor(values, device=device)\n\n\n"
+        "if torch.cuda.is_available():\n"
+        "    print('staged', stage(torch.ones(2), torch.device('cuda'), non_blocking=True).device.type)\n"
+    )
+    after = (
+        "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
+        "    return torch.tensor(values, device=device)\n\n\n"
+        "if torch.accelerator.is_available():\n"
+        "    accelerator = torch.accelerator.current_accelerator(check_available=True) or "
+        'torch.device("cpu")\n'
+        "    print('staged', stage(torch.ones(2), accelerator, non_blocking=True).device.type)\n"
+    )
+    assert fixed(before) == after
+
+
 def test_one_short_use_stays_inline():
     after = fixed("import torch\nx = x.cuda()\n", ("NM103",))
     assert after == (
