@@ -52,7 +52,9 @@ _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl", re.IGNORECASE)
 _STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl", re.IGNORECASE)
 _STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
-_CUDA_ONLY_COMMENT = re.compile(r"\bonly\s+(?:on\s+|for\s+|with\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE)
+_CUDA_ONLY_COMMENT = re.compile(
+    r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE
+)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 _NEGATIONS = (cst.NotEqual, cst.NotIn, cst.IsNot)
 

@@ -40,7 +40,7 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     """Why making the CUDA device-type test `check` generic could send other devices into code they may not
     run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
     test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
-    call = first_unknown_call(ctx, cuda_side(ctx, check), covered)
+    call = first_unknown_call(ctx, (*and_rest(check), *cuda_side(ctx, check)), covered)
     if call is not None:
         return f"other devices would run `{call}`: check it works there"
     if libraries:
@@ -66,6 +66,23 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
         orelse = owner.orelse
         return () if orelse is None else (orelse.body if isinstance(orelse, cst.Else) else orelse,)
     return (owner.body,)
+
+
+def and_rest(check) -> tuple[cst.CSTNode, ...]:
+    """What the CUDA test of `check` heads in `test and rest` (`device.type == "cuda" and
+    _get_magma_version() >= (2, 5, 4)`): `rest` only runs on CUDA."""
+    stack, rest = check.stack, []
+    for index in range(len(stack) - 1, 0, -1):
+        parent, child = stack[index - 1], stack[index]
+        if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            break
+        if (
+            isinstance(parent, cst.BooleanOperation)
+            and isinstance(parent.operator, cst.And)
+            and child is parent.left
+        ):
+            rest.append(parent.right)
+    return tuple(rest)
 
 
 def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:

@@ -189,7 +189,7 @@ def guarded_call_fix(
 #: stays CUDA-only
 CUDA_ONLY_CODE = re.compile(
     r"flash_attn|flash|fused|xformers|apex|bitsandbytes|triton|cupy|nvml|cutlass|deepspeed\.ops|"
-    r"eetq|spqr|vptq|higgs|flute|marlin|exllama|qutlass|fbgemm_gpu|deep_?gemm|"
+    r"eetq|spqr|vptq|higgs|flute|marlin|exllama|qutlass|fbgemm_gpu|deep_?gemm|magma|"
     r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
     r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+|rocm|\bhip\b",
     re.IGNORECASE,

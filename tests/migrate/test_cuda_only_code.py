@@ -484,3 +484,28 @@ def test_a_gpu_precondition_of_a_cuda_only_quantization_method_stays_cuda():
     assert fixed(source) == source
     [check] = findings(source)
     assert "keep this check CUDA's" in check.message
+
+
+def test_what_a_cuda_test_heads_in_an_and_only_runs_on_cuda():
+    source = (
+        "import torch\ndef f(x):\n    fast = x.device.type == 'cuda' and fast_path_supported(x)\n"
+        "    return fast\n"
+    )
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert check.fix.safety == "unsafe" and "fast_path_supported(x)" in check.message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # MAGMA is a CUDA (and ROCm) library
+        "import torch\ndef f(device):\n"
+        "    magma_254 = device.type == 'cuda' and _get_magma_version() >= (2, 5, 4)\n    return magma_254\n",
+        # a comment that says the code is CUDA's, in other words
+        "import torch\ndef f(device):\n    # pivot=False only supported in CUDA\n"
+        "    pivots = (True, False) if torch.device(device).type == 'cuda' else (True,)\n    return pivots\n",
+    ],
+)
+def test_magma_and_only_supported_in_cuda_comments_keep_a_test_cuda(source):
+    assert fixed(source) == source
