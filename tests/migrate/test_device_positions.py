@@ -246,3 +246,17 @@ def test_a_device_in_a_parameter_default_is_an_unsafe_fix():
         "def save_on_cpu(pin_memory: bool = False, device_type: str = accelerator_type) -> None:\n"
         "    return getattr(torch, device_type)\n"
     )
+
+
+def test_a_device_type_name_the_module_only_compares_is_an_unsafe_fix():
+    """accelerate's `expected_device_type = "cuda"` is matched against `torch.device(d).type`: on a CPU-only
+    machine the idiom would make it "cpu", and the CPU entry of the memory map would count as a device."""
+    before = (
+        "import torch\ndef count(max_memory):\n    expected_device_type = 'cuda'\n"
+        "    return len([d for d in max_memory if torch.device(d).type == expected_device_type])\n"
+    )
+    assert fixed(before, ("NM101",)) == before
+    [finding] = findings(before, ("NM101",))
+    assert finding.fix.safety == "unsafe" and "the name is compared" in finding.message
+    used = "import torch\ndef f(x):\n    target_device = 'cuda'\n    return x.to(target_device)\n"
+    assert "target_device = (torch.accelerator" in fixed(used, ("NM101",))
