@@ -155,12 +155,46 @@ def _is_none(node: cst.CSTNode) -> bool:
 
 
 def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:
-    """A flag every binding of which is an availability test (`use_cuda = torch.cuda.is_available()`)."""
-    values = ctx.bindings.values(key_of(node))
+    """A flag every binding of which is an availability test (`use_cuda = torch.cuda.is_available()`), or
+    that is only set to `True` where an accelerator is certain (`need_sync = False`, then `if arg.is_cuda:
+    need_sync = True`)."""
+    bindings = ctx.bindings.of(key_of(node))
+    values = [b.value for b in bindings]
     if not values or any(v is None for v in values):
         return _NONE
+    if all(_boolean(v) is not None for v in values) and any(_boolean(v) for v in values):
+        raised = [b for b in bindings if _boolean(b.value)]
+        return ("certain", None) if all(_certain_at(ctx, b) for b in raised) else _NONE
     found = {implies(ctx, v, depth + 1) for v in values}
     return found.pop() if len(found) == 1 else _NONE
+
+
+def _boolean(node: cst.CSTNode | None) -> bool | None:
+    return {"True": True, "False": False}.get(node.value) if isinstance(node, cst.Name) else None
+
+
+def _certain_at(ctx, binding) -> bool:
+    """Whether an accelerator is certain where `binding`'s statement runs (within its function)."""
+    path: list[cst.CSTNode] = []
+    found: list[tuple[cst.CSTNode, ...]] = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if found:
+                return False
+            path.append(node)
+            if node is binding.statement:
+                found.append(tuple(path))
+            return not found and not isinstance(node, cst.BaseExpression)
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if path and path[-1] is original_node:
+                path.pop()
+
+    if binding.statement is None:
+        return False
+    binding.scope.visit(Finder())
+    return bool(found) and accelerator(ctx, found[0]) == "certain"
 
 
 def exits(block: cst.BaseSuite) -> bool:

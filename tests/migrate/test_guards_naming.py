@@ -23,6 +23,10 @@ SYNC = ("NM401",)
         "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\n",
         "import torch\nuse = args.amp and torch.cuda.is_available()\nif use:\n    torch.cuda.synchronize()\n",
         "import torch\nok = torch.cuda.is_available() and x.is_cuda and torch.cuda.synchronize()\n",
+        # a flag only raised where an accelerator is certain (torch/_dynamo/repro/aoti.py)
+        "import torch\ndef f(args):\n    need_sync = False\n    for arg in args:\n"
+        "        if isinstance(arg, torch.Tensor) and arg.is_cuda:\n            need_sync = True\n"
+        "            break\n    if need_sync:\n        torch.cuda.synchronize()\n",
     ],
 )
 def test_no_guard_where_an_accelerator_is_certain(source):
@@ -38,6 +42,10 @@ def test_no_guard_where_an_accelerator_is_certain(source):
         "import torch\nif torch.cuda.is_available():\n    pass\ntorch.cuda.synchronize()\n",
         "import torch\nif not torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
         "import torch\nif torch.cuda.is_available():\n    def later():\n        torch.cuda.synchronize()\n",
+        # a flag also raised where an accelerator is only possible
+        "import torch\ndef f(args, force):\n    need_sync = False\n    if force:\n        need_sync = True\n"
+        "    for arg in args:\n        if arg.is_cuda:\n            need_sync = True\n"
+        "    if need_sync:\n        torch.cuda.synchronize()\n",
     ],
 )
 def test_guard_where_an_accelerator_is_only_possible(source):
