@@ -22,6 +22,7 @@ only reached without an accelerator).
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Literal
 
 import libcst as cst
@@ -37,6 +38,7 @@ _COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"}
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _NONE: Implication = (None, None)
+_FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per file: flag -> what it implies
 
 
 def _string(node: cst.CSTNode) -> str | None:
@@ -163,10 +165,20 @@ def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:
     if not values or any(v is None for v in values):
         return _NONE
     if all(_boolean(v) is not None for v in values) and any(_boolean(v) for v in values):
-        raised = [b for b in bindings if _boolean(b.value)]
-        return ("certain", None) if all(_certain_at(ctx, b) for b in raised) else _NONE
+        return _raised_flag(ctx, key_of(node), bindings)
     found = {implies(ctx, v, depth + 1) for v in values}
     return found.pop() if len(found) == 1 else _NONE
+
+
+def _raised_flag(ctx, key: str, bindings: list) -> Implication:
+    """`("certain", None)` when every `key = True` runs where an accelerator is certain (once per file and
+    flag; a flag raised under a test of itself is no evidence)."""
+    known = _FLAGS.setdefault(ctx, {})
+    if key not in known:
+        known[key] = _NONE  # while it is being worked out
+        raised = [b for b in bindings if _boolean(b.value)]
+        known[key] = ("certain", None) if all(_certain_at(ctx, b) for b in raised) else _NONE
+    return known[key]
 
 
 def _boolean(node: cst.CSTNode | None) -> bool | None:

@@ -229,8 +229,8 @@ def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
         return None
     index = next((i for i in range(len(ctx.stack) - 1, 0, -1) if ctx.stack[i] is check), None)
     block = ctx.stack[index - 1] if index else None
-    body = list(getattr(block, "body", ()))
-    if check not in body:
+    body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+    if check not in body:  # an `elif`: the `if` above it holds it, not a block
         return None
     return (check.test, *body[body.index(check) + 1 :])
 

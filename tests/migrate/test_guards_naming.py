@@ -230,3 +230,22 @@ def test_torch_version_helpers_mark_an_old_torch_fallback(test, newer_first):
 def test_a_version_test_that_torch_accelerator_can_pass_is_not_a_fallback(test):
     source = f"import torch\nif {test}:\n    pass\nelse:\n    torch.cuda.synchronize()\n"
     assert "torch.accelerator.synchronize()" in fixed(source, SYNC)
+
+
+def test_an_elif_precondition_is_analysed():
+    """An `elif not available: raise` is held by the `if` above it, not by a block (torch/cuda/_utils.py)."""
+    source = (
+        "import torch\ndef f(x):\n    if x is None:\n        return None\n"
+        "    elif not torch.cuda.is_available():\n        raise RuntimeError('no device')\n"
+        "    return x\n"
+    )
+    assert "elif not torch.accelerator.is_available():" in fixed(source)
+
+
+def test_a_flag_raised_under_a_test_of_itself_is_no_evidence():
+    source = (
+        "import torch\ndef f(x, ok=False):\n    if ok or x.is_cuda:\n        ok = True\n"
+        "    if ok:\n        torch.cuda.synchronize()\n"
+    )
+    assert [f.code for f in findings(source)] == ["NM104", "NM401"]
+    assert "if torch.accelerator.is_available():" in fixed(source)
