@@ -23,15 +23,18 @@ _NEUTRAL_NAMES = re.compile(
 )
 #: no builtin runs device code
 _BUILTINS = frozenset(dir(builtins))
-#: tensor and module methods that only move, pin, convert or read values (and those of lists and dicts)
+#: tensor and module methods that only move, pin, convert or read values, the stream calls the fixes write
+#: (and the methods of lists and dicts)
 _NEUTRAL_METHODS = frozenset(
     re.findall(
         r"\w+",
         "to cpu pin_memory is_pinned item tolist numpy detach contiguous half float bfloat16 size dim numel "
-        "is_floating_point is_complex is_contiguous data_ptr "
+        "is_floating_point is_complex is_contiguous data_ptr current_stream wait_stream record_stream "
         "get pop append extend update keys values items join format startswith endswith",
     )
 )
+_STREAM_METHODS = frozenset({"synchronize", "wait", "record", "query"})
+_STREAM = re.compile(r"stream|event", re.IGNORECASE)
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 _EXCEPTION_NAME = re.compile(r"(Error|Exception|Warning|Exit)$")
 
@@ -170,9 +173,12 @@ def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -
 
 
 def _callee_fixed(call: cst.Call, covered: set[int]) -> bool:
-    """Whether an applied fix replaces the function a call calls (`x.cuda()` whose `cuda` becomes `to`)."""
+    """Whether an applied fix replaces the function a call calls (`x.cuda()` whose `cuda` becomes `to`), or
+    the object it calls it on (`torch.cuda.current_stream(d).synchronize()`)."""
     func = call.func
-    return id(func) in covered or (isinstance(func, cst.Attribute) and id(func.attr) in covered)
+    return id(func) in covered or (
+        isinstance(func, cst.Attribute) and (id(func.attr) in covered or id(func.value) in covered)
+    )
 
 
 def _neutral(ctx, call: cst.Call) -> bool:
@@ -185,4 +191,6 @@ def _neutral(ctx, call: cst.Call) -> bool:
     method, owner = func.attr.value, dotted(func.value) or ""
     if method in _LOG_METHODS and ("log" in owner.lower() or owner == "warnings"):
         return True
+    if method in _STREAM_METHODS and _STREAM.search(ctx.code(func.value)):
+        return True  # `torch.get_device_module().current_stream(d).synchronize()`, `event.wait()`
     return method in _NEUTRAL_METHODS

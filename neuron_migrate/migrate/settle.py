@@ -39,8 +39,8 @@ _DEFAULT = (
     "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
 )
 _NO_ACCELERATOR = (
-    "it is only reached without an accelerator (`acc.type if acc is not None else ...`), where the rewrite "
-    "would name the CPU, which the code chose not to: no change needed"
+    "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
+    "chose not to: no change needed"
 )
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA check that stays: no change needed"
 

@@ -150,7 +150,7 @@ def test_a_device_only_reached_without_an_accelerator_is_left_alone(source):
     """There the idiom would always be the CPU, which the code chose not to use."""
     assert fixed(source) == source
     [note] = findings(source)
-    assert note.severity == "info" and "only reached without an accelerator" in note.message
+    assert note.severity == "info" and "only reached when there is no accelerator" in note.message
 
 
 def test_a_binding_goes_above_the_first_use_this_run_rewrites():
