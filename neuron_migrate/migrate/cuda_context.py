@@ -3,7 +3,8 @@
 A fix is withdrawn, with a note saying why, when its code:
 
 - is in a file, or inside a function, whose name says it is about CUDA (`torch/cuda/memory.py`,
-  `cuda_utils.py`, `def cuda(self)`, `is_torch_cuda_available`);
+  `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `def cuda(self)`, `is_torch_cuda_available`), or in a
+  module that drives a CUDA-only library (`accelerate/utils/megatron_lm.py`: `cuda_files`);
 - only runs when a test that is about CUDA and stays CUDA's holds: the body of an `if`/`while`/conditional
   whose test mentions CUDA in code no fix of this run rewrites (`elif is_torch_cuda_available():`,
   `if len(torch.cuda.default_generators) > 0:`, `if backend == "nccl":`), the `else` of such a test when it
@@ -19,6 +20,8 @@ A fix is withdrawn, with a note saying why, when its code:
   precondition (`client.init_communicator(device="cuda")`, matched by name);
 - is an argument of CUDA-only code that stays
   (`torch.cuda.get_device_properties(torch.cuda.current_device())`);
+- is CUDA's by what its call pairs it with: CUDA-only facts, a process-group backend, other device types
+  given to the same function; or is a CUDA function stored in a table, not called (`cuda_neighbours`);
 - is the function under a `"cuda"` key of a dict (a per-device dispatch table,
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
@@ -38,8 +41,9 @@ from typing import NamedTuple
 import libcst as cst
 
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
+from neuron_migrate.migrate.cuda_files import cuda_file, imported_library, library_module
+from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.guards import exits, implies
-from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import library_of
 
@@ -48,7 +52,9 @@ _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl", re.IGNORECASE)
 _STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl", re.IGNORECASE)
 _STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
-_CUDA_ONLY_COMMENT = re.compile(r"\bonly\s+(?:on\s+|for\s+|with\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE)
+_CUDA_ONLY_COMMENT = re.compile(
+    r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE
+)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 _NEGATIONS = (cst.NotEqual, cst.NotIn, cst.IsNot)
 
@@ -71,6 +77,7 @@ class CudaMentions:
         self.libraries: dict[int, str | None] = {}  # per function: the CUDA-only library it requires
         self.cuda_functions: set[str] | None = None  # the module's functions that require CUDA, by name
         self.cuda_calls: dict[int, str | None] = {}  # per statement: the one of those it calls
+        self.module_library: tuple[str | None] | None = None  # the CUDA-only library the module drives
 
     def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions."""
@@ -120,6 +127,12 @@ class CudaMentions:
             self.cuda_calls[key] = next((n for n in names if n in self.cuda_functions), None)
         return self.cuda_calls[key]
 
+    def library_module(self) -> str | None:
+        """The CUDA-only library this module is the integration of (`cuda_files.library_module`), if any."""
+        if self.module_library is None:
+            self.module_library = (library_module(self.ctx.module, self.ctx.path),)
+        return self.module_library[0]
+
     def required_library(self, function: cst.FunctionDef) -> str | None:
         """The CUDA-only library `function` cannot run without (see the module docstring), if any."""
         key = id(function)
@@ -142,14 +155,6 @@ def covered_nodes(pendings: list, applies) -> set[int]:
             for replacement in pending.fix.replacements:
                 replacement.node.visit(Collect())
     return covered
-
-
-def cuda_file(path: str) -> bool:
-    """Whether a file is CUDA's by its name or package (`torch/cuda/memory.py`, `cuda_utils.py`); a project
-    folder's name (`cuda_project/train.py`) says nothing about one file."""
-    parts = path.replace("\\", "/").split("/")
-    stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
-    return any(part.lower() == "cuda" for part in parts[:-1]) or "cuda" in stem
 
 
 def negative(ctx, test: cst.BaseExpression) -> bool:
@@ -196,6 +201,10 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     """Why the code of `pending` only runs on CUDA (see the module docstring), or None."""
     if cuda_file(path):
         return CudaOnly("the file is about CUDA by its name: leave it, or port it by hand")
+    if (library := mentions.library_module()) is not None:
+        return CudaOnly(
+            f"the module drives `{library}`, a CUDA-only library (it is named after it): no change needed"
+        )
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
@@ -239,6 +248,10 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             return CudaOnly(
                 "it is CUDA's entry of a per-device table: add an entry for the accelerator instead", True
             )
+    if (paired := paired_with_cuda(ctx, stack, mentions.covered)) is not None:
+        return CudaOnly(*paired)
+    if (table := stored_in_table(ctx, stack, pending.node)) is not None:
+        return CudaOnly(table)
     if (comment := _cuda_only_comment(stack[start:])) is not None:
         return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
     for leftover in leftovers:
@@ -332,33 +345,17 @@ def _required_library(ctx, function: cst.FunctionDef) -> str | None:
         if isinstance(statement, cst.If) and isinstance(statement.orelse, cst.Else):
             branches = (statement.body, statement.orelse.body)
             for imports, other in (branches, branches[::-1]):
-                if exits(other) and (library := _imported_library(imports.body)):
+                if exits(other) and (library := imported_library(imports.body)):
                     return library
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        if library := _imported_library([statement]):
+        if library := imported_library([statement]):
             return library
         if calls is None:
             calls = {id(call): name for call, name in ctx.calls}
         for call in _calls_in(statement):
             if (name := calls.get(id(call))) and (library := library_of(name)):
                 return library
-    return None
-
-
-def _imported_library(statements) -> str | None:
-    for statement in statements:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            modules = []
-            if isinstance(small, cst.Import):
-                modules = [dotted(alias.name) for alias in small.names]
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-                modules = [dotted(small.module)]
-            for module in modules:
-                if module and (library := library_of(module)):
-                    return library
     return None
 
 

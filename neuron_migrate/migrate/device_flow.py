@@ -57,11 +57,14 @@ class Slot:
 
     kind: `device` (a torch API takes it directly: a device object or a string will do), `string` (a name,
     parameter or setting: keep it a string), `type` (a device type string), `none` (no agnostic value exists).
-    `map_location`: the value reaches `torch.load(map_location=...)`, which rejects `cpu:N`."""
+    `map_location`: the value reaches `torch.load(map_location=...)`, which rejects `cpu:N`. `compared`: only
+    its name says the value is a device (it reaches no device slot) and the module compares that name: a
+    device type the code matches others against, where the idiom's CPU fallback would match CPU entries."""
 
     kind: str
     where: str
     map_location: bool = False
+    compared: bool = False
 
 
 @dataclass
@@ -72,6 +75,7 @@ class DeviceFlow:
     map_locations: set[str] = field(default_factory=set)
     holders: set[str] = field(default_factory=set)
     params: dict[str, list[str]] = field(default_factory=dict)
+    compared: set[str] | None = None  # names the module compares (`==`, `!=`, `in`), on first use
 
 
 _FLOWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -307,11 +311,30 @@ def value_slot(ctx, indexed: bool) -> Slot | None:
 
 
 def _named_slot(keys: list[str | None], ctx, indexed: bool, what: str = "") -> Slot | None:
+    flow = device_flow(ctx)
     for key in keys:
-        if key and (is_device_name(key) or key in device_flow(ctx).uses):
+        if key and (is_device_name(key) or key in flow.uses):
             where = f"{what} `{key}`" if what else f"`{key} = ...`"
-            return Slot("string", where, map_location=indexed and key in device_flow(ctx).map_locations)
+            compared = key not in flow.uses and key in _compared_names(ctx, flow)
+            return Slot(
+                "string", where, map_location=indexed and key in flow.map_locations, compared=compared
+            )
     return None
+
+
+def _compared_names(ctx, flow: DeviceFlow) -> set[str]:
+    """The dotted names that are an operand of a comparison somewhere in the module (computed once)."""
+    if flow.compared is None:
+        found: set[str] = set()
+
+        class Finder(cst.CSTVisitor):
+            def visit_Comparison(self, node: cst.Comparison) -> None:
+                for operand in (node.left, *(item.comparator for item in node.comparisons)):
+                    found.update(keys_of(operand))
+
+        ctx.module.visit(Finder())
+        flow.compared = found
+    return flow.compared
 
 
 # --- device tests -------------------------------------------------------------------------------------------

@@ -23,14 +23,18 @@ _NEUTRAL_NAMES = re.compile(
 )
 #: no builtin runs device code
 _BUILTINS = frozenset(dir(builtins))
-#: tensor and module methods that only move, pin, convert or read values (and those of lists and dicts)
+#: tensor and module methods that only move, pin, convert or read values, the stream calls the fixes write
+#: (and the methods of lists and dicts)
 _NEUTRAL_METHODS = frozenset(
     re.findall(
         r"\w+",
         "to cpu pin_memory is_pinned item tolist numpy detach contiguous half float bfloat16 size dim numel "
+        "is_floating_point is_complex is_contiguous data_ptr current_stream wait_stream record_stream "
         "get pop append extend update keys values items join format startswith endswith",
     )
 )
+_STREAM_METHODS = frozenset({"synchronize", "wait", "record", "query"})
+_STREAM = re.compile(r"stream|event", re.IGNORECASE)
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 _EXCEPTION_NAME = re.compile(r"(Error|Exception|Warning|Exit)$")
 
@@ -39,7 +43,7 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     """Why making the CUDA device-type test `check` generic could send other devices into code they may not
     run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
     test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
-    call = first_unknown_call(ctx, cuda_side(ctx, check), covered)
+    call = first_unknown_call(ctx, (*and_rest(check), *cuda_side(ctx, check)), covered)
     if call is not None:
         return f"other devices would run `{call}`: check it works there"
     if libraries:
@@ -50,14 +54,14 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
 
 def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
     """The code the test of `check` runs only on CUDA: the body of `if <CUDA>:`, the `else` of `if <not
-    CUDA>:`, the code after `if <not CUDA>: raise`; nothing for a test whose value is kept
-    (`use_amp = ...`)."""
+    CUDA>:`, the code after `if <not CUDA>: raise`; for a test kept in a name (`on_gpu = d.type == "cuda"`),
+    the code that name's tests select in the same function (`flag_side`)."""
     test = check.region[0] if check.region else None
     owner = next(
         (n for n in check.stack if isinstance(n, (cst.If, cst.While, cst.IfExp)) and n.test is test), None
     )
     if owner is None:
-        return ()
+        return flag_side(ctx, check)
     if owner.body not in check.region:  # a precondition: what follows it
         return check.region[1:]
     when_true, when_false = implies(ctx, owner.test)
@@ -65,6 +69,85 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
         orelse = owner.orelse
         return () if orelse is None else (orelse.body if isinstance(orelse, cst.Else) else orelse,)
     return (owner.body,)
+
+
+def and_rest(check) -> tuple[cst.CSTNode, ...]:
+    """What the CUDA test of `check` heads in `test and rest` (`device.type == "cuda" and
+    _get_magma_version() >= (2, 5, 4)`): `rest` only runs on CUDA."""
+    stack, rest = check.stack, []
+    for index in range(len(stack) - 1, 0, -1):
+        parent, child = stack[index - 1], stack[index]
+        if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            break
+        if (
+            isinstance(parent, cst.BooleanOperation)
+            and isinstance(parent.operator, cst.And)
+            and child is parent.left
+        ):
+            rest.append(parent.right)
+    return tuple(rest)
+
+
+def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
+    """For `name = <CUDA test>` (the whole value), what the tests of `name` select in the function (or module)
+    that assigns it: `if name:` bodies, the `else` of `if not name:`, `x` of `x if name else y`, the right
+    side of `name and x` (the other way round for a test that holds without CUDA)."""
+    statement = check.region[0] if check.region else None
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if not (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+    ):
+        return ()
+    name = small.targets[0].target.value
+    when_true, when_false = implies(ctx, small.value)
+    if "certain" not in (when_true, when_false):
+        return ()
+    on_cuda = when_true == "certain"  # what the name holds where CUDA is
+    scope = next((n for n in reversed(check.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+    selected: list[cst.CSTNode] = []
+
+    def holds(test: cst.BaseExpression) -> bool | None:
+        """True where `test` is `name`, False where it is `not name`, else None."""
+        if isinstance(test, cst.Name) and test.value == name:
+            return True
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = holds(test.expression)
+            return None if inner is None else not inner
+        return None
+
+    def pick(test, body, orelse) -> None:
+        value = holds(test)
+        if value is None and any(holds(part) == on_cuda for part in _conjuncts(test)):
+            selected.append(body)  # `if name and x:` runs its body only where `name` holds
+        elif value is not None:
+            branch = body if value == on_cuda else orelse
+            if branch is not None:
+                selected.append(branch.body if isinstance(branch, cst.Else) else branch)
+
+    class Finder(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            pick(node.test, node.body, node.orelse)
+
+        def visit_While(self, node: cst.While) -> None:
+            pick(node.test, node.body, None)
+
+        def visit_IfExp(self, node: cst.IfExp) -> None:
+            pick(node.test, node.body, node.orelse)
+
+        def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+            if holds(node.left) == on_cuda and isinstance(node.operator, cst.And):
+                selected.append(node.right)
+
+    scope.visit(Finder())
+    return tuple(selected)
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_conjuncts(test.left), *_conjuncts(test.right)]
+    return [test]
 
 
 def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -> str | None:
@@ -90,9 +173,12 @@ def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -
 
 
 def _callee_fixed(call: cst.Call, covered: set[int]) -> bool:
-    """Whether an applied fix replaces the function a call calls (`x.cuda()` whose `cuda` becomes `to`)."""
+    """Whether an applied fix replaces the function a call calls (`x.cuda()` whose `cuda` becomes `to`), or
+    the object it calls it on (`torch.cuda.current_stream(d).synchronize()`)."""
     func = call.func
-    return id(func) in covered or (isinstance(func, cst.Attribute) and id(func.attr) in covered)
+    return id(func) in covered or (
+        isinstance(func, cst.Attribute) and (id(func.attr) in covered or id(func.value) in covered)
+    )
 
 
 def _neutral(ctx, call: cst.Call) -> bool:
@@ -105,4 +191,6 @@ def _neutral(ctx, call: cst.Call) -> bool:
     method, owner = func.attr.value, dotted(func.value) or ""
     if method in _LOG_METHODS and ("log" in owner.lower() or owner == "warnings"):
         return True
+    if method in _STREAM_METHODS and _STREAM.search(ctx.code(func.value)):
+        return True  # `torch.get_device_module().current_stream(d).synchronize()`, `event.wait()`
     return method in _NEUTRAL_METHODS

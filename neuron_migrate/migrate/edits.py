@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from itertools import pairwise
 
@@ -122,3 +123,23 @@ def drop_repeats(before: str, after: str) -> str:
         ):
             drop.add(index)
     return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
+_POINTS_UP = re.compile(r"^\s*#\s*\^")
+
+
+def drop_pointers_to_removed(before: str, after: str) -> str:
+    """`after` without the comments that point up (`# ^^ safe to call even if cuda is not available`) at a
+    statement the fixes removed: under the statement above, they would describe the wrong line."""
+    import difflib
+
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    drop = set()
+    for tag, _, i2, j1, _ in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag != "delete" or i2 >= len(old) or j1 >= len(new) or new[j1] != old[i2]:
+            continue
+        removed, below = old[i2 - 1], old[i2]
+        indent = len(removed) - len(removed.lstrip())
+        if _POINTS_UP.match(below) and len(below) - len(below.lstrip()) == indent:
+            drop.add(j1)
+    return "".join(line for i, line in enumerate(new) if i not in drop)

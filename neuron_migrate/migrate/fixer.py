@@ -9,7 +9,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits, drop_repeats
+from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits, drop_pointers_to_removed, drop_repeats
 from neuron_migrate.migrate.guard_layout import tidy_new_guards
 from neuron_migrate.migrate.layout import Layout, reflow
 from neuron_migrate.migrate.names import import_bindings
@@ -36,7 +36,8 @@ def fix_text(
     path: Path | None = None,
 ) -> FixOutcome:
     """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text, then
-    drop statements the fixes made repeat their neighbour, make new guards read well (`guard_layout`) and wrap
+    drop statements the fixes made repeat their neighbour (and comments that pointed up at statements they
+    removed), make new guards read well (`guard_layout`) and wrap
     the lines they made too long (`layout`; `path` lets the project's formatter find its configuration)."""
     outcome = FixOutcome(text)
     accepted: list[Edit] = []
@@ -55,7 +56,8 @@ def fix_text(
     if not accepted:
         return outcome
     new_text = remove_unused_imports(text, apply_edits(text, accepted))
-    new_text = reflow(text, tidy_new_guards(text, drop_repeats(text, new_text)), layout, path)
+    new_text = drop_pointers_to_removed(text, drop_repeats(text, new_text))
+    new_text = reflow(text, tidy_new_guards(text, new_text), layout, path)
     try:
         cst.parse_module(new_text)
     except cst.ParserSyntaxError as err:  # a bug in a rule's fix: keep the file as it was

@@ -14,11 +14,15 @@ A test T implies an accelerator when it is `torch.cuda.is_available()` / `torch.
 a positive `device_count()`, `x.is_cuda`, a device type test (`d.type == "cuda"`, `d.type != "cpu"`,
 `"cuda" in str(d)`, `d.startswith("cuda")`), a conjunction holding one of those, or a name every assignment
 of which is such a test (`use_cuda = torch.cuda.is_available()`, `args.cuda = not args.no_cuda and ...`).
+`torch.accelerator.current_accelerator()` (or a `*current_accelerator()` helper, or a name holding it)
+being `None` or false means there is none (`acc.type if acc is not None else "cuda"`: the `"cuda"` there is
+only reached without an accelerator).
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Literal
 
 import libcst as cst
@@ -34,6 +38,7 @@ _COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"}
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _NONE: Implication = (None, None)
+_FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per file: flag -> what it implies
 
 
 def _string(node: cst.CSTNode) -> str | None:
@@ -80,6 +85,11 @@ def implies(ctx, test: cst.CSTNode, depth: int = 0) -> Implication:
             return "certain", "absent"
         if name in _COUNT and not test.args:
             return "certain", "absent"
+        if (name or "").endswith("current_accelerator"):
+            # None only when torch has no accelerator at all; without `check_available=True` the default
+            # Linux wheel answers `cuda` on a machine without a GPU
+            checked = any(a.keyword is not None and a.keyword.value == "check_available" for a in test.args)
+            return ("certain" if checked else None), "absent"
         return _method_test(ctx, test)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         return _comparison(ctx, test)
@@ -128,6 +138,9 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
         return _NONE
     if not isinstance(op, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
         return _NONE
+    if isinstance(op, (cst.Is, cst.IsNot)) and _is_none(right) != _is_none(left):  # `acc is not None`
+        other = implies(ctx, left if _is_none(right) else right)
+        return other if isinstance(op, cst.IsNot) else _flip(other)
     value = _string(right) if _string(right) is not None else _string(left)
     if value is None:
         return _NONE
@@ -139,13 +152,61 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
     return _NONE
 
 
+def _is_none(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
 def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:
-    """A flag every binding of which is an availability test (`use_cuda = torch.cuda.is_available()`)."""
-    values = ctx.bindings.values(key_of(node))
+    """A flag every binding of which is an availability test (`use_cuda = torch.cuda.is_available()`), or
+    that is only set to `True` where an accelerator is certain (`need_sync = False`, then `if arg.is_cuda:
+    need_sync = True`)."""
+    bindings = ctx.bindings.of(key_of(node))
+    values = [b.value for b in bindings]
     if not values or any(v is None for v in values):
         return _NONE
+    if all(_boolean(v) is not None for v in values) and any(_boolean(v) for v in values):
+        return _raised_flag(ctx, key_of(node), bindings)
     found = {implies(ctx, v, depth + 1) for v in values}
     return found.pop() if len(found) == 1 else _NONE
+
+
+def _raised_flag(ctx, key: str, bindings: list) -> Implication:
+    """`("certain", None)` when every `key = True` runs where an accelerator is certain (once per file and
+    flag; a flag raised under a test of itself is no evidence)."""
+    known = _FLAGS.setdefault(ctx, {})
+    if key not in known:
+        known[key] = _NONE  # while it is being worked out
+        raised = [b for b in bindings if _boolean(b.value)]
+        known[key] = ("certain", None) if all(_certain_at(ctx, b) for b in raised) else _NONE
+    return known[key]
+
+
+def _boolean(node: cst.CSTNode | None) -> bool | None:
+    return {"True": True, "False": False}.get(node.value) if isinstance(node, cst.Name) else None
+
+
+def _certain_at(ctx, binding) -> bool:
+    """Whether an accelerator is certain where `binding`'s statement runs (within its function)."""
+    path: list[cst.CSTNode] = []
+    found: list[tuple[cst.CSTNode, ...]] = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if found:
+                return False
+            path.append(node)
+            if node is binding.statement:
+                found.append(tuple(path))
+            return not found and not isinstance(node, cst.BaseExpression)
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if path and path[-1] is original_node:
+                path.pop()
+
+    if binding.statement is None:
+        return False
+    binding.scope.visit(Finder())
+    return bool(found) and accelerator(ctx, found[0]) == "certain"
 
 
 def exits(block: cst.BaseSuite) -> bool:

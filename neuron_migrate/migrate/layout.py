@@ -125,7 +125,10 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
         if formatted is not None and _contained(after, formatted, len(long)):
             return formatted
     lines = after.splitlines(keepends=True)
+    whole = _whole_statement_lines(after)
     for number in sorted(long, reverse=True):
+        if number not in whole:  # a line inside a bracket: splitting it as a statement would break the code
+            continue
         line = lines[number - 1]
         ending = line[len(line.rstrip("\r\n")) :]
         wrapped = wrap(line.rstrip("\r\n"), layout.line_length)
@@ -134,6 +137,29 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
             if not ending:
                 lines[number - 1] = lines[number - 1][:-1]
     return "".join(lines)
+
+
+_LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING)
+
+
+def _whole_statement_lines(text: str) -> set[int]:
+    """Numbers of the lines that hold one whole logical line (a statement, or a compound statement's header),
+    not part of one that brackets continue over several lines."""
+    whole: set[int] = set()
+    start = None
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in _LAYOUT_TOKENS:
+                continue
+            if tok.type == tokenize.NEWLINE:
+                if start == tok.start[0]:
+                    whole.add(start)
+                start = None
+            elif start is None:
+                start = tok.start[0]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return whole
+    return whole
 
 
 #: lines a formatter may rewrite per long line before its result counts as reformatting untouched code (a

@@ -9,7 +9,8 @@ around them), in order of preference:
 2. else, when the scope needs the idiom more than once, or a fix cannot hold it inline (an f-string), or the
    inline idiom would push its line over the line length: one new binding, `device = ...` (`device_type =
    (...).type` when only the type is wanted), inserted right above the first statement that needs it, in
-   the innermost block holding every use, under a name the scope does not use yet;
+   the innermost block holding every use (above the outermost `for`/`while` around that block: the device
+   does not change between iterations), under a name the scope does not use yet;
 3. else the idiom inline.
 
 Only fixes that this run applies count towards "more than once", so an unsafe fix left for a person does not
@@ -159,7 +160,7 @@ class DeviceNames:
         if not rest:
             return
         if len(applied) >= 2 or any(u.pending.fix.needs_name or u.long for u in rest):
-            statement = self._insertion_point(scope, rest)
+            statement = self._insertion_point(scope, applied or rest)
             if statement is not None:
                 self._bind(scope, rest, statement)
                 return
@@ -221,6 +222,9 @@ class DeviceNames:
         ]
         if not blocks:
             return None
+        loop = _outermost_loop(stacks[0], blocks[-1])
+        if loop is not None:  # the device does not change between iterations: name it once, above the loop
+            return loop
         index = blocks[-1]
         block = stacks[0][index]
         body = list(block.body)
@@ -314,6 +318,20 @@ def _inline_in_fstring(text: str) -> str:
     quote = next((c for c in text if c in "'\""), '"')
     idiom = DEVICE_TYPE_EXPR.replace('"', "'") if quote == '"' else DEVICE_TYPE_EXPR
     return inline(text.replace(DEVICE_TYPE, idiom))
+
+
+def _outermost_loop(stack: tuple[cst.CSTNode, ...], end: int) -> cst.CSTNode | None:
+    """The outermost `for`/`while` statement among `stack[:end]` that stands in a block a binding can go in
+    (not a class body), if any."""
+    for index in range(1, end):
+        node = stack[index]
+        if (
+            isinstance(node, (cst.For, cst.While))
+            and isinstance(stack[index - 1], _BLOCKS)
+            and not _owner_is_class(stack, index - 1)
+        ):
+            return node
+    return None
 
 
 def _owner_is_class(stack: tuple[cst.CSTNode, ...], index: int) -> bool:

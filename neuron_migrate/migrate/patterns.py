@@ -210,9 +210,11 @@ def guarded_call_fix(
 
 
 #: CUDA-only code no rule flags by itself (kernels and libraries called through their own names, capability
-#: queries): a check guarding it is a capability gate and stays CUDA-only
+#: queries, quantization methods whose kernels are CUDA-only): a check guarding it is a capability gate and
+#: stays CUDA-only
 CUDA_ONLY_CODE = re.compile(
     r"flash_attn|flash|fused|xformers|apex|bitsandbytes|triton|cupy|nvml|cutlass|deepspeed\.ops|"
+    r"eetq|spqr|vptq|higgs|flute|marlin|exllama|qutlass|fbgemm_gpu|deep_?gemm|magma|"
     r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
     r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+|rocm|\bhip\b",
     re.IGNORECASE,
@@ -252,8 +254,8 @@ def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
         return None
     index = next((i for i in range(len(ctx.stack) - 1, 0, -1) if ctx.stack[i] is check), None)
     block = ctx.stack[index - 1] if index else None
-    body = list(getattr(block, "body", ()))
-    if check not in body:
+    body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+    if check not in body:  # an `elif`: the `if` above it holds it, not a block
         return None
     return (check.test, *body[body.index(check) + 1 :])
 

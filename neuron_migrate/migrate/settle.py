@@ -3,8 +3,11 @@
 In order, for every finding with a fix:
 
 1. code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
-   CUDA calls: the fix is withdrawn (a note);
-2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version;
+   CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
+   (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
+2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; a
+   safe fix inside a parameter's default becomes unsafe (the default is the function's interface, and the
+   device would be looked up when the function is defined, at import);
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
@@ -19,6 +22,7 @@ In order, for every finding with a fix:
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import libcst as cst
 
@@ -26,10 +30,18 @@ from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.device_neutral import widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
-from neuron_migrate.migrate.guards import without_accelerator_api
+from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
+_DEFAULT = (
+    "a parameter's default is part of the function's interface and is computed when the function is "
+    "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
+)
+_NO_ACCELERATOR = (
+    "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
+    "chose not to: no change needed"
+)
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA check that stays: no change needed"
 
 
@@ -59,9 +71,18 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         if pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
+            pending.fix is not None
+            and pending.fix.uses_device
+            and accelerator(ctx, pending.stack) == "absent"
+        ):
+            withdraw(pending, _NO_ACCELERATOR, no_change=True)
+        elif (
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):
             withdraw(pending, f"the fix needs torch >= {version}; raise `target-torch` to apply it")
+        elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
+            pending.fix = replace(pending.fix, safety="unsafe")
+            pending.notes.append(_DEFAULT)
     _keep_cuda_checks(ctx, pendings, style)
     _removals_take_inner_fixes(pendings, style)
 
@@ -73,6 +94,11 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         return len(line) - (where.end.column - where.start.column) + len(text) > style.line_length
 
     DeviceNames(ctx, style.line_length, lambda p: applies(p, style), overflow).resolve(pendings)
+
+
+def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is (in) the default value of a function's parameter."""
+    return any(isinstance(parent, cst.Param) and parent.default is child for parent, child in pairwise(stack))
 
 
 def _inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:

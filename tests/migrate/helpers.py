@@ -28,10 +28,14 @@ def findings(
 
 
 def fixed(
-    source: str, codes: tuple[str, ...] | None = None, unsafe: bool = False, layout: Layout = EXAMPLE_LAYOUT
+    source: str,
+    codes: tuple[str, ...] | None = None,
+    unsafe: bool = False,
+    layout: Layout = EXAMPLE_LAYOUT,
+    path: str = "example.py",
 ) -> str:
-    """`source` after one pass of the fixes of `codes`."""
-    found = findings(source, codes, unsafe=unsafe, layout=layout)
+    """`source` (the file at `path`) after one pass of the fixes of `codes`."""
+    found = findings(source, codes, path, unsafe=unsafe, layout=layout)
     return fix_text(source, found, unsafe=unsafe, layout=layout).text
 
 

@@ -242,3 +242,14 @@ def test_a_rebuilt_call_that_held_comments_is_an_unsafe_fix(source):
     assert finding.fix.safety == "unsafe"
     assert fixed(source, AMP) == source
     assert "#" not in fixed(source, AMP, unsafe=True)
+
+
+def test_a_backend_map_with_a_neuron_entry_needs_nothing():
+    """transformers' DISTRIBUTED_BACKEND_MAP already names `neuron`: a computed accelerator entry first would
+    be overridden by it (and would look the device up at import)."""
+    before = (
+        "DISTRIBUTED_BACKEND_MAP = {\n"
+        '    "cuda": "nccl",\n    "cpu": "gloo",\n    "xpu": "xccl",\n    "neuron": "neuron",\n}\n'
+    )
+    assert fixed(before) == before
+    assert findings(before, ("NM304",)) == []

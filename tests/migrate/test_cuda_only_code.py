@@ -278,6 +278,27 @@ def test_a_device_type_test_around_unknown_code_is_an_unsafe_fix():
     assert "tile.device.type != 'cpu'" in fixed(_MM, unsafe=True).replace('"', "'")
 
 
+_ORT = (
+    "import torch\ndef run(session, device, inputs):\n    on_gpu = device.type == 'cuda'\n"
+    "    for name, leaf in inputs.items():\n        on_host = not (on_gpu and leaf.is_floating_point())\n"
+    "        bind(name, (leaf.cpu() if on_host else leaf.to(device)).data_ptr())\n"
+    "    if on_gpu:\n        torch.cuda.current_stream(device).synchronize()\n"
+    "        session.synchronize_outputs()\n"
+    "    return session.run()\n"
+)
+
+
+def test_a_device_type_test_kept_in_a_name_is_judged_by_what_the_name_selects():
+    """`on_gpu` picks ONNX Runtime's CUDA I/O binding: made generic, neuron tensors would be bound as device
+    pointers (ORT has no neuron provider), where the original copied them to the host."""
+    after = fixed(_ORT)
+    assert "on_gpu = device.type == 'cuda'" in after and "get_device_module().current_stream(device)" in after
+    [check] = [f for f in findings(_ORT) if f.code == "NM105"]
+    assert check.fix.safety == "unsafe" and "session.synchronize_outputs()" in check.message
+    plumbing = "import torch\ndef pin(ids):\n    pinned = ids.device.type == 'cuda'\n    return pinned\n"
+    assert fixed(plumbing).replace('"', "'") == plumbing.replace("== 'cuda'", "!= 'cpu'")
+
+
 @pytest.mark.parametrize(
     "source",
     [
@@ -351,3 +372,143 @@ def test_the_test_of_a_version_guarded_if_is_no_old_torch_fallback():
     )
     [check] = [f for f in findings(source) if f.code == "NM105"]
     assert check.severity == "warning" and check.fix is not None and check.fix.safety == "unsafe"
+
+
+# --- a device that is CUDA's by what its call pairs it with -------------------------------------------------
+
+_DECORATE = "import unittest\nimport torch\nfrom torch.testing._internal.opinfo.core import DecorateInfo\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        # the call's other arguments are about cuDNN / ROCm: `device_type="cuda"` means CUDA there
+        (
+            _DECORATE + "skips = (\n    DecorateInfo(unittest.expectedFailure, 'TestModule', 'test_grad',\n"
+            "                 active_if=(TEST_CUDNN and not TEST_WITH_ROCM), device_type='cuda'),\n)\n",
+            "pairs it with CUDA-only `TEST_CUDNN`",
+        ),
+        # one entry of a per-device choice: the module passes other device types to the same function
+        (
+            _DECORATE + "skips = (\n    DecorateInfo(unittest.skip('no'), 'TestModule', 'test_memory_format',"
+            " device_type='cuda'),\n    DecorateInfo(unittest.skip('no'), 'TestModule', 'test_memory_format',"
+            " device_type='mps'),\n)\n",
+            "one entry of a per-device choice",
+        ),
+    ],
+)
+def test_a_device_its_call_pairs_with_cuda_facts_or_other_devices_needs_no_change(source, why):
+    assert fixed(source) == source
+    [note] = findings(source)
+    assert note.severity == "info" and why in note.message, note.message
+
+
+def test_a_device_paired_with_a_backend_keeps_its_check_cuda():
+    """gloo only moves CPU and CUDA tensors: registering it for the accelerator would change what neuron
+    runs; the check around the registration stays CUDA's, and a person pairs the accelerator with its own
+    backend."""
+    source = (
+        "import torch\nfrom torch.distributed import ProcessGroup\ndef register(pg, backend_class):\n"
+        '    pg._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, backend_class)\n'
+        "    if torch.cuda.is_available():\n"
+        '        pg._register_backend(torch.device("cuda"), ProcessGroup.BackendType.GLOO, backend_class)\n'
+        "    return pg\n"
+    )
+    assert fixed(source) == source
+    device = next(f for f in findings(source) if f.code == "NM102")
+    assert device.severity == "error" and "the `GLOO` backend" in device.message
+
+
+def test_other_arguments_that_merely_name_a_gpu_file_do_not_pair():
+    before = 'import torch\nstate = torch.load("gpu_model.pt", map_location="cuda")\n'
+    assert fixed(before) == (
+        "import torch\n"
+        'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+        'state = torch.load("gpu_model.pt", map_location=device)\n'
+    )
+
+
+def test_a_cuda_function_stored_in_a_table_is_left_alone():
+    """A registry of functions (Dynamo's constant-folding list) or one device's entry of a dispatch table
+    holds that very function: swapping it for the accelerator's would drop CUDA's entry."""
+    source = (
+        "import torch\nconstant_fold_functions = [\n    torch.accelerator.current_device_index,\n"
+        "    torch.cuda.current_device,\n]\nBACKEND_DEVICE_COUNT = {}\n"
+        'BACKEND_DEVICE_COUNT["xla"] = torch.cuda.device_count\n'
+    )
+    assert fixed(source) == source
+    notes = findings(source)
+    assert len(notes) == 2 and all("stored in a table, not called" in n.message for n in notes), notes
+    assert fixed("import torch\ncount = torch.cuda.device_count\n") == (
+        "import torch\ncount = torch.accelerator.device_count\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        # a package named after a CUDA library: its code only runs on CUDA
+        (
+            "torch/backends/cudnn/rnn.py",
+            "import torch\ndef init_dropout_state():\n"
+            '    return "desc_" + str(torch.cuda.current_device())\n',
+        ),
+        # a module named after the CUDA-only library it imports at its top level drives that library
+        (
+            "accelerate/utils/megatron_lm.py",
+            "import torch\nif is_megatron_lm_available():\n    from megatron.core import mpu\n\n\n"
+            "def get_batch(data):\n    return send_to_device(data, torch.cuda.current_device())\n",
+        ),
+    ],
+)
+def test_a_file_that_is_cuda_s_as_a_whole_is_left_alone(path, source):
+    [device] = [f for f in findings(source, path=path) if f.code == "NM106"]
+    assert device.severity == "info", device.message
+    assert "about CUDA by its name" in device.message or "a CUDA-only library" in device.message
+    assert fixed(source, path=path) == source
+
+
+def test_a_module_that_only_imports_a_cuda_library_is_not_its_integration():
+    source = (
+        "import torch\nif is_megatron_lm_available():\n    from megatron.core import mpu\n\n\n"
+        "def count():\n    return torch.cuda.device_count()\n"
+    )
+    assert "torch.accelerator.device_count()" in fixed(source, path="trainer.py")
+
+
+def test_a_gpu_precondition_of_a_cuda_only_quantization_method_stays_cuda():
+    """SpQR's kernels are CUDA-only: on neuron, "GPU is required" is the right error, not a failure deep in
+    the kernel."""
+    source = (
+        "import torch\nclass SpQRHfQuantizer:\n    def validate_environment(self, *args, **kwargs):\n"
+        "        if not torch.cuda.is_available():\n"
+        '            raise RuntimeError("GPU is required to run SpQR quantized model.")\n'
+    )
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert "keep this check CUDA's" in check.message
+
+
+def test_what_a_cuda_test_heads_in_an_and_only_runs_on_cuda():
+    source = (
+        "import torch\ndef f(x):\n    fast = x.device.type == 'cuda' and fast_path_supported(x)\n"
+        "    return fast\n"
+    )
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert check.fix.safety == "unsafe" and "fast_path_supported(x)" in check.message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # MAGMA is a CUDA (and ROCm) library
+        "import torch\ndef f(device):\n"
+        "    magma_254 = device.type == 'cuda' and _get_magma_version() >= (2, 5, 4)\n    return magma_254\n",
+        # a comment that says the code is CUDA's, in other words
+        "import torch\ndef f(device):\n    # pivot=False only supported in CUDA\n"
+        "    pivots = (True, False) if torch.device(device).type == 'cuda' else (True,)\n    return pivots\n",
+    ],
+)
+def test_magma_and_only_supported_in_cuda_comments_keep_a_test_cuda(source):
+    assert fixed(source) == source

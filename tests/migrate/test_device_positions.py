@@ -226,3 +226,37 @@ def test_cuda_in_a_stringified_device_is_a_device_check():
         'import torch\nm = torch.nn.Linear(2, 2)\non_gpu = next(m.parameters()).device.type != "cpu"\n'
     )
     assert fixed('x = "cuda" in str(name)\n', ("NM105",)) == 'x = "cuda" in str(name)\n'
+
+
+def test_a_device_in_a_parameter_default_is_an_unsafe_fix():
+    """The default is the function's interface and is computed at import: the safe tier leaves it for a
+    person (with why), `--unsafe-fixes` names the device once at module level."""
+    before = (
+        "import torch\n\n\n"
+        'def save_on_cpu(pin_memory: bool = False, device_type: str = "cuda") -> None:\n'
+        "    return getattr(torch, device_type)\n"
+    )
+    assert fixed(before, ("NM101",)) == before
+    [finding] = findings(before, ("NM101",))
+    assert finding.fix.safety == "unsafe" and "computed when the function is defined" in finding.message
+    assert fixed(before, ("NM101",), unsafe=True) == (
+        "import torch\n\n\n"
+        "accelerator_type = (torch.accelerator.current_accelerator(check_available=True) or"
+        ' torch.device("cpu")).type\n\n\n'
+        "def save_on_cpu(pin_memory: bool = False, device_type: str = accelerator_type) -> None:\n"
+        "    return getattr(torch, device_type)\n"
+    )
+
+
+def test_a_device_type_name_the_module_only_compares_is_an_unsafe_fix():
+    """accelerate's `expected_device_type = "cuda"` is matched against `torch.device(d).type`: on a CPU-only
+    machine the idiom would make it "cpu", and the CPU entry of the memory map would count as a device."""
+    before = (
+        "import torch\ndef count(max_memory):\n    expected_device_type = 'cuda'\n"
+        "    return len([d for d in max_memory if torch.device(d).type == expected_device_type])\n"
+    )
+    assert fixed(before, ("NM101",)) == before
+    [finding] = findings(before, ("NM101",))
+    assert finding.fix.safety == "unsafe" and "the name is compared" in finding.message
+    used = "import torch\ndef f(x):\n    target_device = 'cuda'\n    return x.to(target_device)\n"
+    assert "target_device = (torch.accelerator" in fixed(used, ("NM101",))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import fixed
+from .helpers import findings, fixed
 
 SYNC = ("NM401",)
 
@@ -23,6 +23,10 @@ SYNC = ("NM401",)
         "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\n",
         "import torch\nuse = args.amp and torch.cuda.is_available()\nif use:\n    torch.cuda.synchronize()\n",
         "import torch\nok = torch.cuda.is_available() and x.is_cuda and torch.cuda.synchronize()\n",
+        # a flag only raised where an accelerator is certain (torch/_dynamo/repro/aoti.py)
+        "import torch\ndef f(args):\n    need_sync = False\n    for arg in args:\n"
+        "        if isinstance(arg, torch.Tensor) and arg.is_cuda:\n            need_sync = True\n"
+        "            break\n    if need_sync:\n        torch.cuda.synchronize()\n",
     ],
 )
 def test_no_guard_where_an_accelerator_is_certain(source):
@@ -38,6 +42,10 @@ def test_no_guard_where_an_accelerator_is_certain(source):
         "import torch\nif torch.cuda.is_available():\n    pass\ntorch.cuda.synchronize()\n",
         "import torch\nif not torch.cuda.is_available():\n    torch.cuda.synchronize()\n",
         "import torch\nif torch.cuda.is_available():\n    def later():\n        torch.cuda.synchronize()\n",
+        # a flag also raised where an accelerator is only possible
+        "import torch\ndef f(args, force):\n    need_sync = False\n    if force:\n        need_sync = True\n"
+        "    for arg in args:\n        if arg.is_cuda:\n            need_sync = True\n"
+        "    if need_sync:\n        torch.cuda.synchronize()\n",
     ],
 )
 def test_guard_where_an_accelerator_is_only_possible(source):
@@ -111,6 +119,59 @@ def test_the_binding_goes_above_the_first_use_in_the_block_holding_every_use():
     assert lines[binding - 1].endswith("= '0'") and lines[binding + 1] == "    if a:", after
 
 
+def test_a_binding_for_uses_in_a_loop_goes_above_the_outermost_loop():
+    before = (
+        "import torch\ndef move(inputs, runtime_inputs_to_move):\n    for i in runtime_inputs_to_move:\n"
+        "        if inputs[i] is not None:\n"
+        "            inputs[i] = inputs[i].pin_memory().cuda(non_blocking=True)\n    return inputs\n"
+    )
+    after = (
+        "import torch\ndef move(inputs, runtime_inputs_to_move):\n"
+        '    device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+        "    for i in runtime_inputs_to_move:\n        if inputs[i] is not None:\n"
+        "            inputs[i] = inputs[i].pin_memory().to(device, non_blocking=True)\n    return inputs\n"
+    )
+    assert fixed(before, ("NM103",)) == after
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # torch.random.fork_rng: "Default to cuda instead of CPU since CPU rng is always forked"
+        "import torch\ndef fork(device_type=None):\n    acc = torch.accelerator.current_accelerator()\n"
+        "    device_type = device_type or (acc.type if acc is not None else 'cuda')\n"
+        "    return torch.get_device_module(device_type)\n",
+        # a helper that returns the accelerator or None
+        "import torch\ndef quantize(module):\n    device = get_current_accelerator() or 'cuda'\n"
+        "    module.to(device)\n",
+    ],
+)
+def test_a_device_only_reached_without_an_accelerator_is_left_alone(source):
+    """There the idiom would always be the CPU, which the code chose not to use."""
+    assert fixed(source) == source
+    [note] = findings(source)
+    assert note.severity == "info" and "only reached when there is no accelerator" in note.message
+
+
+def test_a_binding_goes_above_the_first_use_this_run_rewrites():
+    """An unsafe fix left for a person (a parameter's default) does not pull the binding up to it."""
+    before = (
+        "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
+        "    return torch.tensor(values, device=device)\n\n\n"
+        "if torch.cuda.is_available():\n"
+        "    print('staged', stage(torch.ones(2), torch.device('cuda'), non_blocking=True).device.type)\n"
+    )
+    after = (
+        "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
+        "    return torch.tensor(values, device=device)\n\n\n"
+        "if torch.accelerator.is_available():\n"
+        "    accelerator = torch.accelerator.current_accelerator(check_available=True) or "
+        'torch.device("cpu")\n'
+        "    print('staged', stage(torch.ones(2), accelerator, non_blocking=True).device.type)\n"
+    )
+    assert fixed(before) == after
+
+
 def test_one_short_use_stays_inline():
     after = fixed("import torch\nx = x.cuda()\n", ("NM103",))
     assert after == (
@@ -169,3 +230,22 @@ def test_torch_version_helpers_mark_an_old_torch_fallback(test, newer_first):
 def test_a_version_test_that_torch_accelerator_can_pass_is_not_a_fallback(test):
     source = f"import torch\nif {test}:\n    pass\nelse:\n    torch.cuda.synchronize()\n"
     assert "torch.accelerator.synchronize()" in fixed(source, SYNC)
+
+
+def test_an_elif_precondition_is_analysed():
+    """An `elif not available: raise` is held by the `if` above it, not by a block (torch/cuda/_utils.py)."""
+    source = (
+        "import torch\ndef f(x):\n    if x is None:\n        return None\n"
+        "    elif not torch.cuda.is_available():\n        raise RuntimeError('no device')\n"
+        "    return x\n"
+    )
+    assert "elif not torch.accelerator.is_available():" in fixed(source)
+
+
+def test_a_flag_raised_under_a_test_of_itself_is_no_evidence():
+    source = (
+        "import torch\ndef f(x, ok=False):\n    if ok or x.is_cuda:\n        ok = True\n"
+        "    if ok:\n        torch.cuda.synchronize()\n"
+    )
+    assert [f.code for f in findings(source)] == ["NM104", "NM401"]
+    assert "if torch.accelerator.is_available():" in fixed(source)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.migrate.layout import Layout, layout_for, wrap
+from neuron_migrate.migrate.layout import Layout, layout_for, reflow, wrap
 
 from .helpers import fixed
 
@@ -206,3 +206,16 @@ def test_a_project_that_passes_ruff_before_fix_passes_it_after(tmp_path, run_cli
     assert lint.returncode == 0, lint.stdout + script.read_text()
     formatted = subprocess.run(form, capture_output=True, text=True, cwd=tmp_path)
     assert formatted.returncode == 0, formatted.stdout + script.read_text()
+
+
+def test_a_long_line_inside_brackets_is_not_split_as_a_statement():
+    """`device_type=device_type,` inside a call is no assignment: splitting it as one turned it into
+    `device_type= (device_type,)` and dropped the comma (torch's op_db, where ruff's range mode had to be
+    refused because it reformats the whole table)."""
+    before = (
+        "x = [\n    DecorateInfo(toleranceOverride({torch.float32: tol(atol=1e-4, rtol=0)}),\n"
+        "                 'TestCommon', 'test_noncontiguous_samples', device_type='cuda',\n"
+        "                 active_if=TEST_WITH_ROCM),\n]\n"
+    )
+    after = before.replace("device_type='cuda'", "device_type=device_type")
+    assert reflow(before, after, Layout(line_length=79)) == after

@@ -34,6 +34,23 @@ def _safety(source: str, code: str) -> list[str | None]:
     return [f.fix.safety if f.fix else None for f in findings(source, (code,))]
 
 
+def test_a_comment_pointing_up_at_a_removed_seed_goes_with_it():
+    """`# ^^` described the removed CUDA call; under `torch.manual_seed(seed)` it would describe that line."""
+    before = (
+        "import torch\ndef set_seed(seed, deterministic=False):\n    torch.manual_seed(seed)\n"
+        "    torch.cuda.manual_seed_all(seed)\n"
+        "    # ^^ safe to call this function even if cuda is not available\n"
+        "    if deterministic:\n        torch.use_deterministic_algorithms(True)\n"
+    )
+    after = (
+        "import torch\ndef set_seed(seed, deterministic=False):\n    torch.manual_seed(seed)\n"
+        "    if deterministic:\n        torch.use_deterministic_algorithms(True)\n"
+    )
+    assert fixed(before, ("NM404",)) == after
+    kept = "import torch\ntorch.manual_seed(1)\n# ^^ the CPU generator\nx = torch.ones(2)\n"
+    assert fixed(kept, ("NM404",)) == kept
+
+
 def test_manual_seed_is_removed_only_right_after_the_same_torch_seed():
     """Right after `torch.manual_seed(s)` the CUDA call is a repeat and goes; elsewhere it becomes the device
     module's own seeding (never `torch.manual_seed`, which would reseed the CPU generator on CUDA)."""

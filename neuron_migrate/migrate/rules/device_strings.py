@@ -21,6 +21,10 @@ _FORK_RNG = (
     "`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
     "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`"
 )
+_COMPARED = (
+    " (the name is compared, not used as a device here: without an accelerator it would become `cpu` and "
+    "match CPU entries)"
+)
 #: `torch.load(map_location=...)` rejects `cpu:N`: an index is kept only where there is an accelerator
 _MAP_LOCATION_CPU = '"cpu"'
 
@@ -61,7 +65,11 @@ class CudaDeviceString(Rule):
     value directly does a bare `'cuda'` become the device itself. An index that reaches `torch.load(
     map_location=...)` is kept only when there is an accelerator (`"cpu"` otherwise: `torch.load` rejects
     `cpu:N`). The device is named once per function: an existing name for it is reused, and a function that
-    needs it several times gets one `device = ...` line. No fix for `fork_rng(device_type=...)`.
+    needs it several times gets one `device = ...` line. No fix for `fork_rng(device_type=...)`. A parameter's
+    default is an unsafe fix: it is the function's interface, and it is computed when the function is defined.
+    So is a value for a name that only its name calls a device and that the module compares
+    (`expected_device_type = "cuda"` matched against `torch.device(d).type`): without an accelerator the idiom
+    is `cpu`, which would match the CPU entries.
     """
 
     code = "NM101"
@@ -202,5 +210,6 @@ class CudaDeviceString(Rule):
             (Replacement(node, text),),
             imports=("torch",),
             needs_name=needs_name,
+            safety="unsafe" if slot.compared else None,
         )
-        self.report(node, message, fix)
+        self.report(node, message + (_COMPARED if slot.compared else ""), fix)

@@ -400,7 +400,7 @@ class CudaBackendMap(Rule):
 
     What it does
     Flags dict displays with a `'cuda'` key whose value is a backend name (nccl, gloo, mpi, ucc) and no
-    entry for the current accelerator.
+    entry for the current accelerator (a `'neuron'` key is one).
 
     Why it matters on Trainium
     Code looks the backend up by device type (`BACKENDS[device.type]`): with a `neuron` device that is a
@@ -432,6 +432,7 @@ class CudaBackendMap(Rule):
         "RUN_META = {'accelerator': 'cuda', 'precision': 'fp16'}\n",
         "names = {'cuda': 'NVIDIA GPU', 'cpu': 'host'}\n",
         "import torch\nbackends = {'cpu': 'gloo'}\n",
+        "BACKENDS = {'cuda': 'nccl', 'cpu': 'gloo', 'neuron': 'neuron'}\n",
     )
     INVALID = (
         Invalid(
@@ -463,9 +464,11 @@ class CudaBackendMap(Rule):
             if string_value(e.key) == "cuda" and (string_value(e.value) or "").lower() in self.BACKENDS
         ]
         if not cuda or any(
-            string_value(e.key) is None and _names_device(self.ctx.code(e.key)) for e in keyed
+            (string_value(e.key) is None and _names_device(self.ctx.code(e.key)))
+            or string_value(e.key) == "neuron"
+            for e in keyed
         ):
-            return  # a computed key for the current device is there already
+            return  # a computed key for the current device, or one for `neuron`, is there already
         first = node.elements[0]
         if not isinstance(first, cst.DictElement):
             self.report(cuda[0])

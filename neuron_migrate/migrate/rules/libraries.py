@@ -43,6 +43,8 @@ LIBRARIES: dict[str, str] = {
     "deepspeed.ops": "`torch.optim` optimizers, and FSDP2 "
     "(`torch.distributed.fsdp.fully_shard`) for sharding",
     "nvidia.dali": "`torch.utils.data.DataLoader` with a CPU preprocessing pipeline",
+    "megatron": "`torch.distributed.tensor.parallel` and FSDP2 (`fully_shard`), or NeuronX Distributed for "
+    "Megatron-style tensor and pipeline parallelism",
     "cudf": "pandas or another CPU dataframe library",
     "tensorrt": _COMPILE,
     "torch_tensorrt": _COMPILE,
@@ -68,8 +70,8 @@ class CudaOnlyLibrary(Rule):
     What it does
     Flags `import X` / `from X import ...` (also function-local and optional imports, and
     `importlib.import_module("X")`) of flash-attn, xformers, apex, bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
-    Transformer Engine, `deepspeed.ops`, DALI, TensorRT, cuda-python and similar. One finding per import
-    statement and library; the message names the replacement.
+    Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python and similar. One finding per
+    import statement and library; the message names the replacement.
 
     Why it matters on Trainium
     These packages ship CUDA kernels or talk to the NVIDIA driver: they do not install or do not work on a

@@ -1,0 +1,66 @@
+"""Files that are CUDA's as a whole (used by `cuda_context`): by their name or package, or because they are
+the integration of a CUDA-only library.
+
+- `torch/cuda/memory.py`, `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `nccl_utils.py`: a folder named
+  after CUDA or one of its libraries (cuDNN, NCCL, cuBLAS, CUTLASS), or a file name that mentions one. A
+  project folder's name (`cuda_project/train.py`) says nothing about one file.
+- `accelerate/utils/megatron_lm.py`: a module that imports a CUDA-only library at its top level (also under
+  `if is_megatron_lm_available():` or in a `try`) and is named after it drives that library: none of its code
+  runs where the library cannot.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.rules.libraries import library_of
+
+_CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass"})
+_CUDA_STEM = re.compile(r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx")
+
+
+def cuda_file(path: str) -> bool:
+    """Whether a file is CUDA's by its name or package (see the module docstring)."""
+    parts = path.replace("\\", "/").split("/")
+    stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
+    return any(part.lower() in _CUDA_FOLDERS for part in parts[:-1]) or _CUDA_STEM.search(stem) is not None
+
+
+def library_module(module: cst.Module, path: str) -> str | None:
+    """The CUDA-only library a module is the integration of (it imports it at its top level and its file is
+    named after it), if any."""
+    stem = path.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    for statements in _top_level_blocks(module):
+        library = imported_library(statements)
+        if library is not None and library.split(".")[0].lower() in stem:
+            return library
+    return None
+
+
+def imported_library(statements) -> str | None:
+    """The first CUDA-only library that one of `statements` (simple statements) imports, if any."""
+    for statement in statements:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            modules = []
+            if isinstance(small, cst.Import):
+                modules = [dotted(alias.name) for alias in small.names]
+            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                modules = [dotted(small.module)]
+            for module in modules:
+                if module and (library := library_of(module)):
+                    return library
+    return None
+
+
+def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:
+    """The module's statements, and those of the `if`/`try` blocks at its top level (one level deep)."""
+    blocks: list[list[cst.CSTNode]] = [list(module.body)]
+    for statement in module.body:
+        if isinstance(statement, (cst.If, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
+            blocks.append(list(statement.body.body))
+    return blocks

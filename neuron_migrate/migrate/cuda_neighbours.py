@@ -1,0 +1,151 @@
+"""Code that is CUDA's by its neighbours: what its call pairs a device with, or the table a function is
+stored in (used by `cuda_context`).
+
+- The call's other arguments name CUDA-only facts (cuDNN, MIOpen, ROCm/HIP, NCCL, cuBLAS, CUTLASS, NVIDIA):
+  `DecorateInfo(..., active_if=(TEST_CUDNN and not TEST_WITH_ROCM), device_type="cuda")` is about CUDA's
+  cuDNN, and the accelerator's type there would say the same of `neuron` (or, without one, of the CPU).
+- They name a process-group backend (`ProcessGroup.BackendType.GLOO`, `"nccl"`): the call pairs CUDA with a
+  backend that may not serve other devices (`pg._register_backend(torch.device("cuda"), BackendType.GLOO,
+  ...)`: gloo only moves CPU and CUDA tensors). A person registers the accelerator's own backend instead.
+- It passes `device_type="cuda"` to a function the module also calls with other device types
+  (`device_type="cpu"`, `"mps"`, `"xpu"`): one entry of a per-device choice, which stays CUDA's.
+
+Names only count, not strings (a file name such as `"gpu_model.pt"` says nothing), except a backend's name.
+
+A CUDA function that is stored, not called, in a list, tuple, set or dict, or assigned to a subscript
+(`constant_fold_functions = [..., torch.cuda.current_device, ...]`, `BACKEND_DEVICE_COUNT["xla"] =
+torch.cuda.device_count`), is an entry of a table: the table holds that very function (a registry keyed by
+function identity, one device's entry), so another function there changes what the table means.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+import libcst as cst
+
+from neuron_migrate.migrate.device_literals import string_value
+
+_CUDA_FACT = re.compile(r"cudnn|miopen|rocm|(?<![a-z])hip(?![a-z])|nccl|nvidia|cublas|cutlass", re.IGNORECASE)
+_BACKENDS = frozenset({"gloo", "nccl", "ucc", "mpi"})
+#: device types other than CUDA, as code passes them to `device_type=`
+_OTHER_DEVICE_TYPES = frozenset(
+    {"cpu", "mps", "xpu", "hpu", "npu", "mlu", "musa", "meta", "xla", "tpu", "neuron", "privateuseone"}
+)
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+_TABLE_ENTRY = (
+    "it is stored in a table, not called: the table holds that very function (a registry, or one device's "
+    "entry): no change needed"
+)
+_SELECTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def paired_with_cuda(ctx, stack: tuple[cst.CSTNode, ...], covered: set[int]) -> tuple[str, bool] | None:
+    """Why the device at the end of `stack` is CUDA's by its call (see the module docstring), and whether a
+    person still has something to do there; None when its call says nothing. `covered`: ids of the nodes
+    the applied fixes replace (rewritten code mentions nothing)."""
+    found = _argument_of_call(stack)
+    if found is None:
+        return None
+    call, arg = found
+    others = [a for a in call.args if a is not arg]
+    for other in others:
+        if (fact := _cuda_fact(other, covered)) is not None:
+            return f"the call pairs it with CUDA-only `{fact}`: no change needed", False
+    for other in others:
+        if (backend := _backend(other)) is not None:
+            return (
+                f"the call pairs CUDA with the `{backend}` backend, which may not serve other devices: keep "
+                "it, and pair the accelerator with its own: `dist.get_default_backend_for_device(device)`",
+                True,
+            )
+    if arg.keyword is not None and arg.keyword.value == "device_type":
+        listed = _selectors(ctx).get(_callee(ctx, call), set())
+        if listed:
+            shown = ", ".join(f"`{d}`" for d in sorted(listed)[:3])
+            return (
+                f"one entry of a per-device choice (the module also passes `device_type=` {shown} to "
+                f"`{ctx.code(call.func).strip()}`): CUDA's entry stays; add one for `neuron` where it "
+                "applies",
+                False,
+            )
+    return None
+
+
+def _argument_of_call(stack: tuple[cst.CSTNode, ...]) -> tuple[cst.Call, cst.Arg] | None:
+    """The innermost call (within the statement) that has the node in one of its arguments, and that
+    argument."""
+    for index in range(len(stack) - 1, 0, -1):
+        node = stack[index]
+        if isinstance(node, _STATEMENTS):
+            return None
+        parent = stack[index - 1]
+        if isinstance(node, cst.Arg) and isinstance(parent, cst.Call) and node in parent.args:
+            return parent, node
+    return None
+
+
+def _cuda_fact(arg: cst.Arg, covered: set[int]) -> str | None:
+    found: list[str] = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if found or id(node) in covered:
+                return False
+            if isinstance(node, cst.Name) and _CUDA_FACT.search(node.value):
+                found.append(node.value)
+                return False
+            return True
+
+    arg.value.visit(Finder())
+    return found[0] if found else None
+
+
+def _backend(arg: cst.Arg) -> str | None:
+    """`BackendType.GLOO`, `Backend.NCCL`, `"gloo"`: a process-group backend, by name."""
+    value = arg.value
+    if isinstance(value, cst.Attribute) and value.attr.value.lower() in _BACKENDS:
+        return value.attr.value
+    text = string_value(value)
+    return text if text is not None and text.lower() in _BACKENDS else None
+
+
+def _callee(ctx, call: cst.Call) -> str:
+    return ctx.call_name(call) or ctx.code(call.func).strip()
+
+
+def _selectors(ctx) -> dict[str, set[str]]:
+    """Per callee: the other device types the module passes it as `device_type=` (computed once a file)."""
+    selectors = _SELECTORS.get(ctx)
+    if selectors is None:
+        selectors = {}
+        for call, _ in ctx.calls:
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "device_type":
+                    value = string_value(arg.value)
+                    if value in _OTHER_DEVICE_TYPES:
+                        selectors.setdefault(_callee(ctx, call), set()).add(value)
+        _SELECTORS[ctx] = selectors
+    return selectors
+
+
+def stored_in_table(ctx, stack: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> str | None:
+    """Why `node`, a `torch.cuda` function named but not called, is an entry of a table (see the module
+    docstring)."""
+    if not isinstance(node, (cst.Name, cst.Attribute)) or node not in stack:
+        return None
+    name = ctx.qualified_name(node) or ""
+    if not (name.startswith("torch.cuda.") and name.rsplit(".", 1)[-1].islower()):
+        return None  # `ProfilerActivity.CUDA` is a value, not a function
+    index = stack.index(node)
+    parent = stack[index - 1] if index > 0 else None
+    if isinstance(parent, cst.Element) or (isinstance(parent, cst.DictElement) and parent.value is node):
+        return _TABLE_ENTRY
+    if (
+        isinstance(parent, cst.Assign)
+        and parent.value is node
+        and all(isinstance(t.target, cst.Subscript) for t in parent.targets)
+    ):
+        return _TABLE_ENTRY
+    return None
