@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -108,18 +109,40 @@ def fix_until_stable(
     bound: frozenset[str] = frozenset(),
     path: Path | None = None,
 ):
-    """Fix, rescan, fix again until a pass changes nothing; returns (text, applied, left)."""
+    """Fix, rescan, fix again until a pass changes nothing; returns (text, applied, left). `applied` also
+    holds the findings another fix took with it (`_taken_along`); `left` has the positions of the fixed
+    text."""
     applied: list[Finding] = []
+    first_left: list[tuple[Finding, str]] | None = None
     left: list[tuple[Finding, str]] = []
     for _ in range(MAX_PASSES):
         found = scan_file(rel, SourceText(text, bound_modules=bound), codes, style)
         outcome = fix_text(text, found, unsafe=style.unsafe, layout=style.layout, path=path)
+        if first_left is None:
+            first_left = outcome.left
+            first_applied = len(outcome.applied)
         applied.extend(outcome.applied)
         left = outcome.left
         if outcome.text == text:
             break
         text = outcome.text
-    return text, applied, left
+    return text, applied + _taken_along(first_left or [], left, applied[first_applied:]), left
+
+
+def _taken_along(
+    first_left: list[tuple[Finding, str]], final_left: list[tuple[Finding, str]], later_applied: list[Finding]
+) -> list[Finding]:
+    """Findings the first pass left that no later pass fixes or finds again: a fix of another finding took
+    them with it (it replaced the expression around them, or removed their statement), so they are fixed
+    too. Matched by rule code, since the fixes move lines."""
+    remaining = Counter(f.code for f, _ in final_left) + Counter(f.code for f in later_applied)
+    taken = []
+    for finding, _ in first_left:
+        if remaining[finding.code]:
+            remaining[finding.code] -= 1
+        else:
+            taken.append(finding)
+    return taken
 
 
 def _fix_python(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> None:
@@ -178,9 +201,13 @@ def _placeholder(number: int) -> str:
 
 
 def _fix_notebook(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> None:
+    """Cells are fixed one by one, in order, each after the code of the cells above it (as the kernel runs
+    them), so a fix reuses a `device` an earlier cell binds, as `scan` does on the notebook as one module."""
     cells = notebook_cells(result.original)
     new_cells = list(cells)
     bound: set[str] = set()
+    above: list[str] = []  # the masked, fixed code of the cells above
+    as_python = result.path.with_suffix(".py")  # where a formatter finds the project's settings
     for index, cell_text in enumerate(cells):
         masked, magics = mask_magics(cell_text)
         bound |= _imported_modules(masked)
@@ -189,7 +216,13 @@ def _fix_notebook(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> N
         if cell_text.lstrip().startswith("%%"):
             result.skipped.append(f"cell {index + 1}: a `%%` cell magic, not Python")
             continue
-        new_text, applied, left = fix_until_stable(masked, result.rel, codes, style, frozenset(bound))
+        new_text, applied, left = fix_until_stable(
+            masked, result.rel, codes, style, frozenset(bound), as_python
+        )
+        if new_text != masked and above:
+            after = _fix_after(above, masked, result.rel, codes, style, bound, as_python)
+            new_text, applied, left = after or (new_text, applied, left)
+        above.append(new_text)
         restored = unmask_magics(new_text, magics)
         if restored is None:
             result.skipped.append(f"cell {index + 1}: a fix would move an IPython magic line")
@@ -199,6 +232,33 @@ def _fix_notebook(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> N
         new_cells[index] = restored
     if new_cells != cells:
         result.new = _write_cells(result.original, new_cells)
+
+
+def _fix_after(
+    above: list[str],
+    cell: str,
+    rel: str,
+    codes: tuple[str, ...],
+    style: FixStyle,
+    bound: set[str],
+    as_python: Path,
+):
+    """The cell fixed as the code after the cells `above`: (text, applied, left) with positions in the cell,
+    or None when the fixes would change the code above (an import they drop, a line they move there)."""
+    prefix = "".join(text if text.endswith("\n") else text + "\n" for text in above)
+    offset = prefix.count("\n")
+    new_text, applied, left = fix_until_stable(prefix + cell, rel, codes, style, frozenset(bound), as_python)
+    if not new_text.startswith(prefix):
+        return None
+
+    def in_cell(finding: Finding) -> Finding | None:
+        if finding.line <= offset:
+            return None
+        return replace(finding, line=finding.line - offset, end_line=finding.end_line - offset)
+
+    applied_here = [moved for f in applied if (moved := in_cell(f)) is not None]
+    left_here = [(moved, why) for f, why in left if (moved := in_cell(f)) is not None]
+    return new_text[len(prefix) :], applied_here, left_here
 
 
 def _imported_modules(cell_text: str) -> set[str]:

@@ -22,7 +22,8 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
         for why in f.skipped:
             console.print(f"[yellow]{escape(f.rel)}: skipped {escape(why)}[/]")
     if todo:
-        console.print("[bold]Left for a person:[/]")
+        where = "" if write or not changed else " (lines of the fixed files)"
+        console.print(f"[bold]Left for a person{where}:[/]")
         for rel, finding, why in todo:
             where = f"{rel}[cell {finding.cell}]" if finding.cell else rel
             console.print(
@@ -32,7 +33,8 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
     verb = "fixed" if write else "would fix"
     unsafe_left = sum(1 for _, _, why in todo if why.startswith("unsafe"))
     console.print(
-        f"\n{len(changed)} files {'changed' if write else 'would change'}, {applied} findings {verb}, "
+        f"\n{_count(len(changed), 'file')} {'changed' if write else 'would change'}, "
+        f"{_count(applied, 'finding')} {verb}, "
         f"{len(todo)} left for a person"
         + (f" ({unsafe_left} with an unsafe fix: --unsafe-fixes)" if unsafe_left and not unsafe else "")
         + (f", {_notes(notes)} (`neuron-migrate scan` lists them)" if notes else "")
@@ -43,6 +45,10 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
             "[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]"
         )
     return len(todo)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _notes(count: int) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from neuron_migrate.migrate.fix_files import fix_file, write_fixed
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.rule import load_rules
-from neuron_migrate.migrate.sources import SourceFile
+from neuron_migrate.migrate.scanner import scan_file
+from neuron_migrate.migrate.sources import SourceFile, SourceText
 
 SYNC = "import torch\ntorch.cuda.synchronize()\n"
 FIXED = "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n"
@@ -258,3 +259,52 @@ def test_target_torch_decides_which_apis_a_fix_may_write(run_cli, tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget-torch = "2.1"\n')
     bad = run_cli("fix", "a.py", "--no-cache")
     assert bad.returncode == 2 and "target-torch '2.1'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_findings_another_fix_takes_along_count_as_fixed_and_nothing_is_lost(tmp_path):
+    # NM106's own fix overlaps NM105's, which replaces the whole choice; the seed guard's NM106 goes with
+    # the statement NM402 removes. Every finding is either applied or left, none vanishes from the count.
+    source = (
+        "import torch\n"
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        "torch.manual_seed(0)\n"
+        "if torch.cuda.is_available():\n"
+        "    torch.cuda.manual_seed_all(0)\n"
+        "import triton\n"
+    )
+    path = tmp_path / "a.py"
+    path.write_text(source)
+    result = fix_file(SourceFile(path, "a.py"), ALL, FixStyle())
+    found = scan_file("a.py", SourceText(source), ALL, FixStyle())
+    assert result.new is not None
+    assert len(result.applied) + len(result.left) == len(found), (
+        [f.code for f in found],
+        [f.code for f in result.applied],
+        [f.code for f, _ in result.left],
+    )
+    assert sorted(f.code for f, _ in result.left) == ["NM701"]
+
+
+def test_notebook_cells_reuse_the_device_an_earlier_cell_binds(run_cli, tmp_path):
+    """Cells run in order in one namespace: a later cell's fix names the `device` an earlier one binds (as
+    `scan` proposes on the notebook as one module), and positions stay cell-relative."""
+    cells = [
+        ["%matplotlib inline\n", "import torch\n", 'device = torch.device("cuda")\n'],
+        ["x = torch.ones(2)\n", "x = x.cuda()\n", "torch.cuda.synchronize()"],
+        ["print(x.is_cuda)"],
+    ]
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": cell}
+            for cell in cells
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (tmp_path / "nb.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+    proc = run_cli("fix", ".", "--write")
+    after = [cell["source"] for cell in json.loads((tmp_path / "nb.ipynb").read_text())["cells"]]
+    assert after[0][0] == "%matplotlib inline\n" and "x = x.to(device)\n" in after[1], after
+    assert "nb.ipynb[cell 3]:1:7 NM104" in proc.stderr, proc.stderr
+    assert "3 findings fixed" in proc.stderr, proc.stderr
