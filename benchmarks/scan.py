@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -66,9 +65,21 @@ def timed(cmd: list, cwd: Path | None = None) -> tuple[float, subprocess.Complet
     return time.perf_counter() - start, proc
 
 
-def peak_rss_mib() -> float:
-    """The largest resident set of any child process waited for so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+#: runs argv[2:] and writes to argv[1] the largest resident set of it and its children (Linux: KiB), so a
+#: peer run earlier in this process (TorchFix on torch reaches ~1 GB) does not count towards the scan's peak
+_PEAK = (
+    "import resource, subprocess, sys\n"
+    "rc = subprocess.run(sys.argv[2:]).returncode\n"
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+    "sys.exit(rc)\n"
+)
+
+
+def timed_with_peak(cmd: list, scratch: Path) -> tuple[float, subprocess.CompletedProcess, int]:
+    """Like `timed`, plus the peak RSS in MiB of the command and its workers (a ~20 ms wrapper process)."""
+    report = scratch / "peak_rss"
+    seconds, proc = timed([sys.executable, "-c", _PEAK, report, *cmd])
+    return seconds, proc, round(int(report.read_text() or 0) / 1024) if report.exists() else 0
 
 
 def python_files(folder: Path) -> list[Path]:
@@ -99,8 +110,9 @@ def bench_tree(name: str, jobs: int, peers: Path | None) -> dict:
     row: dict = {"tree": name, "files": len(files), "lines": sum(p.read_bytes().count(b"\n") for p in files)}
     with tempfile.TemporaryDirectory() as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "scan.json"
-        row["cold"], proc = timed(nm_scan(folder, cache, out, jobs))
-        row["cold_peak_rss_mib"] = round(peak_rss_mib())
+        row["cold"], proc, row["cold_peak_rss_mib"] = timed_with_peak(
+            nm_scan(folder, cache, out, jobs), Path(tmp)
+        )
         if proc.returncode != 0:
             raise SystemExit(f"neuron-migrate failed on {name}: {proc.stderr[-2000:]}")
         data = json.loads(out.read_text())  # the cold run's record: the warm one serves every file from cache
