@@ -36,6 +36,7 @@ any accelerator: `cuda` and `gpu` in names and messages ("needs a CUDA GPU").
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import NamedTuple
 
 import libcst as cst
@@ -44,6 +45,7 @@ from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_test
 from neuron_migrate.migrate.cuda_files import cuda_file, imported_library, library_module
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.guards import exits, implies
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import library_of
 
@@ -54,6 +56,11 @@ _STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
 _CUDA_ONLY_COMMENT = re.compile(
     r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE
+)
+#: names of test decorators that run a test only with CUDA: `onlyCUDA`, `requires_nccl`, `require_torch_gpu`,
+#: `skip_if_lt_x_gpu`, `skipIfNoCuda`, `skip_if_no_gpu`
+_GATE_NAME = re.compile(
+    r"^only_?cuda|^requires?_\w*(cuda|gpu|nccl)|^skip_?if_?(no|lt_?x)_?\w*(cuda|gpu)", re.IGNORECASE
 )
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 _NEGATIONS = (cst.NotEqual, cst.NotIn, cst.IsNot)
@@ -216,6 +223,12 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             )
         if (library := mentions.required_library(function)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
+    if (owner := _cuda_named_class(stack)) is not None:
+        return CudaOnly(
+            f"it is in class `{owner}`, which is about CUDA by its name: leave it, or port it by hand"
+        )
+    if (gate := _cuda_gate(mentions, stack)) is not None:
+        return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
     ctx = mentions.ctx
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
@@ -258,6 +271,45 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         if leftover is not pending and leftover.node in stack and leftover.node is not pending.node:
             return CudaOnly("it is an argument of CUDA-only code that stays: no change needed")
     return None
+
+
+def _cuda_named_class(stack) -> str | None:
+    """The name of a class around the code that says it is about CUDA (`CudaDdpComparisonTest`)."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, cst.ClassDef) and child is parent.body and "cuda" in parent.name.value.lower():
+            return parent.name.value
+    return None
+
+
+def _cuda_gate(mentions: CudaMentions, stack) -> str | None:
+    """A decorator of a function or class around the code that runs it only with CUDA (`onlyCUDA`,
+    `requires_nccl()`, `skip_if_lt_x_gpu(2)`, `unittest.skipIf(not TEST_CUDA, ...)`,
+    `unittest.skipUnless(TEST_CUDA, ...)`), as source text. `skipCUDAIf...` (skip on CUDA when ...) and
+    `skipIfRocm` are not gates; a gate the run rewrites (`skipIf(not torch.cuda.is_available())`) is no
+    longer CUDA's and does not count."""
+    for parent, child in pairwise(stack):
+        if not (isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and child is parent.body):
+            continue
+        for decorator in parent.decorators:
+            expression = decorator.decorator
+            if _gates_on_cuda(mentions, expression):
+                text = " ".join(mentions.ctx.code(expression).split())
+                return text if len(text) <= 50 else text[:47] + "..."
+    return None
+
+
+def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression) -> bool:
+    call = expression if isinstance(expression, cst.Call) else None
+    name = (dotted(call.func if call else expression) or "").rsplit(".", 1)[-1]
+    if _GATE_NAME.search(name):
+        return True
+    if call is None or not call.args or name not in ("skipIf", "skipUnless"):
+        return False
+    condition = call.args[0].value
+    negated = isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not)
+    if negated != (name == "skipIf"):
+        return False  # skipIf(TEST_CUDA) and skipUnless(not TEST_CUDA) run without CUDA
+    return mentions.find(condition.expression if negated else condition) is not None
 
 
 def _gpu_among_devices(ctx, stack, index: int) -> str | None:

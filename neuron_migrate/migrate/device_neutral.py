@@ -33,6 +33,8 @@ _NEUTRAL_METHODS = frozenset(
         "get pop append extend update keys values items join format startswith endswith",
     )
 )
+#: the neutral methods that move, pin or order work on a device
+_DEVICE_METHODS = frozenset({"to", "cpu", "pin_memory", "current_stream", "wait_stream", "record_stream"})
 _STREAM_METHODS = frozenset({"synchronize", "wait", "record", "query"})
 _STREAM = re.compile(r"stream|event", re.IGNORECASE)
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
@@ -43,9 +45,17 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     """Why making the CUDA device-type test `check` generic could send other devices into code they may not
     run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
     test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
-    call = first_unknown_call(ctx, (*and_rest(check), *cuda_side(ctx, check)), covered)
+    side, rest = cuda_side(ctx, check), and_rest(check)
+    call = first_unknown_call(ctx, (*rest, *side), covered)
     if call is not None:
         return f"other devices would run `{call}`: check it works there"
+    if side and not _does_device_work(ctx, (*rest, *side), covered):
+        first = " ".join(ctx.code(side[0]).split())
+        first = first if len(first) <= 50 else first[:47] + "..."
+        return (
+            f"what it selects for CUDA (`{first}`) does no device work: a choice made for CUDA, which other "
+            "devices would now make too"
+        )
     if libraries:
         used = ctx.code(libraries[0].node).strip().splitlines()[0]
         return f"the file uses CUDA-only code, `{used}`: check that other devices should take this path"
@@ -170,6 +180,37 @@ def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -
         if found:
             return found[0]
     return None
+
+
+def _does_device_work(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -> bool:
+    """Whether `nodes` hold device plumbing (a `torch.accelerator` / `torch.amp` call, a move, pin or stream
+    call) or code an applied fix rewrites; values, builtins, logging and list methods alone are a choice
+    (`memory_format = torch.contiguous_format`, `drivers = ("gels",)`), not plumbing."""
+    found: list[bool] = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if found:
+                return False
+            if id(node) in covered or (isinstance(node, cst.Call) and _plumbing(ctx, node, covered)):
+                found.append(True)
+                return False
+            return True
+
+    for node in nodes:
+        node.visit(Finder())
+    return bool(found)
+
+
+def _plumbing(ctx, call: cst.Call, covered: set[int]) -> bool:
+    if _callee_fixed(call, covered) or _NEUTRAL_NAMES.fullmatch(ctx.call_name(call) or ""):
+        return True
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    method = func.attr.value
+    streams = method in _STREAM_METHODS and bool(_STREAM.search(ctx.code(func.value)))
+    return method in _DEVICE_METHODS or streams
 
 
 def _callee_fixed(call: cst.Call, covered: set[int]) -> bool:

@@ -21,6 +21,7 @@ In order, for every finding with a fix:
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from itertools import pairwise
 
@@ -38,6 +39,7 @@ _DEFAULT = (
     "a parameter's default is part of the function's interface and is computed when the function is "
     "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
 )
+_RAISES = re.compile(r"(^|\.)(assertRaises\w*|raises)$")
 _NO_ACCELERATOR = (
     "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
     "chose not to: no change needed"
@@ -80,6 +82,13 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):
             withdraw(pending, f"the fix needs torch >= {version}; raise `target-torch` to apply it")
+        elif pending.fix is not None and (check := _expected_to_raise(ctx, pending.stack)) is not None:
+            withdraw(
+                pending,
+                f"the code is expected to raise (`{check}`): a rewrite can change the error it checks; no "
+                "change needed",
+                no_change=True,
+            )
         elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(_DEFAULT)
@@ -94,6 +103,19 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         return len(line) - (where.end.column - where.start.column) + len(text) > style.line_length
 
     DeviceNames(ctx, style.line_length, lambda p: applies(p, style), overflow).resolve(pendings)
+
+
+def _expected_to_raise(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The `with` item (`self.assertRaisesRegex(...)`, `pytest.raises(...)`) whose body holds the end of
+    `stack`, as its callee's name, or None."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, cst.With) and child is parent.body:
+            for item in parent.items:
+                call = item.item
+                name = ctx.call_name(call) if isinstance(call, cst.Call) else None
+                if name and _RAISES.search(name):
+                    return name
+    return None
 
 
 def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:

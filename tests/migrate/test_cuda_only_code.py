@@ -121,8 +121,50 @@ def test_cuda_device_context_takes_the_device_index():
 
 
 def test_equality_with_a_bare_cuda_string_keeps_meaning_for_indexed_devices():
-    after = fixed("import torch\ndef f(device):\n    if device == 'cuda':\n        pass\n", ("NM105",))
+    source = "import torch\ndef f(device, x):\n    if device == 'cuda':\n        x = x.to(device)\n"
+    after = fixed(source, ("NM105",))
     assert 'torch.device(device).type != "cpu" and torch.device(device).index is None' in after
+
+
+def test_a_device_test_that_selects_a_choice_not_plumbing_is_an_unsafe_fix():
+    """`== "cuda"` -> `!= "cpu"` is safe around device plumbing; around a plain choice (a memory format, a
+    list of LAPACK drivers) it is a CUDA-specific fact that meta, XPU and neuron would now follow too."""
+    choice = (
+        "import torch\n"
+        "def f(x, n):\n"
+        "    memory_format = torch.channels_last\n"
+        "    if x.device.type == 'cuda' and n < 16:\n"
+        "        memory_format = torch.contiguous_format\n"
+        "    return memory_format\n"
+    )
+    assert fixed(choice, ("NM105",)) == choice
+    assert "!=" in fixed(choice, ("NM105",), unsafe=True)
+    plumbing = "import torch\ndef f(x):\n    if x.device.type == 'cuda':\n        torch.cuda.synchronize()\n"
+    assert 'x.device.type != "cpu"' in fixed(plumbing, ("NM105", "NM401"))
+
+
+def test_cuda_gated_tests_cuda_named_classes_and_expected_errors_stay_as_they_are():
+    source = (
+        "import unittest\n"
+        "import torch\n"
+        "class CudaDdpTest(unittest.TestCase):\n"
+        "    def test_a(self):\n"
+        "        torch.cuda.synchronize()\n"
+        "class T(unittest.TestCase):\n"
+        "    @skip_if_lt_x_gpu(2)\n"
+        "    def test_b(self):\n"
+        "        torch.cuda.synchronize()\n"
+        "    @unittest.skipIf(not TEST_CUDA, 'needs CUDA')\n"
+        "    def test_c(self):\n"
+        "        torch.cuda.synchronize()\n"
+        "    def test_d(self):\n"
+        "        with self.assertRaisesRegex(ValueError, 'Method cuda'):\n"
+        "            module.cuda()\n"
+    )
+    assert fixed(source) == source
+    for other in ("@skipIfRocm", "@skipCUDAIfNoMagma", "@unittest.skipIf(TEST_CUDA, 'not on CUDA')"):
+        ungated = source.replace("@skip_if_lt_x_gpu(2)", other)
+        assert fixed(ungated).count("torch.accelerator.synchronize()") == 1, other
 
 
 # --- per-device chains written with the libraries' own helpers (accelerate, peft, transformers, trl) -------
