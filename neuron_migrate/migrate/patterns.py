@@ -230,6 +230,8 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
             if child is parent.test:
                 return _guarded_after(ctx, parent) or (parent.test, parent.body)
             break
+        if isinstance(parent, cst.Assert) and child is parent.test:  # a precondition, like `if not: raise`
+            return (parent.test, *_rest_of_block(ctx, parent))
         if (
             isinstance(parent, cst.For) and child is parent.iter
         ):  # `for i in range(device_count()):` per device
@@ -238,6 +240,16 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
             break
     statement, _ = enclosing_statement(ctx)
     return (statement,) if statement is not None else ()
+
+
+def _rest_of_block(ctx, node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """The statements after the one that holds `node` (on the visited stack), in their block."""
+    index = next((i for i in range(len(ctx.stack) - 1, 0, -1) if ctx.stack[i] is node), None)
+    for at in range(index or 0, 0, -1):
+        statement, block = ctx.stack[at], ctx.stack[at - 1]
+        if isinstance(block, (cst.IndentedBlock, cst.Module)) and statement in block.body:
+            return tuple(block.body[block.body.index(statement) + 1 :])
+    return ()
 
 
 def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:

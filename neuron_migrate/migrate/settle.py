@@ -177,10 +177,14 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
         if inner is not check and _inside(inner, check.region):
             return f"`{_first_line(ctx, inner.node)}`"
     owner = _precondition_of(check)
+    exit_code = () if owner is None else (owner.body,) if isinstance(owner, cst.If) else (owner.msg,)
     scans = (
         [(node, False) for node in check.region]
         if owner is None
-        else [(check.region[0], False), *((node, True) for node in (owner.body, *check.region[1:]))]
+        else [
+            (check.region[0], False),
+            *((node, True) for node in (*exit_code, *check.region[1:]) if node is not None),
+        ]
     )
     for node, strong in scans:
         if (cue := mentions.find(node, strong)) is not None:
@@ -191,11 +195,13 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     return None
 
 
-def _precondition_of(check) -> cst.If | None:
+def _precondition_of(check) -> cst.If | cst.Assert | None:
     """The `if` when the check's region is "the code after `if <no accelerator>: <exit>`" rather than a
-    body."""
+    body, or the `assert` whose test it is (the code after it)."""
     test = check.region[0]
-    owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is test), None)
+    owner = next((n for n in check.stack if isinstance(n, (cst.If, cst.Assert)) and n.test is test), None)
+    if isinstance(owner, cst.Assert):
+        return owner
     return owner if owner is not None and owner.body not in check.region else None
 
 

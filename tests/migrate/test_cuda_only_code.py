@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .helpers import findings, fixed
+from .helpers import findings, fixed, fixed_until_stable
 
 ALL = None  # every rule, as `fix` runs them
 
@@ -554,3 +554,15 @@ def test_what_a_cuda_test_heads_in_an_and_only_runs_on_cuda():
 )
 def test_magma_and_only_supported_in_cuda_comments_keep_a_test_cuda(source):
     assert fixed(source) == source
+
+
+def test_an_assert_before_cuda_only_code_stays_a_cuda_precondition():
+    kept = (
+        "import torch\n"
+        "def f():\n"
+        "    assert torch.cuda.is_available()\n"
+        "    torch.cuda.memory._record_memory_history(max_entries=100)\n"
+    )
+    assert fixed_until_stable(kept) == kept
+    plain = "import torch\ndef f(x):\n    assert torch.cuda.is_available()\n    return x.sum()\n"
+    assert "assert torch.accelerator.is_available()" in fixed_until_stable(plain)
