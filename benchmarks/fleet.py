@@ -1,6 +1,7 @@
-"""Wall time of a full `fleet hf` run, with per-architecture outcome counts, against the naive peer \
-measured in
-the same run: one fresh interpreter per architecture (`neuron-migrate trace --hf X`).
+"""Wall time of a full `fleet hf` run against one `trace --hf` process per architecture, in one run.
+
+Per-architecture outcome counts, and the naive peer measured in the same run: one fresh interpreter per
+architecture (`neuron-migrate trace --hf X`).
 
     .venv/bin/python benchmarks/fleet.py [--task causal-lm] [--inference] [--jobs 2] [--peer-sample 3]
                                          [--models a,b,...] [--keep DIR]

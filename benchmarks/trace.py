@@ -1,6 +1,7 @@
-"""Tracer costs, in one run: a 70B Llama under --fake, the recorder's overhead against plain eager, and a \
-script
-trace of a 162M-parameter GPT benchmark.
+"""Tracer costs in one run: a 70B Llama under --fake, recorder overhead, and a 162M GPT script trace.
+
+The recorder's overhead is measured against plain eager; the script trace is of a 162M-parameter GPT
+benchmark.
 
     .venv/bin/python benchmarks/trace.py [--repeat 5] [--batch-size 16] [--skip-70b] [--skip-script]
 
