@@ -157,9 +157,14 @@ def _completed(row: dict[str, Any]) -> tuple[str, str]:
     if by_status.get("unsupported"):
         named = [f"{op} ({'/'.join(row[op].dtypes) or 'no tensor'})" for op in by_status["unsupported"]]
         return "fails_on_neuron", f"unsupported on neuron: {', '.join(named)}"
-    slow = sorted(by_status.get("cpu_fallback", []) + by_status.get("unknown", []))
-    if slow:
-        return "fallbacks", f"{len(slow)} op(s) run on CPU: {', '.join(slow[:6])}" + (
-            ", ..." if len(slow) > 6 else ""
-        )
+    on_cpu, unknown = sorted(by_status.get("cpu_fallback", [])), sorted(by_status.get("unknown", []))
+    parts = [f"{len(on_cpu)} op(s) run on CPU: {_first_six(on_cpu)}"] * bool(on_cpu) + [
+        f"{len(unknown)} op(s) the opdb knows nothing of (check on a device): {_first_six(unknown)}"
+    ] * bool(unknown)
+    if parts:
+        return "fallbacks", "; ".join(parts)
     return "native", "every op native"
+
+
+def _first_six(ops: list[str]) -> str:
+    return ", ".join(ops[:6]) + (", ..." if len(ops) > 6 else "")

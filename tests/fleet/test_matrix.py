@@ -91,6 +91,11 @@ def test_reasons_name_the_op_dtype_and_missing_package():
     result = arch_result(timm)
     assert result.verdict == "does_not_build"
     assert result.reason.startswith("needs the optional package `timm`, not installed here")
+    mixed = arch_result(traced("x", [use("aten::floor", "cpu_fallback"), use("aten::mul.Tensor", "unknown")]))
+    assert mixed.reason == (
+        "1 op(s) run on CPU: aten::floor; "
+        "1 op(s) the opdb knows nothing of (check on a device): aten::mul.Tensor"
+    )
 
 
 def test_matrix_row_takes_worst_status_and_sums_calls_over_dtypes_and_phases():
