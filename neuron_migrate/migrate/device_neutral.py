@@ -49,11 +49,13 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     call = first_unknown_call(ctx, (*rest, *side), covered)
     if call is not None:
         return f"other devices would run `{call}`: check it works there"
-    if side and not _does_device_work(ctx, (*rest, *side), covered):
-        first = " ".join(ctx.code(side[0]).split())
+    affected = side or _what_cuda_skips(ctx, check)
+    if affected and not _does_device_work(ctx, (*rest, *affected), covered):
+        first = " ".join(ctx.code(affected[0]).split())
         first = first if len(first) <= 50 else first[:47] + "..."
+        what = "selects for" if side else "skips on"
         return (
-            f"what it selects for CUDA (`{first}`) does no device work: a choice made for CUDA, which other "
+            f"what it {what} CUDA (`{first}`) does no device work: a choice made for CUDA, which other "
             "devices would now make too"
         )
     if libraries:
@@ -79,6 +81,17 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
         orelse = owner.orelse
         return () if orelse is None else (orelse.body if isinstance(orelse, cst.Else) else orelse,)
     return (owner.body,)
+
+
+def _what_cuda_skips(ctx, check) -> tuple[cst.CSTNode, ...]:
+    """For `if <not CUDA>: body` without an `else` (`if not (bool and device.type == "cuda"): yield ...`), the
+    body: made generic, the test makes every accelerator skip it."""
+    test = check.region[0] if check.region else None
+    owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is test), None)
+    if owner is None or owner.orelse is not None or owner.body not in check.region:
+        return ()
+    when_true, when_false = implies(ctx, owner.test)
+    return (owner.body,) if when_true != "certain" and when_false == "certain" else ()
 
 
 def and_rest(check) -> tuple[cst.CSTNode, ...]:

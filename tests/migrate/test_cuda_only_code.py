@@ -139,6 +139,13 @@ def test_a_device_test_that_selects_a_choice_not_plumbing_is_an_unsafe_fix():
     )
     assert fixed(choice, ("NM105",)) == choice
     assert "!=" in fixed(choice, ("NM105",), unsafe=True)
+    skipped = (
+        "import torch\n"
+        "def samples(dtype, device):\n"
+        "    if not (dtype == torch.bool and torch.device(device).type == 'cuda'):\n"
+        "        yield 1\n"
+    )
+    assert fixed(skipped, ("NM105",)) == skipped  # every accelerator would skip the sample, not only CUDA
     plumbing = "import torch\ndef f(x):\n    if x.device.type == 'cuda':\n        torch.cuda.synchronize()\n"
     assert 'x.device.type != "cpu"' in fixed(plumbing, ("NM105", "NM401"))
 
