@@ -1,10 +1,10 @@
-"""NM104 and NM105: code that asks "is this CUDA?" where it means "is this an accelerator?"."""
+"""NM105: device tests and choices that ask "is this CUDA?" where they mean "is this an accelerator?"
+(`device.type == 'cuda'`, `'cuda' if cond else 'cpu'`)."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.migrate.chains import device_chain
 from neuron_migrate.migrate.conditions import cuda_string
 from neuron_migrate.migrate.device_flow import (
     availability,
@@ -22,140 +22,8 @@ from neuron_migrate.migrate.device_literals import (
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import check_region
-from neuron_migrate.migrate.records import problem
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-
-
-def _negated(ctx) -> bool:
-    return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
-
-
-def _accelerator_test(
-    rule: Rule,
-    node: cst.CSTNode,
-    type_text: str,
-    positive: bool,
-    title: str,
-    unsafe: bool = False,
-    index: str | None = None,
-) -> FixSpec:
-    """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
-
-    `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
-    (`"none"`: `d == "cuda"` is false for `"cuda:1"`)."""
-    ctx = rule.ctx
-    if _negated(ctx):
-        node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
-    else:
-        parent = ctx.parent
-    test = f'{type_text} {"!=" if positive else "=="} "cpu"'
-    if index is not None:
-        attribute = type_text.removesuffix(".type") + ".index"
-        has = "is not None" if index == "some" else "is None"
-        lacks = "is None" if index == "some" else "is not None"
-        test = f"{test} and {attribute} {has}" if positive else f"{test} or {attribute} {lacks}"
-    text = fit(test, parent, comparison=index is None)
-    imports = ("torch",) if "torch." in text else ()
-    return FixSpec(title, (Replacement(node, text),), imports=imports, safety="unsafe" if unsafe else None)
-
-
-def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> None:
-    """Report a device check with its fix; the code it guards decides after the walk whether the fix stands
-    (`settle`). A check in an `if`/`elif` chain with branches for other accelerators gets no fix: made
-    accelerator-generic, it would take their branches too."""
-    chain = device_chain(rule.ctx)
-    if chain:  # no fix, but still a check: the code under it stays CUDA's
-        rule.report(
-            node,
-            f"{problem(message)}: {chain.advice()}",
-            region=check_region(rule.ctx),
-            no_change=chain.advice() if chain.has_neuron else None,
-        )
-        return
-    pending = rule.report(node, message, fix, region=check_region(rule.ctx))
-    pending.widens_test = True
-
-
-class IsCuda(Rule):
-    """`tensor.is_cuda`.
-
-    What it does
-    Flags reads of the `.is_cuda` attribute.
-
-    Why it matters on Trainium
-    `is_cuda` is False for a tensor on `neuron`, so code that picks its fast path or moves data back with
-    `if x.is_cuda:` silently takes the CPU path on Trainium.
-
-    Example
-    if not x.is_cuda:
-        x = x.to(device)
-
-    Use instead
-    if x.device.type == "cpu":
-        x = x.to(device)
-
-    Fix safety
-    Unsafe: `x.device.type != "cpu"` is also true for `meta` and for other non-CPU devices (`mps`, `xpu`,
-    `neuron`), where `is_cuda` was False; check that the code under the test suits them. A test that guards
-    CUDA-only code (fused or flash kernels, compute capability, NCCL) gets no fix: it must stay CUDA-only.
-    """
-
-    code = "NM104"
-    name = "is-cuda"
-    message = '`.is_cuda` is False on Trainium: test `x.device.type != "cpu"` for any accelerator'
-    severity = "warning"
-    fix_safety = "unsafe"
-    triggers = (b"is_cuda",)
-    VALID = (
-        'import torch\non_accel = x.device.type != "cpu"\n',
-        "class T:\n    def __init__(self):\n        self.is_cuda = False\n",
-        '"""Check x.is_cuda first."""\n# if x.is_cuda:\n',
-    )
-    INVALID = (
-        Invalid(
-            "import torch\ndef f(x, y):\n    if not x.is_cuda:\n        x = x.to(y.device)\n"
-            "    return x.is_cuda and y.is_cuda\n",
-            'import torch\ndef f(x, y):\n    if x.device.type == "cpu":\n        x = x.to(y.device)\n'
-            '    return x.device.type != "cpu" and y.device.type != "cpu"\n',
-            count=3,
-        ),
-        Invalid(
-            "same = a.is_cuda == b.is_cuda\n",
-            'same = (a.device.type != "cpu") == (b.device.type != "cpu")\n',
-            count=2,
-        ),
-        Invalid(
-            "def f(x):\n    if _fused is not None and x.is_cuda:\n        return _fused.apply(x)\n"
-            "    return x\n",
-        ),
-        Invalid(
-            "from flash_attn import flash_attn_func\nuse_flash = q.is_cuda\n",
-        ),
-    )
-
-    @classmethod
-    def can_report(cls, lex: Lexicon) -> bool:
-        """An `.is_cuda` attribute."""
-        return "is_cuda" in lex.names
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value != "is_cuda":
-            return
-        parent = self.ctx.parent
-        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.Del)):
-            return  # a class of the user's own that sets an `is_cuda` attribute
-        if (self.ctx.qualified_name(node) or "").startswith("torch."):
-            return
-        owner = self.ctx.code(node.value).strip()
-        fix = _accelerator_test(
-            self,
-            node,
-            f"{owner}.device.type",
-            True,
-            "Test the device type against `cpu` (also true for meta devices)",
-        )
-        report_check(self, node, self.message, fix)
+from neuron_migrate.migrate.rules.accelerator_checks import _accelerator_test, report_check
 
 
 class CudaDeviceCheck(Rule):

@@ -1,0 +1,61 @@
+"""What NM104 and NM105 share: a CUDA test rewritten as a test for any accelerator, and its report."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.migrate.chains import device_chain
+from neuron_migrate.migrate.device_literals import fit
+from neuron_migrate.migrate.patterns import check_region
+from neuron_migrate.migrate.records import problem
+from neuron_migrate.migrate.rule import FixSpec, Replacement, Rule
+
+
+def _negated(ctx) -> bool:
+    return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
+
+
+def _accelerator_test(
+    rule: Rule,
+    node: cst.CSTNode,
+    type_text: str,
+    positive: bool,
+    title: str,
+    unsafe: bool = False,
+    index: str | None = None,
+) -> FixSpec:
+    """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
+
+    `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
+    (`"none"`: `d == "cuda"` is false for `"cuda:1"`)."""
+    ctx = rule.ctx
+    if _negated(ctx):
+        node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
+    else:
+        parent = ctx.parent
+    test = f'{type_text} {"!=" if positive else "=="} "cpu"'
+    if index is not None:
+        attribute = type_text.removesuffix(".type") + ".index"
+        has = "is not None" if index == "some" else "is None"
+        lacks = "is None" if index == "some" else "is not None"
+        test = f"{test} and {attribute} {has}" if positive else f"{test} or {attribute} {lacks}"
+    text = fit(test, parent, comparison=index is None)
+    imports = ("torch",) if "torch." in text else ()
+    return FixSpec(title, (Replacement(node, text),), imports=imports, safety="unsafe" if unsafe else None)
+
+
+def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> None:
+    """Report a device check with its fix; the code it guards decides after the walk whether the fix stands
+    (`settle`). A check in an `if`/`elif` chain with branches for other accelerators gets no fix: made
+    accelerator-generic, it would take their branches too."""
+    chain = device_chain(rule.ctx)
+    if chain:  # no fix, but still a check: the code under it stays CUDA's
+        rule.report(
+            node,
+            f"{problem(message)}: {chain.advice()}",
+            region=check_region(rule.ctx),
+            no_change=chain.advice() if chain.has_neuron else None,
+        )
+        return
+    pending = rule.report(node, message, fix, region=check_region(rule.ctx))
+    pending.widens_test = True
