@@ -62,6 +62,7 @@ _CUDA_ONLY_COMMENT = re.compile(
 _GATE_NAME = re.compile(
     r"^only_?cuda|^requires?_\w*(cuda|gpu|nccl)|^skip_?if_?(no|lt_?x)_?\w*(cuda|gpu)", re.IGNORECASE
 )
+_ACCELERATE_GPU = re.compile(r"\bDistributedType\.MULTI_GPU\b")
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 _NEGATIONS = (cst.NotEqual, cst.NotIn, cst.IsNot)
 
@@ -322,8 +323,12 @@ def _gpu_among_devices(ctx, stack, index: int) -> str | None:
 def gpu_among_devices(ctx, test: cst.BaseExpression, tests: list[cst.BaseExpression]) -> str | None:
     """`GPU` in `test` when `tests` (its chain, or itself) tell devices apart (`elif state.distributed_type ==
     DistributedType.MULTI_GPU` after `MULTI_XPU`, `XLA and is_torch_xla_available(check_is_gpu=True)`): there
-    it means CUDA, where elsewhere (`if args.gpu:`) it means any accelerator."""
-    word = next((w for w in re.findall(r"\w+", ctx.code(test)) if _GPU.search(w)), None)
+    it means CUDA, where elsewhere (`if args.gpu:`) it means any accelerator. Accelerate's
+    `DistributedType.MULTI_GPU` is CUDA's anywhere (XPU, NPU, Neuron, ... have members of their own)."""
+    code = ctx.code(test)
+    if _ACCELERATE_GPU.search(code):
+        return "DistributedType.MULTI_GPU"
+    word = next((w for w in re.findall(r"\w+", code) if _GPU.search(w)), None)
     return word if word is not None and chain_of_tests(ctx, tests) is not None else None
 
 

@@ -32,6 +32,7 @@ from neuron_migrate.model import (
     OpUse,
     TraceResult,
 )
+from neuron_migrate.reports.words import plural
 
 #: bucket -> (low, likely, high engineer-hours, what it stands for); documented in docs/report.md
 DEFAULT_WEIGHTS: dict[str, tuple[float, float, float, str]] = {
@@ -74,11 +75,6 @@ _OP_REASON = {
     "unknown-op": "no source establishes its status: probe it on a Neuron device",
 }
 TOP_LEVERS = 5
-
-
-def plural(count: int, word: str) -> str:
-    """`1 call`, `2 calls`."""
-    return f"{count} {word}{'s' * (count != 1)}"
 
 
 @dataclass(frozen=True)

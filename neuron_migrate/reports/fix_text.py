@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from neuron_migrate.migrate.fix_files import FileFix
+from neuron_migrate.reports.words import plural
 
 
 def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console: Console) -> int:
@@ -33,8 +34,8 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
     verb = "fixed" if write else "would fix"
     unsafe_left = sum(1 for _, _, why in todo if why.startswith("unsafe"))
     console.print(
-        f"\n{_count(len(changed), 'file')} {'changed' if write else 'would change'}, "
-        f"{_count(applied, 'finding')} {verb}, "
+        f"\n{plural(len(changed), 'file')} {'changed' if write else 'would change'}, "
+        f"{plural(applied, 'finding')} {verb}, "
         f"{len(todo)} left for a person"
         + (f" ({unsafe_left} with an unsafe fix: --unsafe-fixes)" if unsafe_left and not unsafe else "")
         + (f", {_notes(notes)} (`neuron-migrate scan` lists them)" if notes else "")
@@ -45,10 +46,6 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
             "[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]"
         )
     return len(todo)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _notes(count: int) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from neuron_migrate.model import Coverage, EffortItem, Report, to_json
 from neuron_migrate.reports.build import STATUS_LABEL, build_report, hours, op_docs_url
-from neuron_migrate.reports.effort import plural
 from neuron_migrate.reports.sarif import render_report_sarif
 from neuron_migrate.reports.templating import render_template
+from neuron_migrate.reports.words import plural
 
 __all__ = [
     "RENDERERS",

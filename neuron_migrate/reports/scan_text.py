@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from neuron_migrate.model import ScanResult
+from neuron_migrate.reports.words import plural
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _FIX = {"safe": "[green]fixable[/]", "unsafe": "[yellow]fixable (unsafe)[/]", "none": "[dim]manual[/]"}
@@ -60,13 +61,16 @@ def render_scan_summary(result: ScanResult, console: Console) -> None:
     severities = Counter(f.severity for f in findings)
     fixable = sum(1 for f in findings if f.fix_safety == "safe")
     console.print(
-        f"\n{len(findings)} findings ({severities['error']} errors, {severities['warning']} warnings, "
-        f"{severities['info']} info) in {len({f.path for f in findings})} of {result.files_scanned} files; "
+        f"\n{plural(len(findings), 'finding')} ({plural(severities['error'], 'error')}, "
+        f"{plural(severities['warning'], 'warning')}, {severities['info']} info) in "
+        f"{len({f.path for f in findings})} of {result.files_scanned} files; "
         f"{fixable} safely fixable with `neuron-migrate fix`."
     )
     if result.errors:
-        console.print(f"[red]{len(result.errors)} files could not be analysed[/] (NM9xx findings above).")
+        console.print(
+            f"[red]{plural(len(result.errors), 'file')} could not be analysed[/] (NM9xx findings above)."
+        )
     console.print(
-        f"[dim]{result.files_skipped_by_prefilter} files skipped by the pre-filter, "
+        f"[dim]{plural(result.files_skipped_by_prefilter, 'file')} skipped by the pre-filter, "
         f"{result.files_from_cache} from cache.[/]"
     )

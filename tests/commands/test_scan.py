@@ -16,7 +16,7 @@ def test_text_output_groups_by_file_and_exits_1(run_cli, tmp_path):
     proc = run_cli("scan", ".", "--no-cache")
     assert proc.returncode == 1
     assert "a.py" in proc.stderr and "NM401" in proc.stderr and "torch.cuda.synchronize()" in proc.stderr
-    assert "1 findings" in proc.stderr
+    assert "1 finding (1 error, 0 warnings, 0 info) in 1 of 1 files" in proc.stderr
 
 
 def test_clean_tree_exits_0_and_exit_zero_forces_0(run_cli, tmp_path):

@@ -573,3 +573,14 @@ def test_an_assert_before_cuda_only_code_stays_a_cuda_precondition():
     assert fixed_until_stable(kept) == kept
     plain = "import torch\ndef f(x):\n    assert torch.cuda.is_available()\n    return x.sum()\n"
     assert "assert torch.accelerator.is_available()" in fixed_until_stable(plain)
+
+
+def test_accelerates_multi_gpu_branch_is_cudas():
+    source = (
+        "import torch\n"
+        "def f(state):\n"
+        "    if state.distributed_type == DistributedType.MULTI_GPU:\n"
+        "        return torch.cuda.device_count()\n"
+        "    return state.num_processes\n"
+    )
+    assert fixed(source) == source

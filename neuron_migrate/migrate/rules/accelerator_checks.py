@@ -15,7 +15,7 @@ def _negated(ctx) -> bool:
     return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
 
 
-def _accelerator_test(
+def accelerator_test(
     rule: Rule,
     node: cst.CSTNode,
     type_text: str,

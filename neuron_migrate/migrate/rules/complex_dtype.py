@@ -9,10 +9,10 @@ import libcst as cst
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import keyword
 from neuron_migrate.migrate.rule import Invalid
-from neuron_migrate.migrate.rules.dtype_uses import _DtypeRule
+from neuron_migrate.migrate.rules.dtype_uses import DtypeRule
 
 
-class ComplexDtype(_DtypeRule):
+class ComplexDtype(DtypeRule):
     """Complex tensors.
 
     What it does

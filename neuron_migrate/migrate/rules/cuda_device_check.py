@@ -23,7 +23,7 @@ from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-from neuron_migrate.migrate.rules.accelerator_checks import _accelerator_test, report_check
+from neuron_migrate.migrate.rules.accelerator_checks import accelerator_test, report_check
 
 
 class CudaDeviceCheck(Rule):
@@ -53,7 +53,9 @@ class CudaDeviceCheck(Rule):
     becomes `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
     `torch.device(s).type`. That is safe when the code the test selects for CUDA is device plumbing (moving
     or pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
-    device-agnostic, or when the test's value is kept (`use_amp = ...`); around other code (a torch op with a
+    device-agnostic, or when the test's value is kept (`use_amp = ...`); around a plain choice with no device
+    work (a memory format, a list of LAPACK drivers, a sample the test makes CUDA skip: a fact about CUDA that
+    other devices would now follow too), around other code (a torch op with a
     CUDA-only argument, the project's own kernels), in a file that uses a CUDA-only library or Triton, and
     for `.type == 'cuda'` on something not known to be a device it is unsafe, and the message names what to
     check. No fix for a test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay
@@ -249,7 +251,7 @@ class CudaDeviceCheck(Rule):
             "Test for any accelerator (type != `cpu`)"
             + {None: "", "some": " with a device index", "none": " without a device index"}[index]
         )
-        fix = _accelerator_test(self, node, type_text, positive, title, unsafe, index)
+        fix = accelerator_test(self, node, type_text, positive, title, unsafe, index)
         report_check(self, node, self.message + note, fix)
 
     def _device(self, expr: cst.BaseExpression) -> bool:  # after the walk only (it asks the device flow)

@@ -6,13 +6,13 @@ from typing import ClassVar
 
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Invalid
-from neuron_migrate.migrate.rules.env_var_uses import _EnvVarRule
+from neuron_migrate.migrate.rules.env_var_uses import EnvVarRule
 
 _NO_EQUIVALENT = "it has no Neuron equivalent: set it only for CUDA runs"
 _TOOLKIT = "there is no CUDA toolkit on Trainium: make the code that needs it CUDA-only"
 
 
-class CudaEnvVar(_EnvVarRule):
+class CudaEnvVar(EnvVarRule):
     """A CUDA environment variable read or set by the program.
 
     What it does

@@ -26,7 +26,7 @@ _INSPECTORS = {
 _LOADERS = ("from_pretrained", "from_config")  # Hugging Face loaders take dtype names as strings
 
 
-class _DtypeRule(QualifiedNameRule):
+class DtypeRule(QualifiedNameRule):
     """Uses of dtype names in `NAMES`, zero-argument conversion methods in `METHODS`, dtype strings."""
 
     METHODS: ClassVar[tuple[str, ...]] = ()

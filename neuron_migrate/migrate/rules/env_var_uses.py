@@ -16,7 +16,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.patterns import keyword, positional
-from neuron_migrate.migrate.rules.scoped_assignments import _ScopedAssignments
+from neuron_migrate.migrate.rules.scoped_assignments import ScopedAssignments
 
 #: calls whose first argument is a variable name
 _NAME_FIRST = {"os.getenv", "os.putenv", "os.unsetenv"}
@@ -24,7 +24,7 @@ _ENV_METHODS = {"get", "pop", "setdefault"}  # methods of os.environ (or a copy)
 _ENV_LIKE_NAME = re.compile(r"^(env|environ|environment|env_vars|\w+_env)$")
 
 
-class _EnvVarRule(_ScopedAssignments):
+class EnvVarRule(ScopedAssignments):
     """Reports variable names in environment positions for which `advice` returns something."""
 
     def advice(self, var: str) -> str | None:

@@ -9,15 +9,15 @@ import libcst as cst
 
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Invalid
-from neuron_migrate.migrate.rules.dtype_uses import _DtypeRule
+from neuron_migrate.migrate.rules.dtype_uses import DtypeRule
 from neuron_migrate.migrate.rules.numpy_float64 import (
-    _array_to_device,
-    _numpy_float64,
-    _numpy_float64_to_device,
+    array_to_device,
+    is_numpy_float64,
+    numpy_float64_to_device,
 )
 
 
-class Float64(_DtypeRule):
+class Float64(DtypeRule):
     """float64 tensors.
 
     What it does
@@ -97,12 +97,12 @@ class Float64(_DtypeRule):
     @classmethod
     def can_report(cls, lex: Lexicon) -> bool:
         """The dtype checks, or a float64 NumPy array made into a tensor on a device."""
-        return super().can_report(lex) or _numpy_float64_to_device(lex)
+        return super().can_report(lex) or numpy_float64_to_device(lex)
 
     def visit_Call(self, node: cst.Call) -> None:
         super().visit_Call(node)
-        array = _array_to_device(self.ctx, node)
-        if array is not None and _numpy_float64(self.ctx, array):
+        array = array_to_device(self.ctx, node)
+        if array is not None and is_numpy_float64(self.ctx, array):
             self.report(
                 node,
                 "a float64 NumPy array becomes a tensor on the device: float64 is computed in float32 "

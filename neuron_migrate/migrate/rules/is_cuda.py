@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Invalid, Rule
-from neuron_migrate.migrate.rules.accelerator_checks import _accelerator_test, report_check
+from neuron_migrate.migrate.rules.accelerator_checks import accelerator_test, report_check
 
 
 class IsCuda(Rule):
@@ -80,7 +80,7 @@ class IsCuda(Rule):
         if (self.ctx.qualified_name(node) or "").startswith("torch."):
             return
         owner = self.ctx.code(node.value).strip()
-        fix = _accelerator_test(
+        fix = accelerator_test(
             self,
             node,
             f"{owner}.device.type",

@@ -8,14 +8,12 @@ import libcst as cst
 from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.conditions import any_string, uses
 from neuron_migrate.migrate.device_literals import string_value
-from neuron_migrate.migrate.fixes import DEVICE, DEVICE_EXPR, DEVICE_TYPE, DEVICE_TYPE_EXPR
+from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.guards import implies
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
-_DEV = DEVICE_EXPR
-_TYPE = DEVICE_TYPE_EXPR
 _ON = "torch.accelerator.is_available()"
 #: the functions that take a backend, and the position of `backend` among their positional parameters
 _BACKEND_POSITION = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Invalid
-from neuron_migrate.migrate.rules.env_var_uses import _EnvVarRule
+from neuron_migrate.migrate.rules.env_var_uses import EnvVarRule
 
 
-class NcclEnvVar(_EnvVarRule):
+class NcclEnvVar(EnvVarRule):
     """An NCCL environment variable read or set by the program.
 
     What it does

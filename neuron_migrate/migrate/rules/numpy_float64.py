@@ -37,7 +37,7 @@ _DTYPE_KEYWORD = re.compile(r"\bdtype\s*=")
 _FLOAT_LITERAL = re.compile(r"\d\.|\.\d|\de")
 
 
-def _numpy_float64_to_device(lex: Lexicon) -> bool:
+def numpy_float64_to_device(lex: Lexicon) -> bool:
     """`Float64`'s array check in the pre-pass: a call of a NumPy function that makes float64 arrays
     (`np.zeros(...)`, ...) without `dtype=`, or `np.array` / `np.asarray` of a literal with a float in it, and
     `torch.from_numpy`, or `torch.tensor` / `torch.as_tensor` with `device=`.
@@ -87,7 +87,7 @@ def _arguments(text: str, start: int) -> str | None:
     return None
 
 
-def _array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
+def array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
     """The NumPy array in `torch.from_numpy(a).to(device)` / `.cuda()`, `torch.tensor(a, device=...)`."""
     func = call.func
     if (
@@ -120,14 +120,14 @@ def _is_dtype(ctx, node: cst.BaseExpression) -> bool:
     )
 
 
-def _numpy_float64(ctx, node: cst.BaseExpression | None, depth: int = 0) -> bool:
+def is_numpy_float64(ctx, node: cst.BaseExpression | None, depth: int = 0) -> bool:
     """Whether `node` is (a name assigned) a NumPy array that is float64: made by a float64-by-default
     function without `dtype=`, or `np.array` of float literals."""
     if node is None or depth > 2:
         return False
     if isinstance(node, cst.Name):
         values = ctx.bindings.values(node.value)
-        return bool(values) and all(_numpy_float64(ctx, v, depth + 1) for v in values)
+        return bool(values) and all(is_numpy_float64(ctx, v, depth + 1) for v in values)
     if not isinstance(node, cst.Call):
         return False
     name = ctx.call_name(node) or ""

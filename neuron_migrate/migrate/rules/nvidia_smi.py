@@ -12,7 +12,7 @@ from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import Invalid
-from neuron_migrate.migrate.rules.scoped_assignments import _ScopedAssignments
+from neuron_migrate.migrate.rules.scoped_assignments import ScopedAssignments
 
 _LAUNCHERS = {
     *(
@@ -27,7 +27,7 @@ _NVIDIA_SMI = re.compile(r"(?<![\w-])nvidia-smi(?![\w-])")
 _USES_LAUNCHER = uses(_LAUNCHERS)
 
 
-class NvidiaSmi(_ScopedAssignments):
+class NvidiaSmi(ScopedAssignments):
     """`nvidia-smi` run as a program.
 
     What it does

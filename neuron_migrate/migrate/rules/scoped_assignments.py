@@ -8,7 +8,7 @@ import libcst as cst
 from neuron_migrate.migrate.rule import Rule
 
 
-class _ScopedAssignments(Rule):
+class ScopedAssignments(Rule):
     """Remembers the last value assigned to each plain name, per function scope, to follow `env`/`cmd`
     names."""
 
