@@ -222,11 +222,12 @@ def _fix_notebook(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> N
         if new_text != masked and above:
             after = _fix_after(above, masked, result.rel, codes, style, bound, as_python)
             new_text, applied, left = after or (new_text, applied, left)
-        above.append(new_text)
         restored = unmask_magics(new_text, magics)
         if restored is None:
             result.skipped.append(f"cell {index + 1}: a fix would move an IPython magic line")
+            above.append(masked)
             continue
+        above.append(new_text)
         result.applied += [_in_cell(f, index + 1) for f in applied]
         result.left += [(_in_cell(f, index + 1), why) for f, why in left]
         new_cells[index] = restored

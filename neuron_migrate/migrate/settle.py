@@ -5,15 +5,18 @@ In order, for every finding with a fix:
 1. code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
    CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
    (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
-2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; a
-   safe fix inside a parameter's default becomes unsafe (the default is the function's interface, and the
-   device would be looked up when the function is defined, at import);
+2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; so
+   is a fix of code a test expects to raise (the body of `with self.assertRaises...:` / `pytest.raises`: a
+   rewrite can change the error it checks; a note); a safe fix inside a parameter's default becomes unsafe
+   (the default is the function's interface, and the device would be looked up when the function is
+   defined, at import);
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
    those findings become notes). A CUDA device-type test whose generic form would send other devices into
-   code that is neither device plumbing nor fixed in this run, or that sits in a file using CUDA-only
-   libraries, keeps its fix as an unsafe one (`device_neutral`). Repeated until nothing changes, since
+   code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
+   device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
+   (`device_neutral`). Repeated until nothing changes, since
    withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
