@@ -222,16 +222,7 @@ def test_notebook_cells_with_ipython_magics_are_fixed_around_them(run_cli, tmp_p
         ],
         ["%%bash\n", "nvidia-smi"],
     ]
-    notebook = {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": cell}
-            for cell in cells
-        ],
-        "metadata": {},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (tmp_path / "nb.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+    write_notebook(tmp_path / "nb.ipynb", cells)
     proc = run_cli("fix", ".", "--write")
     after = json.loads((tmp_path / "nb.ipynb").read_text())
     first = after["cells"][0]["source"]
@@ -293,6 +284,16 @@ def test_notebook_cells_reuse_the_device_an_earlier_cell_binds(run_cli, tmp_path
         ["x = torch.ones(2)\n", "x = x.cuda()\n", "torch.cuda.synchronize()"],
         ["print(x.is_cuda)"],
     ]
+    write_notebook(tmp_path / "nb.ipynb", cells)
+    proc = run_cli("fix", ".", "--write")
+    after = [cell["source"] for cell in json.loads((tmp_path / "nb.ipynb").read_text())["cells"]]
+    assert after[0][0] == "%matplotlib inline\n" and "x = x.to(device)\n" in after[1], after
+    assert "nb.ipynb[cell 3]:1:7 NM104" in proc.stderr, proc.stderr
+    assert "3 findings fixed" in proc.stderr, proc.stderr
+
+
+def write_notebook(path: Path, cells: list[list[str]]) -> None:
+    """A notebook of code cells with these sources, written as Jupyter does (indent 1)."""
     notebook = {
         "cells": [
             {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": cell}
@@ -302,9 +303,4 @@ def test_notebook_cells_reuse_the_device_an_earlier_cell_binds(run_cli, tmp_path
         "nbformat": 4,
         "nbformat_minor": 5,
     }
-    (tmp_path / "nb.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
-    proc = run_cli("fix", ".", "--write")
-    after = [cell["source"] for cell in json.loads((tmp_path / "nb.ipynb").read_text())["cells"]]
-    assert after[0][0] == "%matplotlib inline\n" and "x = x.to(device)\n" in after[1], after
-    assert "nb.ipynb[cell 3]:1:7 NM104" in proc.stderr, proc.stderr
-    assert "3 findings fixed" in proc.stderr, proc.stderr
+    path.write_text(json.dumps(notebook, indent=1) + "\n")
