@@ -85,7 +85,7 @@ def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]
     cache = ScanCache(options.cache_dir, f"{','.join(rules)};torch {options.target_torch}")
     errors: list[FileError] = []
     fixes: list[FileFix] = []
-    tasks = []
+    tasks, sizes = [], []
     for item in plan(options, rules, cache, errors):
         if item.source.kind == "kernel":
             continue
@@ -96,8 +96,9 @@ def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]
             continue
         codes = item.active or tuple(rules)
         tasks.append((item.source, codes, replace(item.style, unsafe=unsafe)))
+        sizes.append(len(item.text.text) if item.text is not None else 0)
     cache.save()
-    fixes.extend(run_tasks(fix_file, tasks, options.jobs, progress))
+    fixes.extend(run_tasks(fix_file, tasks, options.jobs, progress, sizes))
     return sorted(fixes, key=lambda f: f.rel)
 
 

@@ -126,7 +126,8 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
     planned = plan(options, rules, cache, errors)
     work = [item for item in planned if item.findings is None]
     tasks = [(item.source.rel, item.text, item.active, item.style) for item in work]
-    for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress), strict=True):
+    sizes = [len(item.text.text) for item in work]
+    for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress, sizes), strict=True):
         for finding in result:
             if _kind(rules, finding) in ("unparsable", "analysis-failure"):
                 errors.append(FileError(item.source.rel, finding.message))
@@ -157,25 +158,40 @@ def _triggered(rule: type[Rule], data: bytes) -> bool:
 
 
 def run_tasks(
-    function: Callable, tasks: list[tuple], jobs: int, progress: Callable[[int, int], None] | None
+    function: Callable,
+    tasks: list[tuple],
+    jobs: int,
+    progress: Callable[[int, int], None] | None,
+    sizes: list[int] | None = None,
 ) -> list:
-    """`function(*task)` for every task, in a process pool when there are enough of them; results in order."""
+    """`function(*task)` for every task, in a process pool when there are enough of them; results in order.
+
+    With `sizes` (a cost estimate per task, such as its file's length) the pool takes the largest tasks first,
+    one at a time, so that no worker is left with a large file at the end while the others idle."""
     jobs = jobs or os.cpu_count() or 1
-    results: list = []
     if jobs == 1 or len(tasks) < POOL_THRESHOLD:
+        results: list = []
         for done, task in enumerate(tasks, start=1):
             results.append(function(*task))
             if progress:
                 progress(done, len(tasks))
         return results
+    order = submission_order(len(tasks), sizes)
+    ordered: list = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        for done, result in enumerate(
-            pool.map(_call, [(function, task) for task in tasks], chunksize=8), start=1
+        jobs_in_order = [(function, tasks[i]) for i in order]
+        for done, (index, result) in enumerate(
+            zip(order, pool.map(_call, jobs_in_order, chunksize=1 if sizes else 8), strict=True), start=1
         ):
-            results.append(result)
+            ordered[index] = result
             if progress:
                 progress(done, len(tasks))
-    return results
+    return ordered
+
+
+def submission_order(count: int, sizes: list[int] | None) -> list[int]:
+    """Task indexes, largest first when sizes are known (ties keep their order), else as given."""
+    return sorted(range(count), key=lambda i: -sizes[i]) if sizes else list(range(count))
 
 
 def _call(job: tuple[Callable, tuple]):

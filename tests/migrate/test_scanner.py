@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.migrate.scanner import ScanOptions, scan
+from neuron_migrate.migrate.scanner import ScanOptions, run_tasks, scan, submission_order
 from neuron_migrate.migrate.sources import Selection
 
 SYNC = "import torch\ntorch.cuda.synchronize()\n"
@@ -165,3 +165,13 @@ def test_unreadable_file(tmp_path):
     path.write_text(SYNC)
     path.chmod(0)
     assert codes(run(tmp_path)) == [("secret.py", "NM902")]
+
+
+def test_pool_takes_the_largest_tasks_first_and_returns_results_in_task_order():
+    tasks = [(index, index) for index in range(40)]
+    seen: list[tuple[int, int]] = []
+    results = run_tasks(max, tasks, 2, lambda done, total: seen.append((done, total)), sizes=list(range(40)))
+    assert results == list(range(40))
+    assert seen[-1] == (40, 40)
+    assert submission_order(4, [5, 9, 1, 9]) == [1, 3, 0, 2]
+    assert submission_order(3, None) == [0, 1, 2]
