@@ -265,7 +265,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     if (paired := paired_with_cuda(ctx, stack, mentions.covered)) is not None:
         return CudaOnly(*paired)
     if (table := stored_in_table(ctx, stack, pending.node)) is not None:
-        return CudaOnly(table)
+        return CudaOnly(table, needs_change=not table.endswith("no change needed"))
     if (comment := _cuda_only_comment(stack[start:])) is not None:
         return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
     for leftover in leftovers:

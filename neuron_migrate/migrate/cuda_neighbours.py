@@ -12,10 +12,14 @@ stored in (used by `cuda_context`).
 
 Names only count, not strings (a file name such as `"gpu_model.pt"` says nothing), except a backend's name.
 
-A CUDA function that is stored, not called, in a list, tuple, set or dict, or assigned to a subscript
-(`constant_fold_functions = [..., torch.cuda.current_device, ...]`, `BACKEND_DEVICE_COUNT["xla"] =
-torch.cuda.device_count`), is an entry of a table: the table holds that very function (a registry keyed by
-function identity, one device's entry), so another function there changes what the table means.
+A CUDA function that is stored, not called, in a list, tuple, set or dict (as a value or a key), or assigned
+to a subscript (`constant_fold_functions = [..., torch.cuda.current_device, ...]`,
+`BACKEND_DEVICE_COUNT["xla"] = torch.cuda.device_count`, `{torch.cuda.synchronize: "cuda"}`), is an entry of a
+table: the table holds that very function (a registry keyed by function identity, one device's entry), so
+another function there changes what the table means. One passed to a call (`@register(...,
+torch.cuda.synchronize)`, `timer(sync=torch.cuda.synchronize)`) may be kept the same way by the callee
+(torch's Dynamo registered `torch.accelerator.synchronize` twice after such a rewrite, and every
+`torch.compile` failed): it is left for a person.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 _TABLE_ENTRY = (
     "it is stored in a table, not called: the table holds that very function (a registry, or one device's "
     "entry): no change needed"
+)
+_PASSED = (
+    "it is passed as a value, not called: the callee may hold that very function (a registry, a dispatch "
+    "key), so another function there changes what it means; leave it, or register the accelerator's own"
 )
 _SELECTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -140,8 +148,12 @@ def stored_in_table(ctx, stack: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> s
         return None  # `ProfilerActivity.CUDA` is a value, not a function
     index = stack.index(node)
     parent = stack[index - 1] if index > 0 else None
-    if isinstance(parent, cst.Element) or (isinstance(parent, cst.DictElement) and parent.value is node):
+    if isinstance(
+        parent, (cst.Element, cst.DictElement)
+    ):  # a value or a key: `{torch.cuda.synchronize: "cuda"}`
         return _TABLE_ENTRY
+    if isinstance(parent, cst.Arg) and index > 1 and isinstance(stack[index - 2], cst.Call):
+        return _PASSED  # `@register(torch.accelerator.synchronize, torch.cuda.synchronize)`
     if (
         isinstance(parent, cst.Assign)
         and parent.value is node

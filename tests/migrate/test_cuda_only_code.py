@@ -584,3 +584,19 @@ def test_accelerates_multi_gpu_branch_is_cudas():
         "    return state.num_processes\n"
     )
     assert fixed(source) == source
+
+
+def test_cuda_functions_used_as_keys_or_passed_to_a_registry_keep_their_identity():
+    """Dynamo registers handlers by function: rewriting `torch.cuda.synchronize` in `@register(...)` made it
+    register `torch.accelerator.synchronize` twice, and every `torch.compile` failed."""
+    source = (
+        "import torch\n"
+        "TABLE = {torch.cuda.synchronize: 'cuda', torch.xpu.synchronize: 'xpu'}\n"
+        "@register(torch.accelerator.synchronize, torch.cuda.synchronize)\n"
+        "def handle():\n"
+        "    pass\n"
+        "timer(sync=torch.cuda.synchronize)\n"
+    )
+    assert fixed_until_stable(source) == source
+    reasons = [f.message for f in findings(source) if f.code == "NM401"]
+    assert len(reasons) == 3 and sum("passed as a value" in r for r in reasons) == 2, reasons
