@@ -7,8 +7,9 @@ stored in (used by `cuda_context`).
 - They name a process-group backend (`ProcessGroup.BackendType.GLOO`, `"nccl"`): the call pairs CUDA with a
   backend that may not serve other devices (`pg._register_backend(torch.device("cuda"), BackendType.GLOO,
   ...)`: gloo only moves CPU and CUDA tensors). A person registers the accelerator's own backend instead.
-- It passes `device_type="cuda"` to a function the module also calls with other device types
-  (`device_type="cpu"`, `"mps"`, `"xpu"`): one entry of a per-device choice, which stays CUDA's.
+- It passes `device_type="cuda"` (or `device="cuda"`) to a function the module also calls with other device
+  types under the same keyword (`device_type="cpu"`, `"mps"`, `device="xpu"`): one entry of a per-device
+  choice, which stays CUDA's.
 
 Names only count, not strings (a file name such as `"gpu_model.pt"` says nothing), except a backend's name.
 
@@ -33,6 +34,8 @@ from neuron_migrate.migrate.device_literals import string_value
 
 _CUDA_FACT = re.compile(r"cudnn|miopen|rocm|(?<![a-z])hip(?![a-z])|nccl|nvidia|cublas|cutlass", re.IGNORECASE)
 _BACKENDS = frozenset({"gloo", "nccl", "ucc", "mpi"})
+#: the keywords a per-device choice passes a device type by (`check_device(a, b, device="xpu")`)
+_SELECTOR_KEYWORDS = frozenset({"device_type", "device"})
 #: device types other than CUDA, as code passes them to `device_type=`
 _OTHER_DEVICE_TYPES = frozenset(
     {"cpu", "mps", "xpu", "hpu", "npu", "mlu", "musa", "meta", "xla", "tpu", "neuron", "privateuseone"}
@@ -68,12 +71,13 @@ def paired_with_cuda(ctx, stack: tuple[cst.CSTNode, ...], covered: set[int]) -> 
                 "it, and pair the accelerator with its own: `dist.get_default_backend_for_device(device)`",
                 True,
             )
-    if arg.keyword is not None and arg.keyword.value == "device_type":
-        listed = _selectors(ctx).get(_callee(ctx, call), set())
+    if arg.keyword is not None and arg.keyword.value in _SELECTOR_KEYWORDS:
+        keyword = arg.keyword.value
+        listed = _selectors(ctx).get((_callee(ctx, call), keyword), set())
         if listed:
             shown = ", ".join(f"`{d}`" for d in sorted(listed)[:3])
             return (
-                f"one entry of a per-device choice (the module also passes `device_type=` {shown} to "
+                f"one entry of a per-device choice (the module also passes `{keyword}=` {shown} to "
                 f"`{ctx.code(call.func).strip()}`): CUDA's entry stays; add one for `neuron` where it "
                 "applies",
                 False,
@@ -124,16 +128,17 @@ def _callee(ctx, call: cst.Call) -> str:
 
 
 def _selectors(ctx) -> dict[str, set[str]]:
-    """Per callee: the other device types the module passes it as `device_type=` (computed once a file)."""
+    """Per (callee, keyword): the other device types the module passes it as `device_type=` or `device=`
+    (computed once a file)."""
     selectors = _SELECTORS.get(ctx)
     if selectors is None:
         selectors = {}
         for call, _ in ctx.calls:
             for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value == "device_type":
+                if arg.keyword is not None and arg.keyword.value in _SELECTOR_KEYWORDS:
                     value = string_value(arg.value)
                     if value in _OTHER_DEVICE_TYPES:
-                        selectors.setdefault(_callee(ctx, call), set()).add(value)
+                        selectors.setdefault((_callee(ctx, call), arg.keyword.value), set()).add(value)
         _SELECTORS[ctx] = selectors
     return selectors
 

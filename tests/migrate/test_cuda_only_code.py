@@ -600,3 +600,14 @@ def test_cuda_functions_used_as_keys_or_passed_to_a_registry_keep_their_identity
     assert fixed_until_stable(source) == source
     reasons = [f.message for f in findings(source) if f.code == "NM401"]
     assert len(reasons) == 3 and sum("passed as a value" in r for r in reasons) == 2, reasons
+
+
+def test_device_keyword_of_a_per_device_choice_stays_cudas():
+    """`check_device(..., device="cuda") or check_device(..., device="xpu")`: the accelerator's type would be
+    `cpu` on a CPU host and send CPU tensors through CUDA's thresholds."""
+    source = (
+        "import torch\n"
+        "def should(a, b):\n"
+        "    return check_device(a, b, device='cuda') or check_device(a, b, device='xpu')\n"
+    )
+    assert fixed_until_stable(source) == source
