@@ -123,7 +123,7 @@ def test_cuda_device_context_takes_the_device_index():
 def test_equality_with_a_bare_cuda_string_keeps_meaning_for_indexed_devices():
     source = "import torch\ndef f(device, x):\n    if device == 'cuda':\n        x = x.to(device)\n"
     after = fixed(source, ("NM105",))
-    assert 'torch.device(device).type != "cpu" and torch.device(device).index is None' in after
+    assert 'torch.device(device).type not in ("cpu", "meta") and torch.device(device).index is None' in after
 
 
 def test_a_device_test_that_selects_a_choice_not_plumbing_is_an_unsafe_fix():

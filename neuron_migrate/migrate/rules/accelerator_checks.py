@@ -27,14 +27,16 @@ def accelerator_test(
     """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
 
     `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
-    (`"none"`: `d == "cuda"` is false for `"cuda:1"`)."""
+    (`"none"`: `d == "cuda"` is false for `"cuda:1"`); such a string test also leaves out `"meta"`, which
+    `!= "cpu"` would let in (`device_map == "cuda"` must stay false for `device_map="meta"`)."""
     ctx = rule.ctx
     if _negated(ctx):
         node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
     else:
         parent = ctx.parent
     test = f'{type_text} {"!=" if positive else "=="} "cpu"'
-    if index is not None:
+    if index is not None:  # a string the caller chose: `"meta"` (a common device_map) is no accelerator
+        test = f'{type_text} {"not in" if positive else "in"} ("cpu", "meta")'
         attribute = type_text.removesuffix(".type") + ".index"
         has = "is not None" if index == "some" else "is None"
         lacks = "is None" if index == "some" else "is not None"

@@ -79,7 +79,8 @@ class CudaDeviceCheck(Rule):
             'use_amp = device == "cuda"\npin = "cuda" in device\n',
             "import torch\ndevice = (torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")).type\n'
-            'use_amp = torch.device(device).type != "cpu" and torch.device(device).index is None\n'
+            'use_amp = torch.device(device).type not in ("cpu", "meta")'
+            " and torch.device(device).index is None\n"
             'pin = torch.device(device).type != "cpu"\n',
             count=3,
         ),
@@ -87,7 +88,8 @@ class CudaDeviceCheck(Rule):
             'import torch\ndev = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
             'if dev.type == "cuda" and not args.device.startswith("cuda:"):\n    x = x.to(dev)\n',
             "import torch\ndev = torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")\nif dev.type != "cpu" and (torch.device(args.device).type == "cpu" or'
+            ' torch.device("cpu")\nif dev.type != "cpu" and'
+            ' (torch.device(args.device).type in ("cpu", "meta") or'
             " torch.device(args.device).index is None):\n    x = x.to(dev)\n",
             count=3,
         ),
@@ -109,7 +111,8 @@ class CudaDeviceCheck(Rule):
             "import torch\ndef select(device):\n    if device.startswith('cuda:'):\n"
             "        torch.accelerator.set_device_index(device)\n",
             "import torch\ndef select(device):\n"
-            '    if torch.device(device).type != "cpu" and torch.device(device).index is not None:\n'
+            '    if torch.device(device).type not in ("cpu", "meta")'
+            " and torch.device(device).index is not None:\n"
             "        torch.accelerator.set_device_index(device)\n",
         ),
     )
