@@ -2,8 +2,10 @@
 
 In order, for every finding with a fix:
 
-1. code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
-   CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
+1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`) is not fixed: the
+   change belongs where it comes from (a to-do); code that only runs when `torch.accelerator` itself is
+   missing (an old-torch fallback branch) keeps its CUDA calls: the fix is withdrawn (a note); so does a
+   device that is only reached without an accelerator
    (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; so
    is a fix of code a test expects to raise (the body of `with self.assertRaises...:` / `pytest.raises`: a
@@ -42,6 +44,7 @@ _DEFAULT = (
     "a parameter's default is part of the function's interface and is computed when the function is "
     "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
 )
+_VENDOR_FOLDERS = frozenset({"_vendor", "vendor", "vendored", "_vendored", "third_party"})
 _RAISES = re.compile(r"(^|\.)(assertRaises\w*|raises)$")
 _NO_ACCELERATOR = (
     "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
@@ -72,8 +75,11 @@ def withdraw(pending, note: str, no_change: bool = False) -> None:
 
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
+    vendored = _vendored_folder(ctx.path)
     for pending in pendings:
-        if pending.fix is not None and without_accelerator_api(ctx, pending.stack):
+        if pending.fix is not None and vendored is not None:
+            withdraw(pending, f"vendored code (`{vendored}/`): change it where it comes from, not here")
+        elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
             pending.fix is not None
@@ -106,6 +112,12 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         return len(line) - (where.end.column - where.start.column) + len(text) > style.line_length
 
     DeviceNames(ctx, style.line_length, lambda p: applies(p, style), overflow).resolve(pendings)
+
+
+def _vendored_folder(path: str) -> str | None:
+    """The folder that marks `path` as a vendored copy of another project (`torch/_vendor/quack/...`)."""
+    parts = path.replace("\\", "/").split("/")[:-1]
+    return next((part for part in parts if part.lower() in _VENDOR_FOLDERS), None)
 
 
 def _expected_to_raise(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:

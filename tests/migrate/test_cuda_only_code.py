@@ -611,3 +611,10 @@ def test_device_keyword_of_a_per_device_choice_stays_cudas():
         "    return check_device(a, b, device='cuda') or check_device(a, b, device='xpu')\n"
     )
     assert fixed_until_stable(source) == source
+
+
+def test_vendored_copies_are_not_fixed(tmp_path):
+    source = "import torch\ntorch.cuda.synchronize()\n"
+    assert fixed(source, path="torch/_vendor/quack/autotuner.py") == source
+    assert fixed(source, path="third_party/lib/sync.py") == source
+    assert "torch.accelerator.synchronize()" in fixed(source, path="vendors_tools/sync.py")
