@@ -34,7 +34,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
-from neuron_migrate.migrate.device_neutral import widening_risk
+from neuron_migrate.migrate.device_neutral import flag_side, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
@@ -170,8 +170,9 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
                     changed = True
             if applies(check, style):
                 continue
+            guarded = (*check.region, *flag_side(ctx, check))  # `on_gpu = d.type == "cuda"`: `if on_gpu:` too
             for inner in pendings:
-                if inner is not check and inner.fix is not None and _inside(inner, check.region):
+                if inner is not check and inner.fix is not None and _inside(inner, guarded):
                     withdraw(inner, _BEHIND_CHECK, no_change=True)
                     changed = True
         for pending in pendings:

@@ -339,9 +339,12 @@ _ORT = (
 
 def test_a_device_type_test_kept_in_a_name_is_judged_by_what_the_name_selects():
     """`on_gpu` picks ONNX Runtime's CUDA I/O binding: made generic, neuron tensors would be bound as device
-    pointers (ORT has no neuron provider), where the original copied them to the host."""
-    after = fixed(_ORT)
-    assert "on_gpu = device.type == 'cuda'" in after and "get_device_module().current_stream(device)" in after
+    pointers (ORT has no neuron provider), where the original copied them to the host. While the test stays
+    CUDA's, the code it selects stays too (rewriting it alone was a half-migration a reviewer rejected)."""
+    assert fixed(_ORT) == _ORT
+    reviewed = fixed(_ORT, unsafe=True)
+    assert 'on_gpu = device.type != "cpu"' in reviewed
+    assert "get_device_module().current_stream(device)" in reviewed
     [check] = [f for f in findings(_ORT) if f.code == "NM105"]
     assert check.fix.safety == "unsafe" and "session.synchronize_outputs()" in check.message
     plumbing = "import torch\ndef pin(ids):\n    pinned = ids.device.type == 'cuda'\n    return pinned\n"
@@ -618,3 +621,17 @@ def test_vendored_copies_are_not_fixed(tmp_path):
     assert fixed(source, path="torch/_vendor/quack/autotuner.py") == source
     assert fixed(source, path="third_party/lib/sync.py") == source
     assert "torch.accelerator.synchronize()" in fixed(source, path="vendors_tools/sync.py")
+
+
+def test_code_a_kept_cuda_flag_selects_stays_cudas():
+    """`on_gpu = device.type == "cuda" and HAS_ORT_CUDA` stays a CUDA check, so what `if on_gpu:` guards only
+    runs on CUDA: rewriting it half-migrated the code (ONNX Runtime's runner in transformers)."""
+    source = (
+        "import torch\n"
+        "def run(device, x):\n"
+        "    on_gpu = device.type == 'cuda' and HAS_ORT_CUDA\n"
+        "    if on_gpu:\n"
+        "        torch.cuda.synchronize()\n"
+        "    return x\n"
+    )
+    assert fixed_until_stable(source) == source
