@@ -158,9 +158,12 @@ def _completed(row: dict[str, Any]) -> tuple[str, str]:
         named = [f"{op} ({'/'.join(row[op].dtypes) or 'no tensor'})" for op in by_status["unsupported"]]
         return "fails_on_neuron", f"unsupported on neuron: {', '.join(named)}"
     on_cpu, unknown = sorted(by_status.get("cpu_fallback", [])), sorted(by_status.get("unknown", []))
-    parts = [f"{len(on_cpu)} op(s) run on CPU: {_first_six(on_cpu)}"] * bool(on_cpu) + [
-        f"{len(unknown)} op(s) the opdb knows nothing of (check on a device): {_first_six(unknown)}"
-    ] * bool(unknown)
+    parts = []
+    if on_cpu:
+        parts.append(f"{len(on_cpu)} op(s) run on CPU: {_first_six(on_cpu)}")
+    if unknown:
+        named = _first_six(unknown)
+        parts.append(f"{len(unknown)} op(s) the opdb knows nothing of (check on a device): {named}")
     if parts:
         return "fallbacks", "; ".join(parts)
     return "native", "every op native"

@@ -91,6 +91,10 @@ class FileContext:
         """The source text of a node."""
         return self.module.code_for_node(node)
 
+    def excerpt(self, node: cst.CSTNode, limit: int = 50) -> str:
+        """A node's source on one line (white space folded), shortened to `limit` characters for a message."""
+        return shortened(" ".join(self.code(node).split()), limit)
+
     def guard(self) -> str | None:
         """The CUDA-availability condition the visited node sits under (`if torch.cuda.is_available():`), if
         any."""
@@ -138,3 +142,8 @@ class FileContext:
         )
         self.pending.append(pending)
         return pending
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters ending in "..." when it is longer."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

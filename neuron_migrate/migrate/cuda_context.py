@@ -42,6 +42,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
+from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_files import cuda_file, imported_library, library_module
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.guards import exits, implies
@@ -115,7 +116,7 @@ class CudaMentions:
                 ):
                     text = child.value.strip("'\"")
                 if text is not None:
-                    found.append(text if len(text) <= 40 else text[:37] + "...")
+                    found.append(shortened(text, 40))
                     return False
                 return True
 
@@ -265,7 +266,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     if (paired := paired_with_cuda(ctx, stack, mentions.covered)) is not None:
         return CudaOnly(*paired)
     if (table := stored_in_table(ctx, stack, pending.node)) is not None:
-        return CudaOnly(table, needs_change=not table.endswith("no change needed"))
+        return CudaOnly(*table)
     if (comment := _cuda_only_comment(stack[start:])) is not None:
         return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
     for leftover in leftovers:
@@ -294,8 +295,7 @@ def _cuda_gate(mentions: CudaMentions, stack) -> str | None:
         for decorator in parent.decorators:
             expression = decorator.decorator
             if _gates_on_cuda(mentions, expression):
-                text = " ".join(mentions.ctx.code(expression).split())
-                return text if len(text) <= 50 else text[:47] + "..."
+                return mentions.ctx.excerpt(expression)
     return None
 
 
@@ -342,8 +342,7 @@ def _cuda_only_comment(stack) -> str | None:
             comments.append(trailing.comment)
         for comment in comments:
             if _CUDA_ONLY_COMMENT.search(comment.value):
-                text = comment.value.lstrip("# ").strip()
-                return text if len(text) <= 40 else text[:37] + "..."
+                return shortened(comment.value.lstrip("# ").strip(), 40)
     return None
 
 

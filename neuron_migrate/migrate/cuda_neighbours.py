@@ -41,13 +41,16 @@ _OTHER_DEVICE_TYPES = frozenset(
     {"cpu", "mps", "xpu", "hpu", "npu", "mlu", "musa", "meta", "xla", "tpu", "neuron", "privateuseone"}
 )
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+#: (why, whether a person still has something to do), as `paired_with_cuda` answers
 _TABLE_ENTRY = (
     "it is stored in a table, not called: the table holds that very function (a registry, or one device's "
-    "entry): no change needed"
+    "entry): no change needed",
+    False,
 )
 _PASSED = (
     "it is passed as a value, not called: the callee may hold that very function (a registry, a dispatch "
-    "key), so another function there changes what it means; leave it, or register the accelerator's own"
+    "key), so another function there changes what it means; leave it, or register the accelerator's own",
+    True,
 )
 _SELECTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -143,9 +146,9 @@ def _selectors(ctx) -> dict[str, set[str]]:
     return selectors
 
 
-def stored_in_table(ctx, stack: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> str | None:
-    """Why `node`, a `torch.cuda` function named but not called, is an entry of a table (see the module
-    docstring)."""
+def stored_in_table(ctx, stack: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> tuple[str, bool] | None:
+    """Why `node`, a `torch.cuda` function named but not called, is an entry of a table or handed to a call,
+    and whether a person still has something to do there (see the module docstring)."""
     if not isinstance(node, (cst.Name, cst.Attribute)) or node not in stack:
         return None
     name = ctx.qualified_name(node) or ""
@@ -153,9 +156,7 @@ def stored_in_table(ctx, stack: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> s
         return None  # `ProfilerActivity.CUDA` is a value, not a function
     index = stack.index(node)
     parent = stack[index - 1] if index > 0 else None
-    if isinstance(
-        parent, (cst.Element, cst.DictElement)
-    ):  # a value or a key: `{torch.cuda.synchronize: "cuda"}`
+    if isinstance(parent, (cst.Element, cst.DictElement)):  # a value, or a key: `{torch.cuda.synchronize: 1}`
         return _TABLE_ENTRY
     if isinstance(parent, cst.Arg) and index > 1 and isinstance(stack[index - 2], cst.Call):
         return _PASSED  # `@register(torch.accelerator.synchronize, torch.cuda.synchronize)`

@@ -51,8 +51,7 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
         return f"other devices would run `{call}`: check it works there"
     affected = side or _what_cuda_skips(ctx, check)
     if affected and not _does_device_work(ctx, (*rest, *affected), covered):
-        first = " ".join(ctx.code(affected[0]).split())
-        first = first if len(first) <= 50 else first[:47] + "..."
+        first = ctx.excerpt(affected[0])
         what = "selects for" if side else "skips on"
         return (
             f"what it {what} CUDA (`{first}`) does no device work: a choice made for CUDA, which other "
@@ -68,10 +67,7 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
     """The code the test of `check` runs only on CUDA: the body of `if <CUDA>:`, the `else` of `if <not
     CUDA>:`, the code after `if <not CUDA>: raise`; for a test kept in a name (`on_gpu = d.type == "cuda"`),
     the code that name's tests select in the same function (`flag_side`)."""
-    test = check.region[0] if check.region else None
-    owner = next(
-        (n for n in check.stack if isinstance(n, (cst.If, cst.While, cst.IfExp)) and n.test is test), None
-    )
+    owner = _test_owner(check, (cst.If, cst.While, cst.IfExp))
     if owner is None:
         return flag_side(ctx, check)
     if owner.body not in check.region:  # a precondition: what follows it
@@ -86,12 +82,17 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 def _what_cuda_skips(ctx, check) -> tuple[cst.CSTNode, ...]:
     """For `if <not CUDA>: body` without an `else` (`if not (bool and device.type == "cuda"): yield ...`), the
     body: made generic, the test makes every accelerator skip it."""
-    test = check.region[0] if check.region else None
-    owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is test), None)
+    owner = _test_owner(check, (cst.If,))
     if owner is None or owner.orelse is not None or owner.body not in check.region:
         return ()
     when_true, when_false = implies(ctx, owner.test)
     return (owner.body,) if when_true != "certain" and when_false == "certain" else ()
+
+
+def _test_owner(check, kinds: tuple[type, ...]):
+    """The statement or expression of `kinds` whose test heads the check's region, if any."""
+    test = check.region[0] if check.region else None
+    return next((n for n in check.stack if isinstance(n, kinds) and n.test is test), None)
 
 
 def and_rest(check) -> tuple[cst.CSTNode, ...]:
@@ -183,8 +184,7 @@ def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -
             if found or id(node) in covered:
                 return False
             if isinstance(node, cst.Call) and not (_callee_fixed(node, covered) or _neutral(ctx, node)):
-                text = " ".join(ctx.code(node).split())
-                found.append(text if len(text) <= 50 else text[:47] + "...")
+                found.append(ctx.excerpt(node))
                 return False
             return True
 
@@ -221,9 +221,13 @@ def _plumbing(ctx, call: cst.Call, covered: set[int]) -> bool:
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
-    method = func.attr.value
-    streams = method in _STREAM_METHODS and bool(_STREAM.search(ctx.code(func.value)))
-    return method in _DEVICE_METHODS or streams
+    return func.attr.value in _DEVICE_METHODS or _stream_call(ctx, func)
+
+
+def _stream_call(ctx, func: cst.Attribute) -> bool:
+    """`torch.get_device_module().current_stream(d).synchronize()`, `event.wait()`: a stream or event's own
+    synchronize / wait / record / query."""
+    return func.attr.value in _STREAM_METHODS and bool(_STREAM.search(ctx.code(func.value)))
 
 
 def _callee_fixed(call: cst.Call, covered: set[int]) -> bool:
@@ -245,6 +249,6 @@ def _neutral(ctx, call: cst.Call) -> bool:
     method, owner = func.attr.value, dotted(func.value) or ""
     if method in _LOG_METHODS and ("log" in owner.lower() or owner == "warnings"):
         return True
-    if method in _STREAM_METHODS and _STREAM.search(ctx.code(func.value)):
-        return True  # `torch.get_device_module().current_stream(d).synchronize()`, `event.wait()`
+    if _stream_call(ctx, func):
+        return True
     return method in _NEUTRAL_METHODS

@@ -33,6 +33,7 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
+from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.device_neutral import flag_side, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
@@ -241,4 +242,4 @@ def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:
 def _first_line(ctx, node: cst.CSTNode) -> str:
     text = ctx.code(node).strip().splitlines()
     line = text[0] if text else ""
-    return line if len(line) <= 60 else line[:57] + "..."
+    return shortened(line, 60)

@@ -1,4 +1,5 @@
-"""What NM104 and NM105 share: a CUDA test rewritten as a test for any accelerator, and its report."""
+"""What NM104 and NM105 share: a CUDA test rewritten as a test for any accelerator, and its report (the
+report inside a per-device chain also serves the availability checks of NM106)."""
 
 from __future__ import annotations
 
@@ -50,14 +51,22 @@ def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> N
     """Report a device check with its fix; the code it guards decides after the walk whether the fix stands
     (`settle`). A check in an `if`/`elif` chain with branches for other accelerators gets no fix: made
     accelerator-generic, it would take their branches too."""
-    chain = device_chain(rule.ctx)
-    if chain:  # no fix, but still a check: the code under it stays CUDA's
-        rule.report(
-            node,
-            f"{problem(message)}: {chain.advice()}",
-            region=check_region(rule.ctx),
-            no_change=chain.advice() if chain.has_neuron else None,
-        )
+    if reported_in_device_chain(rule, node, message):
         return
     pending = rule.report(node, message, fix, region=check_region(rule.ctx))
     pending.widens_test = True
+
+
+def reported_in_device_chain(rule: Rule, node: cst.CSTNode, message: str) -> bool:
+    """In an `if`/`elif` chain with branches for other accelerators, report the check without a fix (still a
+    check: the code under it stays CUDA's) and say so; elsewhere report nothing."""
+    chain = device_chain(rule.ctx)
+    if not chain:
+        return False
+    rule.report(
+        node,
+        f"{problem(message)}: {chain.advice()}",
+        region=check_region(rule.ctx),
+        no_change=chain.advice() if chain.has_neuron else None,
+    )
+    return True

@@ -7,12 +7,11 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
-from neuron_migrate.migrate.chains import device_chain
 from neuron_migrate.migrate.device_flow import is_index_name
 from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
-from neuron_migrate.migrate.records import problem
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
+from neuron_migrate.migrate.rules.accelerator_checks import reported_in_device_chain
 
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
 
@@ -129,14 +128,7 @@ class CudaDeviceApi(QualifiedNameRule):
         if name not in _CHECKS or call is None:
             super().on_use(node, call, name)
             return
-        chain = device_chain(self.ctx)
-        if chain:
-            self.report(
-                call,
-                f"{problem(self.message_for(name))}: {chain.advice()}",
-                region=check_region(self.ctx),
-                no_change=chain.advice() if chain.has_neuron else None,
-            )
+        if reported_in_device_chain(self, call, self.message_for(name)):
             return
         region = () if self._flag_assigned() else check_region(self.ctx)
         if region:
