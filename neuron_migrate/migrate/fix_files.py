@@ -114,20 +114,19 @@ def fix_until_stable(
     holds the findings another fix took with it (`_taken_along`); `left` has the positions of the fixed
     text."""
     applied: list[Finding] = []
-    first_left: list[tuple[Finding, str]] | None = None
+    first_left: list[tuple[Finding, str]] = []
     left: list[tuple[Finding, str]] = []
-    for _ in range(MAX_PASSES):
+    for number in range(MAX_PASSES):
         found = scan_file(rel, SourceText(text, bound_modules=bound), codes, style)
         outcome = fix_text(text, found, unsafe=style.unsafe, layout=style.layout, path=path)
-        if first_left is None:
-            first_left = outcome.left
-            first_applied = len(outcome.applied)
+        if number == 0:
+            first_left, first_applied = outcome.left, len(outcome.applied)
         applied.extend(outcome.applied)
         left = outcome.left
         if outcome.text == text:
             break
         text = outcome.text
-    return text, applied + _taken_along(first_left or [], left, applied[first_applied:]), left
+    return text, applied + _taken_along(first_left, left, applied[first_applied:]), left
 
 
 def _taken_along(
@@ -220,7 +219,7 @@ def _fix_notebook(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> N
         new_text, applied, left = fix_until_stable(
             masked, result.rel, codes, style, frozenset(bound), as_python
         )
-        if new_text != masked and above:
+        if new_text != masked and above:  # only a cell that changes pays for the code above it
             after = _fix_after(above, masked, result.rel, codes, style, bound, as_python)
             new_text, applied, left = after or (new_text, applied, left)
         restored = unmask_magics(new_text, magics)
