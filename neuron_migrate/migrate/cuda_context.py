@@ -43,7 +43,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
 from neuron_migrate.migrate.context import shortened
-from neuron_migrate.migrate.cuda_files import cuda_file, imported_library, library_module
+from neuron_migrate.migrate.cuda_files import cuda_file, imported_library, library_module, requires_cuda
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.guards import exits, implies
 from neuron_migrate.migrate.names import dotted
@@ -87,6 +87,9 @@ class CudaMentions:
         self.cuda_functions: set[str] | None = None  # the module's functions that require CUDA, by name
         self.cuda_calls: dict[int, str | None] = {}  # per statement: the one of those it calls
         self.module_library: tuple[str | None] | None = None  # the CUDA-only library the module drives
+        self.docstring_requires_cuda: bool | None = None
+        self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
+        self.recorded_calls: dict[int, str | None] | None = None
 
     def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions."""
@@ -142,11 +145,31 @@ class CudaMentions:
             self.module_library = (library_module(self.ctx.module, self.ctx.path),)
         return self.module_library[0]
 
+    def call_names(self) -> dict[int, str | None]:
+        """The qualified names the walk resolved for the calls it recorded, by call id (built once)."""
+        if self.recorded_calls is None:
+            self.recorded_calls = {id(call): name for call, name in self.ctx.calls}
+        return self.recorded_calls
+
+    def block_library(self, block: cst.IndentedBlock) -> str | None:
+        """The CUDA-only library a statement of `block` imports or calls (`smp.local_rank()` in the branch
+        of `elif is_sagemaker_mp_enabled():`), if any: the block only runs where that library does."""
+        key = id(block)
+        if key not in self.block_libraries:
+            self.block_libraries[key] = _block_library(self, block.body)
+        return self.block_libraries[key]
+
+    def requires_cuda(self) -> bool:
+        """Whether the module's docstring says it requires CUDA (`cuda_files.requires_cuda`)."""
+        if self.docstring_requires_cuda is None:
+            self.docstring_requires_cuda = requires_cuda(self.ctx.module)
+        return self.docstring_requires_cuda
+
     def required_library(self, function: cst.FunctionDef) -> str | None:
         """The CUDA-only library `function` cannot run without (see the module docstring), if any."""
         key = id(function)
         if key not in self.libraries:
-            self.libraries[key] = _required_library(self.ctx, function)
+            self.libraries[key] = _required_library(self, function)
         return self.libraries[key]
 
 
@@ -214,6 +237,8 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(
             f"the module drives `{library}`, a CUDA-only library (it is named after it): no change needed"
         )
+    if mentions.requires_cuda():
+        return CudaOnly("the module's docstring says it requires CUDA: no change needed")
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
@@ -243,6 +268,8 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             if isinstance(parent, cst.If) and _in_chain_with_neuron(ctx, stack, index, in_true_branch):
                 return CudaOnly(CHAIN_NOTE)
         elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            if isinstance(parent, cst.IndentedBlock) and (library := mentions.block_library(parent)):
+                return CudaOnly(f"its block drives `{library}`, a CUDA-only library: no change needed")
             whole_function = index == start + 1 and function is not None
             for statement in parent.body if whole_function else parent.body[: parent.body.index(child)]:
                 if statement is not child and (cue := cuda_precondition(ctx, statement, mentions)):
@@ -392,27 +419,43 @@ def _callee_name(call: cst.Call) -> str | None:
     return func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
 
 
-def _required_library(ctx, function: cst.FunctionDef) -> str | None:
+def _required_library(mentions: CudaMentions, function: cst.FunctionDef) -> str | None:
     """The CUDA-only library `function` imports in its body (also in an `if` whose other branch exits) or
     calls from a statement of its body, if any."""
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
-    calls = None
     for statement in body:
         if isinstance(statement, cst.If) and isinstance(statement.orelse, cst.Else):
             branches = (statement.body, statement.orelse.body)
             for imports, other in (branches, branches[::-1]):
                 if exits(other) and (library := imported_library(imports.body)):
                     return library
+    return _block_library(mentions, body)
+
+
+def _block_library(mentions: CudaMentions, statements) -> str | None:
+    """The CUDA-only library one of `statements` imports or calls, if any (a call's name as the walk resolved
+    it, else through the module's imports: the walk records calls with arguments only)."""
+    ctx = mentions.ctx
+    for statement in statements:
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         if library := imported_library([statement]):
             return library
-        if calls is None:
-            calls = {id(call): name for call, name in ctx.calls}
         for call in _calls_in(statement):
-            if (name := calls.get(id(call))) and (library := library_of(name)):
+            name = mentions.call_names().get(id(call)) or _imported_call_name(ctx, call)
+            if name and (library := library_of(name)):
                 return library
     return None
+
+
+def _imported_call_name(ctx, call: cst.Call) -> str | None:
+    """The qualified name of a call the walk did not record, when a module-level import binds its head (after
+    the walk only the module's scope is left: a function's own names would resolve to themselves)."""
+    name, text = ctx.call_name(call), dotted(call.func)
+    if name is None or text is None:
+        return None
+    head = text.split(".")[0]
+    return name if name != text or ctx.module_binds(head) else None
 
 
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:

@@ -1,12 +1,15 @@
 """Files that are CUDA's as a whole (used by `cuda_context`): by their name or package, or because they are
 the integration of a CUDA-only library.
 
-- `torch/cuda/memory.py`, `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `nccl_utils.py`: a folder named
-  after CUDA or one of its libraries (cuDNN, NCCL, cuBLAS, CUTLASS), or a file name that mentions one. A
-  project folder's name (`cuda_project/train.py`) says nothing about one file.
+- `torch/cuda/memory.py`, `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `nccl_utils.py`, `triton_impl.py`,
+  `codegen/rocm/...`: a folder named after CUDA or one of its libraries (cuDNN, NCCL, cuBLAS, CUTLASS), ROCm
+  or Triton, or a file name that mentions one. A project folder's name (`cuda_project/train.py`) says nothing
+  about one file.
 - `accelerate/utils/megatron_lm.py`: a module that imports a CUDA-only library at its top level (also under
   `if is_megatron_lm_available():` or in a `try`) and is named after it drives that library: none of its code
   runs where the library cannot.
+- `transformers/integrations/deepgemm.py`: a module whose docstring says it requires CUDA ("Requirements:
+  CUDA, Hopper (SM90+)", "CUDA-only").
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import libcst as cst
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.rules.libraries import library_of
 
-_CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass"})
-_CUDA_STEM = re.compile(r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx")
+_CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
+#: CUDA and its libraries, NVIDIA's (`nv_universal_gemm`, `nvmath`), ROCm (AMD's GPUs, driven through the same
+#: `torch.cuda` API) and Triton (GPU kernels: Trainium's are NKI)
+_CUDA_STEM = re.compile(r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|rocm|triton|(^|_)nv(_|$)")
 
 
 def cuda_file(path: str) -> bool:
@@ -27,6 +32,18 @@ def cuda_file(path: str) -> bool:
     parts = path.replace("\\", "/").split("/")
     stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
     return any(part.lower() in _CUDA_FOLDERS for part in parts[:-1]) or _CUDA_STEM.search(stem) is not None
+
+
+#: a docstring's statement that its module needs CUDA
+_REQUIRES_CUDA = re.compile(
+    r"\brequire(?:s|d|ments?)?\b:?\s+(?:an?\s+)?(?:NVIDIA\s+)?CUDA\b|\bCUDA[- ]only\b", re.I
+)
+
+
+def requires_cuda(module: cst.Module) -> bool:
+    """Whether the module's docstring says it requires CUDA (see the module docstring)."""
+    docstring = module.get_docstring(clean=False)
+    return docstring is not None and _REQUIRES_CUDA.search(docstring) is not None
 
 
 def library_module(module: cst.Module, path: str) -> str | None:

@@ -6,7 +6,9 @@ or of a `.get("device", ...)`, a `{"device": ...}` value, a value returned by a 
 value assigned to a name that is called `device` / `dev` / `device_type` / `*_device` or that flows into one
 of those slots somewhere in the same module (through assignments, and through the arguments of functions the
 module defines, by position or keyword). Comments, docstrings, log and help texts, annotations, dict keys,
-`accelerator=` (Lightning's vocabulary) are never device slots.
+`accelerator=` (Lightning's vocabulary) are never device slots, nor is the device argument of a registry
+(`register_interface_for_device("cuda", CudaInterface)`, `get_scheduling_for_device("cuda")`): there the
+string names the device an implementation is for, a key, not the device to run on.
 
 The flow is computed once per file, on first use after the walk, from the calls the walk recorded and the
 bindings index; a rule that asks about it defers its decision to after the walk (`FileContext.defer`).
@@ -31,6 +33,8 @@ _DEVICE_OPTION = re.compile(r"^--?(dev|device|device[-_]type|[\w-]+[-_]device)$"
 _AMP_CALLEE = re.compile(r"(^|\.)(autocast|GradScaler)$")  # NM2xx rules own these
 _POSITIONAL_DEVICE = {"torch.set_default_device"}
 _GETTERS = {"get", "getenv", "setdefault", "pop", "getattr"}
+#: functions that file or look up an implementation by device type: their device argument is a key
+_REGISTRY = re.compile(r"^register|_for_device(_type)?$")
 
 
 _INDEX_NAME = re.compile(
@@ -219,7 +223,7 @@ def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
 
     `torch.device(...)` is NM102's and the amp calls NM2xx's, so they are no slot here."""
     method = call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
-    if name == "torch.device" or _AMP_CALLEE.search(name):
+    if name == "torch.device" or _AMP_CALLEE.search(name) or _REGISTRY.search(name.rsplit(".", 1)[-1]):
         return None
     keyword = arg.keyword.value if arg.keyword is not None else None
     if keyword == "device_type":
@@ -247,7 +251,9 @@ def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
 
 
 def param_slot(call: cst.Call, arg: cst.Arg, flow: DeviceFlow) -> Slot | None:
-    """An argument of a function defined in this module, given to a device parameter."""
+    """An argument of a function defined in this module, given to a device parameter (not a registry's)."""
+    if _REGISTRY.search(_callee(call) or ""):
+        return None
     for param, bound in _bound_params(call, flow):
         if bound is arg and (is_device_name(param) or param in flow.uses):
             return Slot("string", f"parameter `{param}`")

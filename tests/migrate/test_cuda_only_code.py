@@ -511,13 +511,60 @@ def test_a_cuda_function_stored_in_a_table_is_left_alone():
             "import torch\nif is_megatron_lm_available():\n    from megatron.core import mpu\n\n\n"
             "def get_batch(data):\n    return send_to_device(data, torch.cuda.current_device())\n",
         ),
+        # ROCm drives AMD GPUs through torch.cuda; Triton and NVIDIA's libraries are GPU kernels
+        ("torch/_inductor/codegen/rocm/bench.py", "import torch\nn = torch.cuda.device_count()\n"),
+        ("ops/bmm/triton_impl.py", "import torch\nn = torch.cuda.device_count()\n"),
+        ("ops/foreach_mm/nvmath_impl.py", "import torch\nn = torch.cuda.device_count()\n"),
+        # a module whose docstring says it requires CUDA
+        (
+            "integrations/deepgemm.py",
+            '"""DeepGEMM kernels.\n\nRequirements: CUDA, Hopper (SM90+).\n"""\nimport torch\n'
+            "n = torch.cuda.device_count()\n",
+        ),
     ],
 )
 def test_a_file_that_is_cuda_s_as_a_whole_is_left_alone(path, source):
     [device] = [f for f in findings(source, path=path) if f.code == "NM106"]
     assert device.severity == "info", device.message
-    assert "about CUDA by its name" in device.message or "a CUDA-only library" in device.message
+    assert any(why in device.message for why in ("by its name", "CUDA-only library", "requires CUDA"))
     assert fixed(source, path=path) == source
+
+
+def test_a_docstring_that_merely_mentions_cuda_says_nothing_about_the_module():
+    docstring = '"""Runs on CUDA, and on the CPU when there is none."""\n'
+    source = docstring + "import torch\nn = torch.cuda.device_count()\n"
+    assert "torch.accelerator.device_count()" in fixed(source, path="utils.py")
+
+
+def test_a_block_that_drives_a_cuda_only_library_stays_cudas():
+    """transformers' `elif is_sagemaker_mp_enabled():` branch: SageMaker's model parallel library only runs
+    on NVIDIA GPU instances, so moving its device to the accelerator is a half-migration."""
+    source = (
+        "import torch\nif is_sagemaker_mp_enabled():\n    import smdistributed.modelparallel.torch as smp\n"
+        "def setup(args):\n    if args.cpu:\n        device = torch.device('cpu')\n"
+        "    elif is_sagemaker_mp_enabled():\n        device = torch.device('cuda', smp.local_rank())\n"
+        "        torch.cuda.set_device(device)\n    return device\n"
+    )
+    assert fixed(source) == source
+    notes = [f for f in findings(source) if f.code in ("NM102", "NM106")]
+    assert len(notes) == 2 and all("drives `smdistributed`" in n.message for n in notes), notes
+
+
+def test_a_local_name_that_shadows_a_cuda_library_is_not_that_library():
+    source = "import torch\ndef f():\n    from torch import cuda\n    return cuda.current_device()\n"
+    assert "torch.accelerator.current_device_index()" in fixed(source)
+
+
+def test_the_device_argument_of_a_registry_is_a_key_not_a_device():
+    """torch's `register_interface_for_device("cuda", CudaInterface)` files CUDA's implementation: the
+    accelerator's type there would file it for the CPU (or neuron)."""
+    source = (
+        "def register_interface_for_device(device, interface):\n    _registry[device] = interface\n"
+        "def get_scheduling_for_device(device):\n    return _schedulers.get(device)\n"
+        'register_interface_for_device("cuda", CudaInterface)\n'
+        'if get_scheduling_for_device("cuda") is None:\n    register_backend_for_device(device="cuda")\n'
+    )
+    assert findings(source) == []
 
 
 def test_a_module_that_only_imports_a_cuda_library_is_not_its_integration():

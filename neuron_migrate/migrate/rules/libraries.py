@@ -48,6 +48,10 @@ LIBRARIES: dict[str, str] = {
     "cudf": "pandas or another CPU dataframe library",
     "tensorrt": _COMPILE,
     "torch_tensorrt": _COMPILE,
+    "deep_gemm": "`torch.matmul` / `torch.nn.functional.linear` in bfloat16 (DeepGEMM's FP8 GEMM kernels "
+    "need NVIDIA Hopper or newer)",
+    "smdistributed": "NeuronX Distributed (`neuronx_distributed`) or `torch.distributed` with FSDP2 "
+    "(`fully_shard`): SageMaker's data and model parallel libraries run on NVIDIA GPU instances only",
 }
 
 #: what an import of each library spells
@@ -70,7 +74,8 @@ class CudaOnlyLibrary(Rule):
     What it does
     Flags `import X` / `from X import ...` (also function-local and optional imports, and
     `importlib.import_module("X")`) of flash-attn, xformers, apex, bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
-    Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python and similar. One finding per
+    Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python, DeepGEMM, SageMaker's
+    distributed libraries (`smdistributed`) and similar. One finding per
     import statement and library; the message names the replacement.
 
     Why it matters on Trainium

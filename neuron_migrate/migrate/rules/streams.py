@@ -38,6 +38,8 @@ _STREAM_MAKERS = (
 )
 #: event methods that raise without an accelerator -> the value they stand for there (None: statements only)
 _EVENT_METHODS = {"record": None, "wait": None, "synchronize": None, "elapsed_time": 'float("nan")'}
+#: the attribute of a CUDA stream that holds its raw `cudaStream_t`
+_RAW_HANDLE = "cuda_stream"
 # positional parameters of the CUDA constructors that are keyword-only in torch.Stream / torch.Event
 _KEYWORDS = {"Stream": ("device", "priority"), "Event": ("enable_timing", "blocking", "interprocess")}
 
@@ -79,7 +81,8 @@ class CudaStreamEvent(QualifiedNameRule):
     `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
     stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Bare references get an
     unsafe fix (positional arguments, subclasses and `partial` keywords differ), `default_stream` and
-    references to `stream` none.
+    references to `stream` none; nor does `current_stream().cuda_stream`, the raw CUDA stream a CUDA library
+    or kernel takes (other devices' streams have no such attribute).
     """
 
     code = "NM406"
@@ -144,6 +147,9 @@ class CudaStreamEvent(QualifiedNameRule):
             "cur = torch.get_device_module().current_stream(device=0)\n",
             count=2,
         ),
+        Invalid(
+            "import torch\nkernel.run(args, stream=torch.cuda.current_stream().cuda_stream)\n",
+        ),
     )
 
     def __init__(self, ctx) -> None:
@@ -193,6 +199,8 @@ class CudaStreamEvent(QualifiedNameRule):
             )
         if short == "stream":
             return self._stream_context_fix(call)
+        if self._raw_handle(call):
+            return None
         if short in _KEYWORDS:
             args = self._keyword_args(call, _KEYWORDS[short], keep_first=short == "Stream")
         else:
@@ -206,6 +214,14 @@ class CudaStreamEvent(QualifiedNameRule):
         return FixSpec(
             f"Replace `{name}` with `{target}`", (Replacement(call, f"{target}{args}"),), imports=("torch",)
         )
+
+    def _raw_handle(self, call: cst.Call) -> bool:
+        """`torch.cuda.current_stream().cuda_stream`: the raw CUDA stream a CUDA library or kernel takes; the
+        device module's streams elsewhere have no such attribute."""
+        stack = self.ctx.stack
+        index = next((i for i in range(len(stack) - 1, 0, -1) if stack[i] is call), 0)
+        parent = stack[index - 1] if index else None
+        return isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == _RAW_HANDLE
 
     def _keyword_args(self, call: cst.Call, names: tuple[str, ...], keep_first: bool) -> str | None:
         """The arguments with positionals turned into keywords (the first kept positional when
@@ -240,6 +256,11 @@ class CudaStreamEvent(QualifiedNameRule):
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         super().on_use(node, call, name)
         pending = self.ctx.pending[-1]
+        if call is not None and pending.fix is None and self._raw_handle(call):
+            pending.notes.append(
+                f"its `.{_RAW_HANDLE}` is a raw CUDA stream for CUDA-only code: port what takes it, or keep "
+                "this CUDA's"
+            )
         if call is not None and name.endswith(".stream") and pending.fix is not None:
             self.stream_contexts.append((pending, pending.fix, call.args[0].value))
         if call is not None and name.endswith(".Event") and pending.fix is not None:
