@@ -115,7 +115,9 @@ def and_rest(check) -> tuple[cst.CSTNode, ...]:
 def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
     """For `name = <CUDA test>` (the whole value), what the tests of `name` select in the function (or module)
     that assigns it: `if name:` bodies, the `else` of `if not name:`, `x` of `x if name else y`, the right
-    side of `name and x` (the other way round for a test that holds without CUDA)."""
+    side of `name and x` (the other way round for a test that holds without CUDA). A CUDA test that is only
+    a part of the value (`(d.type == "cuda" and gqa) or unbacked`) may make the name hold, so what the name
+    selects counts too."""
     statement = check.region[0] if check.region else None
     small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
     if not (
@@ -126,9 +128,12 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
         return ()
     name = small.targets[0].target.value
     when_true, when_false = implies(ctx, small.value)
-    if "certain" not in (when_true, when_false):
+    if "certain" in (when_true, when_false):
+        on_cuda = when_true == "certain"  # what the name holds where CUDA is
+    elif small.value in check.stack and not _negated_below(small.value, check.stack):
+        on_cuda = True  # `(x.device.type == "cuda" and ...) or ...`: the name may hold because of CUDA
+    else:
         return ()
-    on_cuda = when_true == "certain"  # what the name holds where CUDA is
     scope = next((n for n in reversed(check.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
     selected: list[cst.CSTNode] = []
 
@@ -166,6 +171,12 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 
     scope.visit(Finder())
     return tuple(selected)
+
+
+def _negated_below(value: cst.CSTNode, stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether a `not` stands between `value` and the node at the end of `stack` (which it holds)."""
+    below = stack[stack.index(value) :]
+    return any(isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Not) for n in below)
 
 
 def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:

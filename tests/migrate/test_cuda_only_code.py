@@ -351,6 +351,19 @@ def test_a_device_type_test_kept_in_a_name_is_judged_by_what_the_name_selects():
     assert fixed(plumbing).replace('"', "'") == plumbing.replace("== 'cuda'", "!= 'cpu'")
 
 
+def test_a_device_type_test_that_is_part_of_a_name_is_judged_by_what_the_name_selects():
+    """transformers' ExecuTorch export: a workaround for the ExecuTorch CUDA backend, kept in a name with
+    other reasons to take it; made generic, every accelerator would take the eager attention path."""
+    source = (
+        "import torch\ndef patch(query, key, value, mask=None, **kwargs):\n"
+        "    needs_eager = (query.device.type == 'cuda' and kwargs.get('gqa')) or mask is not None\n"
+        "    if needs_eager:\n        return torch.matmul(query, key.transpose(-2, -1))\n    return None\n"
+    )
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert check.fix.safety == "unsafe" and "torch.matmul(query" in check.message
+
+
 @pytest.mark.parametrize(
     "source",
     [
