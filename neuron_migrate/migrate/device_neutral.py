@@ -46,6 +46,11 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
     test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
     side, rest = cuda_side(ctx, check), and_rest(check)
+    if (subject := _tested_name(check.node)) and _assigns(side, subject):
+        return (
+            f"the code it selects for CUDA sets `{subject}` itself: other devices would have theirs replaced "
+            "there too"
+        )
     call = first_unknown_call(ctx, (*rest, *side), covered)
     if call is not None:
         return f"other devices would run `{call}`: check it works there"
@@ -61,6 +66,39 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
         used = ctx.code(libraries[0].node).strip().splitlines()[0]
         return f"the file uses CUDA-only code, `{used}`: check that other devices should take this path"
     return None
+
+
+def _tested_name(test: cst.CSTNode) -> str | None:
+    """The dotted name a device test asks about (`device_map` of `device_map == "cuda"`, `dev` of
+    `dev.type == "cuda"` or `dev.startswith("cuda")`), if it is one."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operands = (test.left, test.comparisons[0].comparator)
+        subject = next((o for o in operands if isinstance(o, (cst.Name, cst.Attribute))), None)
+    elif isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute):
+        subject = test.func.value
+    else:
+        return None
+    if isinstance(subject, cst.Attribute) and subject.attr.value == "type":
+        subject = subject.value
+    return dotted(subject) if isinstance(subject, (cst.Name, cst.Attribute)) else None
+
+
+def _assigns(nodes: tuple[cst.CSTNode, ...], key: str) -> bool:
+    """Whether `nodes` assign the dotted name `key` (`device_map = f"cuda:{rank}"`)."""
+    found: list[bool] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            if dotted(node.target) == key:
+                found.append(True)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if dotted(node.target) == key:
+                found.append(True)
+
+    for node in nodes:
+        node.visit(Finder())
+    return bool(found)
 
 
 def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:

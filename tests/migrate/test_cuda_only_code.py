@@ -351,6 +351,18 @@ def test_a_device_type_test_kept_in_a_name_is_judged_by_what_the_name_selects():
     assert fixed(plumbing).replace('"', "'") == plumbing.replace("== 'cuda'", "!= 'cpu'")
 
 
+def test_a_device_test_whose_cuda_branch_sets_the_tested_name_stays_cudas():
+    """transformers' `if device_map == "cuda": device_map = f"cuda:{local_rank}"`: made generic, `"mps"` or
+    `"xpu"` on a CUDA host would be replaced by the local CUDA device too (a change on CUDA)."""
+    source = (
+        "import os, torch\ndef load(device_map):\n    if device_map == 'cuda':\n"
+        "        device_map = f'cuda:{os.environ[\"LOCAL_RANK\"]}'\n    return torch.device(device_map)\n"
+    )
+    assert fixed(source) == source
+    check = next(f for f in findings(source) if f.code == "NM105")
+    assert "sets `device_map` itself" in check.message
+
+
 def test_a_device_type_test_that_is_part_of_a_name_is_judged_by_what_the_name_selects():
     """transformers' ExecuTorch export: a workaround for the ExecuTorch CUDA backend, kept in a name with
     other reasons to take it; made generic, every accelerator would take the eager attention path."""
