@@ -113,11 +113,30 @@ def changed_lines(before: str, after: str) -> list[int]:
     return changed
 
 
+def _long_lines(before: str, after: str, limit: int) -> list[int]:
+    """1-based numbers of the changed lines of `after` over `limit`, except a line rewritten in place that is
+    no longer than the line it replaces: the project kept that one long, and wrapping it is a change of
+    layout nobody asked for."""
+    import difflib
+
+    old, new = before.splitlines(), after.splitlines()
+    long: list[int] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag not in ("replace", "insert"):
+            continue
+        in_place = tag == "replace" and i2 - i1 == j2 - j1
+        for j in range(j1, j2):
+            line = new[j]
+            if _too_long(line, limit) and not (
+                in_place and len(line.rstrip()) <= len(old[i1 + j - j1].rstrip())
+            ):
+                long.append(j + 1)
+    return long
+
+
 def reflow(before: str, after: str, layout: Layout, path: Path | None = None) -> str:
     """`after` with every changed line that is too long wrapped (the project's formatter, else our split)."""
-    long = [
-        n for n in changed_lines(before, after) if _too_long(after.splitlines()[n - 1], layout.line_length)
-    ]
+    long = _long_lines(before, after, layout.line_length)
     if not long:
         return after
     if path is not None:

@@ -219,3 +219,15 @@ def test_a_long_line_inside_brackets_is_not_split_as_a_statement():
     )
     after = before.replace("device_type='cuda'", "device_type=device_type")
     assert reflow(before, after, Layout(line_length=79)) == after
+
+
+def test_a_line_the_project_kept_long_is_not_wrapped_when_the_rewrite_keeps_its_length():
+    """transformers keeps a 92-column condition (its limit is 119); rewritten to the same length it stays one
+    line, where a line the rewrite makes longer is still wrapped."""
+    condition = (
+        "                if self.model.device.type == 'cuda' and self.model.device.index is not None:\n"
+    )
+    same = condition.replace("== 'cuda'", "!= 'cpu'")
+    assert reflow(condition, same, Layout(line_length=88)) == same
+    longer = condition.replace("'cuda'", "'cuda' and self.model.device.type != 'meta'")
+    assert reflow(condition, longer, Layout(line_length=88)) != longer
