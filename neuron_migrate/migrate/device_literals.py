@@ -81,7 +81,10 @@ def agnostic_string(ctx, node: cst.CSTNode) -> tuple[str, bool]:
         if ":" not in value:
             return DEVICE_TYPE, False
         quote = _quote(node) if isinstance(node, cst.SimpleString) else '"'
-        return f"{DEVICE_TYPE} + {quote}:{value.split(':', 1)[1]}{quote}", False
+        index = value.split(":", 1)[1]
+        if isinstance(node, cst.SimpleString) and node.prefix in ("", "u") and not set("{}\\") & set(index):
+            return f"f{quote}{{{DEVICE_TYPE}}}:{index}{quote}", True  # "cuda:0" -> f"{device_type}:0"
+        return f"{DEVICE_TYPE} + {quote}:{index}{quote}", False
     if isinstance(node, cst.FormattedString):
         code = ctx.module.code_for_node(node.with_changes(lpar=[], rpar=[]))
         return code.replace("cuda", "{" + DEVICE_TYPE + "}", 1), True

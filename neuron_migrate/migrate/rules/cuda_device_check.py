@@ -102,7 +102,7 @@ class CudaDeviceCheck(Rule):
             '    return ("cuda:0" if gpu else "cpu"), a, b\n',
             'import torch\ndef f(x, node, gpu):\n    a = x.device.type != "cpu"\n    b = node.type == "cpu"\n'
             "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
-            ' or torch.device("cpu")).type\n    return (device_type + ":0" if gpu else "cpu"), a, b\n',
+            ' or torch.device("cpu")).type\n    return (f"{device_type}:0" if gpu else "cpu"), a, b\n',
             count=3,
         ),
         Invalid(

@@ -130,7 +130,7 @@ class CudaDeviceString(Rule):
             "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")).type\n'
             'p.add_argument("--device", default=device_type, help="e.g. cuda:0")\n'
-            'cfg = {"device": device_type + ":1"}\ngpu = cfg.get("device", device_type)\n'
+            'cfg = {"device": f"{device_type}:1"}\ngpu = cfg.get("device", device_type)\n'
             "z = th.zeros(2, device=gpu)\n",
             count=3,
         ),
