@@ -15,7 +15,11 @@ A fix is withdrawn, with a note saying why, when its code:
   or in the `GPU` branch of a test that tells devices apart (`DistributedType.MULTI_GPU` next to `MULTI_XPU`);
 - is under a comment that says it is CUDA-only ("right now, only CUDA is implemented");
 - is in a function that requires a CUDA-only library: imports it in its body (`import bitsandbytes as bnb`,
-  or in an `if` whose other branch exits) or calls it there unconditionally;
+  or in an `if` whose other branch exits) or calls it there unconditionally, or in a block that calls one
+  (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
+- is in a function that calls other devices' own modules too (`torch.mps.manual_seed(seed)` after
+  `torch.cuda.manual_seed_all(seed)`): per-device code, where each device has its part (a to-do: add
+  `neuron`'s if it needs one);
 - is in, or after, a statement of its block that calls a function of the module that requires CUDA by its
   precondition (`client.init_communicator(device="cuda")`, matched by name);
 - is an argument of CUDA-only code that stays
@@ -68,6 +72,10 @@ _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 _NEGATIONS = (cst.NotEqual, cst.NotIn, cst.IsNot)
 
 
+#: the function a call of another device's own runtime module calls (`torch.mps.manual_seed`)
+_OTHER_DEVICE_FUNCTION = re.compile(r"torch\.(?:mps|xpu|hpu|npu|mtia|mlu|musa|backends\.mps)\.[\w.]+")
+
+
 class CudaOnly(NamedTuple):
     """Why code only runs on CUDA; `needs_change` when a person still has something to do there."""
 
@@ -90,6 +98,7 @@ class CudaMentions:
         self.docstring_requires_cuda: bool | None = None
         self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
         self.recorded_calls: dict[int, str | None] | None = None
+        self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
 
     def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions."""
@@ -164,6 +173,15 @@ class CudaMentions:
         if self.docstring_requires_cuda is None:
             self.docstring_requires_cuda = requires_cuda(self.ctx.module)
         return self.docstring_requires_cuda
+
+    def other_device_call(self, function: cst.FunctionDef, chain: cst.If | None) -> str | None:
+        """A call of another device's own runtime module in `function` outside the `if` chain `chain`
+        (`torch.mps.manual_seed(seed)`), if any: the function handles each device by its module. Inside the
+        chain, its tests decide (`if is_xpu_available(): torch.xpu.empty_cache() else: <CUDA or nothing>`)."""
+        key = (id(function), id(chain))
+        if key not in self.other_devices:
+            self.other_devices[key] = _other_device_call(function, chain)
+        return self.other_devices[key]
 
     def required_library(self, function: cst.FunctionDef) -> str | None:
         """The CUDA-only library `function` cannot run without (see the module docstring), if any."""
@@ -250,6 +268,12 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             )
         if (library := mentions.required_library(function)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
+        if (other := mentions.other_device_call(function, _outermost_if(stack, start))) is not None:
+            return CudaOnly(
+                f"its function also calls other devices' own modules, such as `{other}`: per-device code, "
+                "where CUDA's part stays; add a `neuron` part if it needs one",
+                True,
+            )
     if (owner := _cuda_named_class(stack)) is not None:
         return CudaOnly(
             f"it is in class `{owner}`, which is about CUDA by its name: leave it, or port it by hand"
@@ -430,6 +454,26 @@ def _required_library(mentions: CudaMentions, function: cst.FunctionDef) -> str 
                 if exits(other) and (library := imported_library(imports.body)):
                     return library
     return _block_library(mentions, body)
+
+
+def _other_device_call(function: cst.FunctionDef, chain: cst.If | None) -> str | None:
+    found: list[str] = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if found or node is chain:
+                return False
+            if isinstance(node, cst.Call) and _OTHER_DEVICE_FUNCTION.fullmatch(dotted(node.func) or ""):
+                found.append(dotted(node.func))
+            return True
+
+    function.visit(Finder())
+    return found[0] if found else None
+
+
+def _outermost_if(stack, start: int) -> cst.If | None:
+    """The outermost `if` statement below `stack[start]` (a function) that holds the end of `stack`."""
+    return next((n for n in stack[start + 1 :] if isinstance(n, cst.If)), None)
 
 
 def _block_library(mentions: CudaMentions, statements) -> str | None:

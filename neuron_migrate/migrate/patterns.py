@@ -223,12 +223,12 @@ CUDA_ONLY_CODE = re.compile(
 
 def check_region(ctx) -> tuple[cst.CSTNode, ...]:
     """The code a device check at the visited node guards: (test, body) of the `if` / `while` / conditional
-    whose test holds it, (iterable, body) of the `for` loop over what it counts; elsewhere the statement it is
-    part of (`ok = is_available() and capability() > 8`)."""
+    whose test holds it (its `else` when the test is negated), (iterable, body) of the `for` loop over what
+    it counts; elsewhere the statement it is part of (`ok = is_available() and capability() > 8`)."""
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1]), strict=False):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
             if child is parent.test:
-                return _guarded_after(ctx, parent) or (parent.test, parent.body)
+                return _guarded_after(ctx, parent) or (parent.test, _guarded_branch(ctx, parent))
             break
         if isinstance(parent, cst.Assert) and child is parent.test:  # a precondition, like `if not: raise`
             return (parent.test, *_rest_of_block(ctx, parent))
@@ -240,6 +240,20 @@ def check_region(ctx) -> tuple[cst.CSTNode, ...]:
             break
     statement, _ = enclosing_statement(ctx)
     return (statement,) if statement is not None else ()
+
+
+def _guarded_branch(ctx, owner: cst.If | cst.While | cst.IfExp) -> cst.CSTNode:
+    """The branch a device test guards: the body, or the `else` of a negated test (`["cpu"] if not
+    torch.cuda.is_available() else ["cpu", "cuda"]`)."""
+    from neuron_migrate.migrate.guards import implies
+
+    orelse = getattr(owner, "orelse", None)
+    if orelse is None:
+        return owner.body
+    when_true, when_false = implies(ctx, owner.test)
+    if when_false != "certain" or when_true == "certain":
+        return owner.body
+    return orelse.body if isinstance(orelse, cst.Else) else orelse
 
 
 def _rest_of_block(ctx, node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:

@@ -707,3 +707,27 @@ def test_code_a_kept_cuda_flag_selects_stays_cudas():
         "    return x\n"
     )
     assert fixed_until_stable(source) == source
+
+
+def test_the_else_of_a_negated_check_is_what_it_guards():
+    """torch's `get_all_device_types`: made generic, the check would list `"cuda"` on a neuron host."""
+    source = (
+        "import torch\ndef get_all_device_types():\n"
+        "    return ['cpu'] if not torch.cuda.is_available() else ['cpu', 'cuda']\n"
+    )
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert "keep this check CUDA's" in check.message
+
+
+def test_a_function_that_calls_each_devices_own_module_keeps_cudas_part():
+    """torch's `random.manual_seed` seeds CUDA, MPS and XPU each through its own module: made generic, CUDA's
+    part would seed whatever the accelerator is, next to the other devices' parts."""
+    source = (
+        "import torch\ndef manual_seed(seed):\n    if not torch.cuda._is_in_bad_fork():\n"
+        "        torch.cuda.manual_seed_all(seed)\n    if not torch.mps._is_in_bad_fork():\n"
+        "        torch.mps.manual_seed(seed)\n"
+    )
+    assert fixed(source) == source
+    [seed] = [f for f in findings(source) if f.code == "NM404"]
+    assert "per-device code" in seed.message and "`torch.mps._is_in_bad_fork`" in seed.message

@@ -137,7 +137,9 @@ class ProfilerActivityCuda(QualifiedNameRule):
     set on CUDA, CPU alone without an accelerator (the CUDA activity was dropped with a warning there), and
     CPU plus `neuron` on Trainium. Elsewhere `ProfilerActivity.CUDA` becomes
     `getattr(ProfilerActivity, <device type>.upper(), ProfilerActivity.CPU)`: `CUDA` on CUDA, the `neuron`
-    activity on Trainium, `CPU` without an accelerator (where a CUDA-only list used to raise).
+    activity on Trainium, `CPU` without an accelerator (where a CUDA-only list used to raise). No fix for a
+    test of the activities (`if ProfilerActivity.CUDA in activities: use_device = "cuda"`): what it selects
+    is CUDA's, so the accelerator needs its own branch.
     """
 
     code = "NM409"
@@ -168,9 +170,15 @@ class ProfilerActivityCuda(QualifiedNameRule):
             "    acts.append(getattr(torch.profiler.ProfilerActivity, device_type.upper(),"
             " torch.profiler.ProfilerActivity.CPU))\n",
         ),
+        Invalid(
+            "from torch.profiler import ProfilerActivity\nif ProfilerActivity.CUDA in activities:\n"
+            "    use_device = 'cuda'\n",
+        ),
     )
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
+        if isinstance(self.ctx.parent, (cst.Comparison, cst.ComparisonTarget)):
+            return None  # `ProfilerActivity.CUDA in activities` selects CUDA's code (`use_device = "cuda"`)
         display = self.ctx.parent if isinstance(self.ctx.parent, cst.Element) else None
         container = self.ctx.ancestor(2) if display is not None else None
         if isinstance(container, (cst.List, cst.Tuple, cst.Set)) and self._is_cpu_and_cuda(container):
