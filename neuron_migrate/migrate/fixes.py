@@ -25,6 +25,8 @@ from neuron_migrate.model import FixSafety
 DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 #: its device *type* as a string ("cuda", "neuron", "cpu"), for APIs that take `device_type`
 DEVICE_TYPE_EXPR = f"({DEVICE_EXPR}).type"
+#: the device where an accelerator is certain
+CERTAIN_DEVICE_EXPR = "torch.accelerator.current_accelerator()"
 #: the test that an accelerator is present (guards for calls that raise without one)
 AVAILABLE = "torch.accelerator.is_available()"
 #: the line a rewrite puts before a statement that must only run with an accelerator
@@ -81,6 +83,16 @@ def inline(text: str) -> str:
         text.replace(DEVICE_ATOM, f"({DEVICE_EXPR})")
         .replace(DEVICE, DEVICE_EXPR)
         .replace(DEVICE_TYPE, DEVICE_TYPE_EXPR)
+    )
+
+
+def inline_certain(text: str) -> str:
+    """`text` with every placeholder written out where an accelerator is certain (under `if
+    torch.accelerator.is_available():`): the CPU fallback could never be taken there."""
+    return (
+        text.replace(DEVICE_ATOM, CERTAIN_DEVICE_EXPR)
+        .replace(DEVICE, CERTAIN_DEVICE_EXPR)
+        .replace(DEVICE_TYPE, f"{CERTAIN_DEVICE_EXPR}.type")
     )
 
 

@@ -37,12 +37,22 @@ from neuron_migrate.migrate.fixes import (
     Insertion,
     Replacement,
     inline,
+    inline_certain,
 )
+from neuron_migrate.migrate.guards import accelerator
 
 _BLOCKS = (cst.IndentedBlock, cst.Module)
 _SPACES = re.compile(r"\s+")
-_IDIOMS = {_SPACES.sub("", DEVICE_EXPR), _SPACES.sub("", DEVICE_EXPR.replace('"', "'"))}
-_TYPE_IDIOMS = {_SPACES.sub("", DEVICE_TYPE_EXPR), _SPACES.sub("", DEVICE_TYPE_EXPR.replace('"', "'"))}
+_IDIOMS = {
+    _SPACES.sub("", DEVICE_EXPR),
+    _SPACES.sub("", DEVICE_EXPR.replace('"', "'")),
+    inline_certain(DEVICE),
+}
+_TYPE_IDIOMS = {
+    _SPACES.sub("", DEVICE_TYPE_EXPR),
+    _SPACES.sub("", DEVICE_TYPE_EXPR.replace('"', "'")),
+    inline_certain(DEVICE_TYPE),
+}
 NAMES = {"device": ("device", "accelerator", "accel_device"), "type": ("device_type", "accelerator_type")}
 
 
@@ -253,7 +263,12 @@ class DeviceNames:
         self._rewrite(use, text, insertion)
 
     def _inline(self, use: Use) -> None:
-        self._rewrite(use, _inline_in_fstring if use.pending.fix.needs_name else _inline, None)
+        if use.pending.fix.needs_name:
+            self._rewrite(use, _inline_in_fstring, None)
+        elif accelerator(self.ctx, use.stack) == "certain":
+            self._rewrite(use, inline_certain, None)
+        else:
+            self._rewrite(use, _inline, None)
 
     def _rewrite(self, use: Use, text: Callable[[str], str], insertion: Insertion | None) -> None:
         fix: FixSpec = use.pending.fix

@@ -180,6 +180,18 @@ def test_one_short_use_stays_inline():
     )
 
 
+def test_where_an_accelerator_is_certain_the_idiom_has_no_cpu_fallback():
+    after = fixed(
+        "import torch\ndef f(x):\n    if not torch.cuda.is_available():\n"
+        "        raise SystemExit('needs a GPU')\n    return x.cuda()\n"
+    )
+    assert after.endswith("    return x.to(torch.accelerator.current_accelerator())\n")
+    assert fixed("import torch\nif torch.cuda.is_available():\n    device = 'cuda'\n") == (
+        "import torch\nif torch.accelerator.is_available():\n"
+        "    device = torch.accelerator.current_accelerator().type\n"
+    )
+
+
 def test_an_f_string_gets_a_name_never_nested_quotes():
     after = fixed('import torch\ndef device_for(rank):\n    return f"cuda:{rank}"\n', ("NM101",))
     assert 'return f"{device_type}:{rank}"' in after
