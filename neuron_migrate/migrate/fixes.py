@@ -88,12 +88,10 @@ def inline(text: str) -> str:
 
 def inline_certain(text: str) -> str:
     """`text` with every placeholder written out where an accelerator is certain (under `if
-    torch.accelerator.is_available():`): the CPU fallback could never be taken there."""
-    return (
-        text.replace(DEVICE_ATOM, CERTAIN_DEVICE_EXPR)
-        .replace(DEVICE, CERTAIN_DEVICE_EXPR)
-        .replace(DEVICE_TYPE, f"{CERTAIN_DEVICE_EXPR}.type")
-    )
+    torch.accelerator.is_available():`): the device has no CPU fallback there, since it could never be
+    taken. Its type keeps the whole idiom: `current_accelerator()` is typed `torch.device | None`, and a type
+    checker rejects `.type` on it."""
+    return inline(text.replace(DEVICE_ATOM, CERTAIN_DEVICE_EXPR).replace(DEVICE, CERTAIN_DEVICE_EXPR))
 
 
 _DEFAULT_LAYOUT = Layout()

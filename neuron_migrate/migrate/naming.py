@@ -48,11 +48,7 @@ _IDIOMS = {
     _SPACES.sub("", DEVICE_EXPR.replace('"', "'")),
     inline_certain(DEVICE),
 }
-_TYPE_IDIOMS = {
-    _SPACES.sub("", DEVICE_TYPE_EXPR),
-    _SPACES.sub("", DEVICE_TYPE_EXPR.replace('"', "'")),
-    inline_certain(DEVICE_TYPE),
-}
+_TYPE_IDIOMS = {_SPACES.sub("", DEVICE_TYPE_EXPR), _SPACES.sub("", DEVICE_TYPE_EXPR.replace('"', "'"))}
 NAMES = {"device": ("device", "accelerator", "accel_device"), "type": ("device_type", "accelerator_type")}
 
 
