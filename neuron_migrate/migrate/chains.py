@@ -17,9 +17,13 @@ import libcst as cst
 #: accelerate's and peft's `is_npu_available()`, `torch.xpu.is_available()`, `DistributedType.MULTI_NPU`
 #: (a device name not run into other letters, so `input` is not `npu`)
 _OTHER_DEVICES = re.compile(
-    r"(?<![a-z])(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm|neuronx?)(?![a-z])", re.IGNORECASE
+    r"(?<![a-z])(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm|neuronx?|privateuse1|custom_(?:device|backend)\w*)"
+    r"(?![a-z])",
+    re.IGNORECASE,
 )
-_NEURON = re.compile(r"(?<![a-z])neuronx?(?![a-z])", re.IGNORECASE)
+#: `neuron`, and the PrivateUse1 backend `neuron` registers as (`_is_privateuse1_backend_available()`,
+#: torch's `custom_device_mod` for `torch._C._get_privateuse1_backend_name()`)
+_NEURON = re.compile(r"(?<![a-z])(neuronx?|privateuse1|custom_(?:device|backend)\w*)(?![a-z])", re.IGNORECASE)
 
 #: what a branch of a per-device chain is told: the other devices' branches come first or after it
 CHAIN_TODO = (
@@ -68,14 +72,18 @@ def names_neuron(ctx, test: cst.BaseExpression) -> bool:
 def device_chain(ctx) -> DeviceChain | None:
     """The other accelerators an `if`/`elif` chain branches on, when the visited node is in one of the chain's
     tests (`if torch.cuda.is_available(): ... elif is_npu_available(): ...`); sibling `if` statements of the
-    same block that test other devices count too (`if d == "cuda": ...` then `if d == "hpu": ...`)."""
-    test_of = None
+    same block that test other devices count too (`if d == "cuda": ...` then `if d == "hpu": ...`), and so do
+    the other operands of an `or` outside an `if` test (`return cuda.is_available() or hpu.is_available()`).
+    A PrivateUse1 branch is a `neuron` branch: that is how `neuron` registers."""
+    test_of, either = None, None
     for child, parent in zip(reversed(ctx.stack), reversed(ctx.stack[:-1]), strict=False):
         if isinstance(parent, cst.If) and child is parent.test:
             test_of = parent
             break
+        if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.Or):
+            either = parent  # `cuda.is_available() or hpu.is_available() or ...`: one test per device
         if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            return None
+            return chain_of_tests(ctx, [either]) if either is not None else None
     if test_of is None:
         return None
     index = ctx.stack.index(test_of)

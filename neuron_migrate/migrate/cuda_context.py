@@ -109,7 +109,11 @@ class CudaMentions:
 
         class Finder(cst.CSTVisitor):
             def on_visit(self, child: cst.CSTNode) -> bool:
-                if found or id(child) in covered:
+                if found:
+                    return False
+                if id(child) in covered:  # a rewritten call keeps its arguments' names: `cuda_rng_state`
+                    if isinstance(child, cst.Call):  # still says CUDA after the rewrite
+                        found.extend(_cuda_named_arguments(child, name_cue)[:1])
                     return False
                 if (
                     isinstance(child, (cst.Call, cst.Attribute, cst.Comparison))
@@ -469,6 +473,11 @@ def _other_device_call(function: cst.FunctionDef, chain: cst.If | None) -> str |
 
     function.visit(Finder())
     return found[0] if found else None
+
+
+def _cuda_named_arguments(call: cst.Call, cue: re.Pattern) -> list[str]:
+    """The variable names among `call`'s arguments that mention CUDA (`cuda_rng_state`)."""
+    return [a.value.value for a in call.args if isinstance(a.value, cst.Name) and cue.search(a.value.value)]
 
 
 def _outermost_if(stack, start: int) -> cst.If | None:

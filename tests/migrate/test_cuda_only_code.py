@@ -731,3 +731,31 @@ def test_a_function_that_calls_each_devices_own_module_keeps_cudas_part():
     assert fixed(source) == source
     [seed] = [f for f in findings(source) if f.code == "NM404"]
     assert "per-device code" in seed.message and "`torch.mps._is_in_bad_fork`" in seed.message
+
+
+def test_a_rewritten_call_that_keeps_a_cuda_named_argument_keeps_its_check():
+    """torch's `checkpoint_params`: `cuda_rng_state` is only saved under a CUDA check that stays; restoring it
+    under `torch.accelerator.is_available()` raised NameError on every other accelerator."""
+    source = (
+        "import torch\ndef checkpoint(gm):\n    if torch.cuda.is_available():\n"
+        "        cuda_rng_state = torch.cuda.get_rng_state()\n    def restore():\n"
+        "        if torch.cuda.is_available():\n            torch.cuda.set_rng_state(cuda_rng_state)\n"
+        "    return restore\n"
+    )
+    assert fixed(source) == source
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "torch.cuda.is_available() or (custom_device_mod and custom_device_mod.is_available())",
+        "torch.cuda.is_available() or _is_privateuse1_backend_available()",
+    ],
+)
+def test_a_test_that_also_takes_privateuse1_devices_already_takes_neuron(test):
+    """torch's checkpoint writer: neuron registers as PrivateUse1, so the test takes it already; made
+    generic, it would also take MPS into CUDA-and-PrivateUse1 code (`torch.mps.current_stream()`)."""
+    source = f"import torch\ndef use_overlap():\n    return {test}\n"
+    assert fixed(source) == source
+    [check] = findings(source)
+    assert "no change needed" in check.message
