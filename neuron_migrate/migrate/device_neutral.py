@@ -155,23 +155,12 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
     that assigns it: `if name:` bodies, the `else` of `if not name:`, `x` of `x if name else y`, the right
     side of `name and x` (the other way round for a test that holds without CUDA). A CUDA test that is only
     a part of the value (`(d.type == "cuda" and gqa) or unbacked`) may make the name hold, so what the name
-    selects counts too."""
-    statement = check.region[0] if check.region else None
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
-    if not (
-        isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
-    ):
+    selects counts too; so does a flag the CUDA test raises (`if arg.is_cuda: need_sync = True`, where every
+    `True` the flag gets is under that test)."""
+    flag = _assigned_flag(ctx, check) or _raised_flag(ctx, check)
+    if flag is None:
         return ()
-    name = small.targets[0].target.value
-    when_true, when_false = implies(ctx, small.value)
-    if "certain" in (when_true, when_false):
-        on_cuda = when_true == "certain"  # what the name holds where CUDA is
-    elif small.value in check.stack and not _negated_below(small.value, check.stack):
-        on_cuda = True  # `(x.device.type == "cuda" and ...) or ...`: the name may hold because of CUDA
-    else:
-        return ()
+    name, on_cuda = flag
     scope = next((n for n in reversed(check.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
     selected: list[cst.CSTNode] = []
 
@@ -209,6 +198,60 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 
     scope.visit(Finder())
     return tuple(selected)
+
+
+def _assigned_flag(ctx, check) -> tuple[str, bool] | None:
+    """(`name`, what it holds where CUDA is) for `name = <value holding the CUDA test>`."""
+    statement = check.region[0] if check.region else None
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if not (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+    ):
+        return None
+    name = small.targets[0].target.value
+    when_true, when_false = implies(ctx, small.value)
+    if "certain" in (when_true, when_false):
+        return name, when_true == "certain"
+    if small.value in check.stack and not _negated_below(small.value, check.stack):
+        return name, True  # `(x.device.type == "cuda" and ...) or ...`: the name may hold because of CUDA
+    return None
+
+
+def _raised_flag(ctx, check) -> tuple[str, bool] | None:
+    """(`name`, True) for `if <CUDA test>: name = True` when each `True` the function gives it is there."""
+    owner = _test_owner(check, (cst.If,))
+    if owner is None or owner.body not in check.region or not isinstance(owner.body, cst.IndentedBlock):
+        return None
+    if implies(ctx, owner.test)[0] != "certain":  # `if ok or x.is_cuda:` also raises it without CUDA
+        return None
+    scope = next((n for n in reversed(check.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+    for statement in owner.body.body:
+        small = (
+            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+        )
+        if not (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and _is_true(small.value)
+        ):
+            continue
+        name = small.targets[0].target.value
+        bindings = ctx.bindings.in_scope(name, scope)
+        raised = [b for b in bindings if b.kind == "param" or not _is_false(b.value)]
+        if all(b.statement is statement for b in raised):
+            return name, True
+    return None
+
+
+def _is_true(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _is_false(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "False"
 
 
 def _negated_below(value: cst.CSTNode, stack: tuple[cst.CSTNode, ...]) -> bool:

@@ -759,3 +759,15 @@ def test_a_test_that_also_takes_privateuse1_devices_already_takes_neuron(test):
     assert fixed(source) == source
     [check] = findings(source)
     assert "no change needed" in check.message
+
+
+def test_what_a_flag_raised_under_a_cuda_test_selects_stays_with_the_test():
+    """torch's AOTI minifier: `need_sync` only becomes True for a CUDA tensor, so the `synchronize()` it
+    selects is CUDA's while that test stays (rewriting it alone was dead code on other devices)."""
+    source = (
+        "import torch\nfrom torch.cuda import synchronize\ndef run(args):\n    need_sync = False\n"
+        "    for arg in args:\n        if arg.is_cuda:\n            need_sync = True\n"
+        "    if need_sync:\n        synchronize()\n"
+    )
+    assert fixed(source) == source
+    assert "torch.accelerator.synchronize()" in fixed(source, unsafe=True)
