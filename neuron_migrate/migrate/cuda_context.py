@@ -17,6 +17,8 @@ A fix is withdrawn, with a note saying why, when its code:
 - is in a function that requires a CUDA-only library: imports it in its body (`import bitsandbytes as bnb`,
   or in an `if` whose other branch exits) or calls it there unconditionally, or in a block that calls one
   (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
+- is in a test a decorator runs only with CUDA (`@skip_if_lt_x_gpu(2)`, `@onlyCUDA`), or in a function whose
+  only callers are such tests (distributed_test's `_test_*` helpers; a method is matched by its name);
 - is in a function that calls other devices' own modules too (`torch.mps.manual_seed(seed)` after
   `torch.cuda.manual_seed_all(seed)`): per-device code, where each device has its part (a to-do: add
   `neuron`'s if it needs one);
@@ -98,6 +100,7 @@ class CudaMentions:
         self.docstring_requires_cuda: bool | None = None
         self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
         self.recorded_calls: dict[int, str | None] | None = None
+        self.callers: dict[str, list[tuple[cst.FunctionDef | None, cst.ClassDef | None]]] | None = None
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
 
     def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
@@ -177,6 +180,21 @@ class CudaMentions:
         if self.docstring_requires_cuda is None:
             self.docstring_requires_cuda = requires_cuda(self.ctx.module)
         return self.docstring_requires_cuda
+
+    def callers_gate(self, function: cst.FunctionDef) -> str | None:
+        """The gate of the callers of `function` when it has some and every one is a test that a decorator
+        runs only with CUDA (distributed_test's `_test_*` helpers of `@skip_if_lt_x_gpu(2)` tests)."""
+        if self.callers is None:
+            self.callers = _callers(self.ctx.module)
+        gates = [self._gate_of(caller, owner) for caller, owner in self.callers.get(function.name.value, ())]
+        return gates[0] if gates and all(gates) else None
+
+    def _gate_of(self, function: cst.FunctionDef | None, owner: cst.ClassDef | None) -> str | None:
+        for holder in (h for h in (function, owner) if h is not None):
+            for decorator in holder.decorators:
+                if _gates_on_cuda(self, decorator.decorator):
+                    return self.ctx.excerpt(decorator.decorator)
+        return None
 
     def other_device_call(self, function: cst.FunctionDef, chain: cst.If | None) -> str | None:
         """A call of another device's own runtime module in `function` outside the `if` chain `chain`
@@ -284,6 +302,8 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         )
     if (gate := _cuda_gate(mentions, stack)) is not None:
         return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
+    if function is not None and (gate := mentions.callers_gate(function)) is not None:
+        return CudaOnly(f"only tests that run with CUDA call its function (`@{gate}`): no change needed")
     ctx = mentions.ctx
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
@@ -473,6 +493,41 @@ def _other_device_call(function: cst.FunctionDef, chain: cst.If | None) -> str |
 
     function.visit(Finder())
     return found[0] if found else None
+
+
+def _callers(module: cst.Module) -> dict[str, list[tuple[cst.FunctionDef | None, cst.ClassDef | None]]]:
+    """Per function name: the functions (with their class) that call something by that name (`helper(...)`,
+    `self.helper(...)`, `obj.helper(...)`), each once; `(None, None)` for a call at module level."""
+    callers: dict[str, list[tuple[cst.FunctionDef | None, cst.ClassDef | None]]] = {}
+    functions: list[tuple[cst.FunctionDef, cst.ClassDef | None]] = []
+    owners: list[cst.ClassDef | None] = [None]
+
+    class Index(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            owners.append(node)
+
+        def leave_ClassDef(self, node: cst.ClassDef) -> None:
+            owners.pop()
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            functions.append((node, owners[-1]))
+            owners.append(None)  # a function's nested code belongs to no class
+
+        def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+            functions.pop()
+            owners.pop()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func  # any `x.helper(...)` may call it: a method is matched by its name alone
+            name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+            if name is not None:
+                caller = functions[-1] if functions else (None, None)  # module level: never gated
+                listed = callers.setdefault(name, [])
+                if caller not in listed:
+                    listed.append(caller)
+
+    module.visit(Index())
+    return callers
 
 
 def _cuda_named_arguments(call: cst.Call, cue: re.Pattern) -> list[str]:

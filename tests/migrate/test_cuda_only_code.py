@@ -771,3 +771,16 @@ def test_what_a_flag_raised_under_a_cuda_test_selects_stays_with_the_test():
     )
     assert fixed(source) == source
     assert "torch.accelerator.synchronize()" in fixed(source, unsafe=True)
+
+
+def test_a_helper_that_only_cuda_gated_tests_call_is_cudas():
+    """distributed_test's `_test_*` helpers: their only callers run with CUDA, so a guard added there is
+    redundant and the device calls need no change."""
+    source = (
+        "import torch\nclass T:\n    def _test_ddp(self, rank):\n        torch.cuda.set_device(rank)\n"
+        "    @skip_if_lt_x_gpu(2)\n    def test_ddp(self):\n        self._test_ddp(self.rank)\n"
+    )
+    assert fixed(source) == source
+    assert "only tests that run with CUDA call" in findings(source)[0].message
+    also_elsewhere = source + "T()._test_ddp(0)\n"  # a call outside a gated test: no longer CUDA's alone
+    assert "set_device_index" in fixed(also_elsewhere)
