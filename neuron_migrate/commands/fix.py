@@ -58,7 +58,8 @@ def fix_command(
                 fix.error, fix.new = why, None
     elif patch is None:
         write_output(diff, None)
-    todo = render_fix_summary(fixes, write, unsafe_fixes, stderr_console())
+    written_to = None if patch is None or write else str(patch)
+    todo = render_fix_summary(fixes, write, unsafe_fixes, stderr_console(), written_to)
     would_change = bool(changed) and not write
     failing = would_change if check else (todo or would_change or any(f.error for f in fixes))
     raise typer.Exit(EXIT_FINDINGS if failing and not exit_zero else EXIT_OK)

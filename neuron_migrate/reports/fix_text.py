@@ -9,9 +9,11 @@ from neuron_migrate.migrate.fix_files import FileFix
 from neuron_migrate.reports.words import plural
 
 
-def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console: Console) -> int:
+def render_fix_summary(
+    fixes: list[FileFix], write: bool, unsafe: bool, console: Console, patch: str | None = None
+) -> int:
     """Print what was fixed, what is left for a person, and the notes that need no change; returns how many
-    findings are left to do (notes excluded)."""
+    findings are left to do (notes excluded). `patch`: where the patch went (`--patch FILE`), if anywhere."""
     changed = [f for f in fixes if f.new is not None]
     applied = sum(len(f.applied) for f in fixes)
     left = [(f.rel, finding, why) for f in fixes for finding, why in f.left]
@@ -41,7 +43,10 @@ def render_fix_summary(fixes: list[FileFix], write: bool, unsafe: bool, console:
         + (f", {_notes(notes)} (`neuron-migrate scan` lists them)" if notes else "")
         + "."
     )
-    if changed and not write:
+    if changed and not write and patch is not None:
+        where = "on stdout" if patch == "-" else f"in {escape(patch)}"
+        console.print(f"[dim]The sources are unchanged; the patch is {where} (`git apply` it).[/]")
+    elif changed and not write:
         console.print(
             "[dim]Nothing was written: rerun with --write to apply, or --patch FILE for git apply.[/]"
         )

@@ -55,6 +55,7 @@ def test_patch_is_taken_by_git_apply(run_cli, tmp_path):
     (tmp_path / "pkg" / "a.py").write_text(SYNC)
     proc = run_cli("fix", ".", "--patch", "changes.patch")
     assert (tmp_path / "pkg" / "a.py").read_text() == SYNC
+    assert "the patch is in changes.patch" in proc.stderr and "rerun with" not in proc.stderr
     patch = (tmp_path / "changes.patch").read_text()
     assert patch.startswith("--- a/pkg/a.py\n+++ b/pkg/a.py\n"), proc.stderr
     subprocess.run(["git", "apply", "changes.patch"], cwd=tmp_path, check=True)
