@@ -49,7 +49,13 @@ import libcst as cst
 
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
 from neuron_migrate.migrate.context import shortened
-from neuron_migrate.migrate.cuda_files import cuda_file, imported_library, library_module, requires_cuda
+from neuron_migrate.migrate.cuda_files import (
+    cuda_file,
+    cuda_named,
+    imported_library,
+    library_module,
+    requires_cuda,
+)
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.guards import exits, implies
 from neuron_migrate.migrate.names import dotted
@@ -283,7 +289,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
     if function is not None:
-        if "cuda" in function.name.value.lower():
+        if cuda_named(function.name.value):
             return CudaOnly(
                 f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
                 "function and port it by hand"
@@ -353,7 +359,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
 def _cuda_named_class(stack) -> str | None:
     """The name of a class around the code that says it is about CUDA (`CudaDdpComparisonTest`)."""
     for parent, child in pairwise(stack):
-        if isinstance(parent, cst.ClassDef) and child is parent.body and "cuda" in parent.name.value.lower():
+        if isinstance(parent, cst.ClassDef) and child is parent.body and cuda_named(parent.name.value):
             return parent.name.value
     return None
 

@@ -27,11 +27,17 @@ _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm",
 _CUDA_STEM = re.compile(r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|rocm|triton|(^|_)nv(_|$)")
 
 
+def cuda_named(name: str) -> bool:
+    """Whether a file, function or class name says it is about CUDA or one of its libraries
+    (`_nccl_algo_time`, `triton_impl`, `CudaDdpComparisonTest`)."""
+    return _CUDA_STEM.search(name.lower()) is not None
+
+
 def cuda_file(path: str) -> bool:
     """Whether a file is CUDA's by its name or package (see the module docstring)."""
     parts = path.replace("\\", "/").split("/")
     stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
-    return any(part.lower() in _CUDA_FOLDERS for part in parts[:-1]) or _CUDA_STEM.search(stem) is not None
+    return any(part.lower() in _CUDA_FOLDERS for part in parts[:-1]) or cuda_named(stem)
 
 
 #: a docstring's statement that its module needs CUDA

@@ -784,3 +784,9 @@ def test_a_helper_that_only_cuda_gated_tests_call_is_cudas():
     assert "only tests that run with CUDA call" in findings(source)[0].message
     also_elsewhere = source + "T()._test_ddp(0)\n"  # a call outside a gated test: no longer CUDA's alone
     assert "set_device_index" in fixed(also_elsewhere)
+
+
+def test_a_function_named_after_nccl_is_cudas():
+    """torch's NCCL cost model (`_nccl_algo_time`): the device count there is the NCCL topology's."""
+    source = "import torch\ndef _nccl_algo_time(size):\n    return size / torch.cuda.device_count()\n"
+    assert fixed(source) == source
