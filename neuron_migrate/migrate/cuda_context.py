@@ -2,8 +2,10 @@
 
 A fix is withdrawn, with a note saying why, when its code:
 
-- is in a file, or inside a function, whose name says it is about CUDA (`torch/cuda/memory.py`,
-  `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `def cuda(self)`, `is_torch_cuda_available`), or in a
+- is in a file, or inside a function or class, whose name says it is about CUDA or one of its libraries
+  (`torch/cuda/memory.py`, `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `def cuda(self)`,
+  `is_torch_cuda_available`, `_nccl_algo_time`: `cuda_files.cuda_named`), in a module whose docstring
+  says it requires CUDA, or in a
   module that drives a CUDA-only library (`accelerate/utils/megatron_lm.py`: `cuda_files`);
 - only runs when a test that is about CUDA and stays CUDA's holds: the body of an `if`/`while`/conditional
   whose test mentions CUDA in code no fix of this run rewrites (`elif is_torch_cuda_available():`,
