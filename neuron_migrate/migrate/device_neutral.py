@@ -202,19 +202,14 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 
 def _assigned_flag(ctx, check) -> tuple[str, bool] | None:
     """(`name`, what it holds where CUDA is) for `name = <value holding the CUDA test>`."""
-    statement = check.region[0] if check.region else None
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
-    if not (
-        isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
-    ):
+    assigned = _name_assigned(check.region[0] if check.region else None)
+    if assigned is None:
         return None
-    name = small.targets[0].target.value
-    when_true, when_false = implies(ctx, small.value)
+    name, value = assigned
+    when_true, when_false = implies(ctx, value)
     if "certain" in (when_true, when_false):
         return name, when_true == "certain"
-    if small.value in check.stack and not _negated_below(small.value, check.stack):
+    if value in check.stack and not _negated_below(value, check.stack):
         return name, True  # `(x.device.type == "cuda" and ...) or ...`: the name may hold because of CUDA
     return None
 
@@ -228,21 +223,26 @@ def _raised_flag(ctx, check) -> tuple[str, bool] | None:
         return None
     scope = next((n for n in reversed(check.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
     for statement in owner.body.body:
-        small = (
-            statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
-        )
-        if not (
-            isinstance(small, cst.Assign)
-            and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
-            and _is_true(small.value)
-        ):
+        assigned = _name_assigned(statement)
+        if assigned is None or not _is_true(assigned[1]):
             continue
-        name = small.targets[0].target.value
+        name = assigned[0]
         bindings = ctx.bindings.in_scope(name, scope)
         raised = [b for b in bindings if b.kind == "param" or not _is_false(b.value)]
         if all(b.statement is statement for b in raised):
             return name, True
+    return None
+
+
+def _name_assigned(statement: cst.CSTNode | None) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value) for a statement `name = value` (one plain name), else None."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+    ):
+        return small.targets[0].target.value, small.value
     return None
 
 
