@@ -2,7 +2,8 @@
 there only run when `torch.accelerator` itself is missing (an old-torch fallback)?
 
 Read from the node's ancestors and the statements before it in each enclosing block, within the innermost
-function (a function can be called from anywhere, so nothing outside it holds inside):
+function (a function can be called from anywhere, so nothing outside it holds inside, except for a script's or
+a private function whose every call in the module is where an accelerator is certain: `entry.py`):
 
 - `if T:` bodies hold T, their `else`/`elif` branches hold `not T`; `x if T else y`, `T and x`, `T or x`
   alike;
@@ -282,6 +283,11 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
         else:
             found = _branch(ctx, parent, child)
         state = found or state
+    if state is None and start > 0 and isinstance(stack[start - 1], cst.FunctionDef):
+        from neuron_migrate.migrate.entry import certain_on_entry
+
+        if certain_on_entry(ctx, stack[start - 1], accelerator):
+            return "certain"
     return state or "possible"  # type: ignore[return-value]
 
 

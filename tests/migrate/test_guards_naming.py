@@ -192,6 +192,21 @@ def test_where_an_accelerator_is_certain_the_idiom_has_no_cpu_fallback():
     )
 
 
+def test_a_function_every_call_of_which_is_certain_needs_no_guard():
+    """The bundled bench.py: `time_ms` is only called after `main()` exits without an accelerator."""
+    source = (
+        "import torch\ndef time_ms(fn):\n    fn()\n    torch.cuda.synchronize()\n"
+        "def main():\n    if not torch.cuda.is_available():\n        raise SystemExit('needs a GPU')\n"
+        "    time_ms(print)\n"
+    )
+    script = source + "if __name__ == '__main__':\n    main()\n"
+    assert "    torch.accelerator.synchronize()\n" in fixed(script)
+    # a library's public function may be called from anywhere; one passed as a value too
+    assert "if torch.accelerator.is_available():" in fixed(source)
+    passed = script.replace("    time_ms(print)\n", "    time_ms(print)\n    run(time_ms)\n")
+    assert "if torch.accelerator.is_available():" in fixed(passed)
+
+
 def test_an_f_string_gets_a_name_never_nested_quotes():
     after = fixed('import torch\ndef device_for(rank):\n    return f"cuda:{rank}"\n', ("NM101",))
     assert 'return f"{device_type}:{rank}"' in after
