@@ -26,20 +26,30 @@ def certain_on_entry(ctx, function: cst.FunctionDef, presence: Callable) -> bool
     answers = _ANSWERS.setdefault(ctx, {})
     if id(function) not in answers:
         answers[id(function)] = False
-        sites = _call_sites(ctx).get(function.name.value)
+        sites = _call_sites(ctx, function)
         answers[id(function)] = bool(sites) and all(presence(ctx, stack) == "certain" for stack in sites)
     return answers[id(function)]
 
 
-def _call_sites(ctx) -> dict[str, list[tuple[cst.CSTNode, ...]] | None]:
+def _call_sites(ctx, function: cst.FunctionDef) -> list[tuple[cst.CSTNode, ...]] | None:
+    """The call sites of `function`, or None when it is no candidate (the module is walked once, and only
+    when a candidate is asked about)."""
+    module = ctx.module
+    name = function.name.value
+    if function not in module.body or not (name.startswith("_") or _is_script(module)):
+        return None
     sites = _SITES.get(ctx)
     if sites is None:
-        sites = _SITES[ctx] = _collect(ctx.module)
-    return sites
+        sites = _SITES[ctx] = _collect(module)
+    return sites.get(name)
+
+
+def _is_script(module: cst.Module) -> bool:
+    return any(_is_main_guard(statement) for statement in module.body)
 
 
 def _collect(module: cst.Module) -> dict[str, list[tuple[cst.CSTNode, ...]] | None]:
-    script = any(_is_main_guard(statement) for statement in module.body)
+    script = _is_script(module)
     defined = {
         s.name.value: s
         for s in module.body
