@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_files import (
@@ -108,7 +109,6 @@ class CudaMentions:
         self.docstring_requires_cuda: bool | None = None
         self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
         self.recorded_calls: dict[int, str | None] | None = None
-        self.callers: dict[str, list[tuple[cst.FunctionDef | None, cst.ClassDef | None]]] | None = None
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
 
     def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
@@ -192,9 +192,10 @@ class CudaMentions:
     def callers_gate(self, function: cst.FunctionDef) -> str | None:
         """The gate of the callers of `function` when it has some and every one is a test that a decorator
         runs only with CUDA (distributed_test's `_test_*` helpers of `@skip_if_lt_x_gpu(2)` tests)."""
-        if self.callers is None:
-            self.callers = _callers(self.ctx.module)
-        gates = [self._gate_of(caller, owner) for caller, owner in self.callers.get(function.name.value, ())]
+        callers = dict.fromkeys(
+            site.caller() for site in calls_in(self.ctx).sites.get(function.name.value, ())
+        )
+        gates = [self._gate_of(caller, owner) for caller, owner in callers]
         return gates[0] if gates and all(gates) else None
 
     def _gate_of(self, function: cst.FunctionDef | None, owner: cst.ClassDef | None) -> str | None:
@@ -501,41 +502,6 @@ def _other_device_call(function: cst.FunctionDef, chain: cst.If | None) -> str |
 
     function.visit(Finder())
     return found[0] if found else None
-
-
-def _callers(module: cst.Module) -> dict[str, list[tuple[cst.FunctionDef | None, cst.ClassDef | None]]]:
-    """Per function name: the functions (with their class) that call something by that name (`helper(...)`,
-    `self.helper(...)`, `obj.helper(...)`), each once; `(None, None)` for a call at module level."""
-    callers: dict[str, list[tuple[cst.FunctionDef | None, cst.ClassDef | None]]] = {}
-    functions: list[tuple[cst.FunctionDef, cst.ClassDef | None]] = []
-    owners: list[cst.ClassDef | None] = [None]
-
-    class Index(cst.CSTVisitor):
-        def visit_ClassDef(self, node: cst.ClassDef) -> None:
-            owners.append(node)
-
-        def leave_ClassDef(self, node: cst.ClassDef) -> None:
-            owners.pop()
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            functions.append((node, owners[-1]))
-            owners.append(None)  # a function's nested code belongs to no class
-
-        def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-            functions.pop()
-            owners.pop()
-
-        def visit_Call(self, node: cst.Call) -> None:
-            func = node.func  # any `x.helper(...)` may call it: a method is matched by its name alone
-            name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-            if name is not None:
-                caller = functions[-1] if functions else (None, None)  # module level: never gated
-                listed = callers.setdefault(name, [])
-                if caller not in listed:
-                    listed.append(caller)
-
-    module.visit(Index())
-    return callers
 
 
 def _cuda_named_arguments(call: cst.Call, cue: re.Pattern) -> list[str]:

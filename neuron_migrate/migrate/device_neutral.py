@@ -108,7 +108,7 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
     owner = _test_owner(check, (cst.If, cst.While, cst.IfExp))
     if owner is None:
         return flag_side(ctx, check)
-    if owner.body not in check.region:  # a precondition: what follows it
+    if owner.body not in check.region:  # a precondition (what follows it), or a negated test's `else`
         return check.region[1:]
     when_true, when_false = implies(ctx, owner.test)
     if when_true != "certain" and when_false == "certain":

@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
-#: per file: the call sites (as node stacks) of each candidate function, by name; None for a function that is
-#: also named otherwise
-_SITES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+from neuron_migrate.migrate.call_sites import calls_in
+
 #: per file: the answer per function id (False while it is being computed: a recursive call is no evidence)
 _ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -32,51 +31,21 @@ def certain_on_entry(ctx, function: cst.FunctionDef, presence: Callable) -> bool
 
 
 def _call_sites(ctx, function: cst.FunctionDef) -> list[tuple[cst.CSTNode, ...]] | None:
-    """The call sites of `function`, or None when it is no candidate (the module is walked once, and only
-    when a candidate is asked about)."""
+    """The stacks of the calls of `function`, or None when it is no candidate or is also named otherwise
+    (passed as a value, called as an attribute)."""
     module = ctx.module
     name = function.name.value
     if function not in module.body or not (name.startswith("_") or _is_script(module)):
         return None
-    sites = _SITES.get(ctx)
-    if sites is None:
-        sites = _SITES[ctx] = _collect(module)
-    return sites.get(name)
+    calls = calls_in(ctx)
+    sites = calls.sites.get(name, [])
+    if name in calls.named or not all(site.by_name for site in sites):
+        return None
+    return [site.stack for site in sites]
 
 
 def _is_script(module: cst.Module) -> bool:
     return any(_is_main_guard(statement) for statement in module.body)
-
-
-def _collect(module: cst.Module) -> dict[str, list[tuple[cst.CSTNode, ...]] | None]:
-    script = _is_script(module)
-    defined = {
-        s.name.value: s
-        for s in module.body
-        if isinstance(s, cst.FunctionDef) and (script or s.name.value.startswith("_"))
-    }
-    sites: dict[str, list[tuple[cst.CSTNode, ...]] | None] = {name: [] for name in defined}
-
-    class Collect(cst.CSTVisitor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.stack: list[cst.CSTNode] = []
-
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            parent = self.stack[-1] if self.stack else None
-            self.stack.append(node)
-            if isinstance(node, cst.Name) and node.value in defined and sites[node.value] is not None:
-                if isinstance(parent, cst.Call) and parent.func is node:
-                    sites[node.value].append(tuple(self.stack[:-1]))  # the call's own stack
-                elif not (isinstance(parent, cst.FunctionDef) and parent is defined[node.value]):
-                    sites[node.value] = None  # named as a value: callable from anywhere
-            return True
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            self.stack.pop()
-
-    module.visit(Collect())
-    return sites
 
 
 def _is_main_guard(statement: cst.CSTNode) -> bool:

@@ -218,9 +218,7 @@ class CudaStreamEvent(QualifiedNameRule):
     def _raw_handle(self, call: cst.Call) -> bool:
         """`torch.cuda.current_stream().cuda_stream`: the raw CUDA stream a CUDA library or kernel takes; the
         device module's streams elsewhere have no such attribute."""
-        stack = self.ctx.stack
-        index = next((i for i in range(len(stack) - 1, 0, -1) if stack[i] is call), 0)
-        parent = stack[index - 1] if index else None
+        parent = self.ctx.ancestor(2)  # the call's (the visited node is its function)
         return isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == _RAW_HANDLE
 
     def _keyword_args(self, call: cst.Call, names: tuple[str, ...], keep_first: bool) -> str | None:

@@ -1,0 +1,87 @@
+"""Where a module calls each name: the node stack of every call `name(...)` and `x.name(...)`, and the names
+it also uses otherwise (a value passed on, not a call), found in one walk the first time a rule asks
+(`cuda_context`: who calls a test helper; `entry`: where a script's function is called).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import libcst as cst
+
+
+class CallSite(NamedTuple):
+    """One call: its ancestry from the module down to the `Call` node, and whether it calls a plain name
+    (`helper(...)`) rather than an attribute (`self.helper(...)`)."""
+
+    stack: tuple[cst.CSTNode, ...]
+    by_name: bool
+
+    def caller(self) -> tuple[cst.FunctionDef | None, cst.ClassDef | None]:
+        """The innermost function around the call and the class whose body defines that function, if any
+        (`(None, None)` at module level or directly in a class body)."""
+        for index in range(len(self.stack) - 1, -1, -1):
+            node = self.stack[index]
+            if isinstance(node, cst.FunctionDef):
+                owner = self.stack[index - 2] if index >= 2 else None
+                return node, owner if isinstance(owner, cst.ClassDef) else None
+        return None, None
+
+
+@dataclass
+class Calls:
+    """The module's calls by the name they call, and the names that also stand other than as a called
+    function or the name of a top-level `def`."""
+
+    sites: dict[str, list[CallSite]] = field(default_factory=dict)
+    named: set[str] = field(default_factory=set)
+
+
+_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def calls_in(ctx) -> Calls:
+    """The file's `Calls`, found on first use."""
+    calls = _CALLS.get(ctx)
+    if calls is None:
+        calls = _CALLS[ctx] = _collect(ctx.module)
+    return calls
+
+
+def _collect(module: cst.Module) -> Calls:
+    calls = Calls()
+    top_level = {id(s) for s in module.body if isinstance(s, cst.FunctionDef)}
+
+    class Collect(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stack: list[cst.CSTNode] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            parent = self.stack[-1] if self.stack else None
+            self.stack.append(node)
+            if isinstance(node, cst.Name):
+                self._name(node, parent)
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            self.stack.pop()
+
+        def _name(self, node: cst.Name, parent: cst.CSTNode | None) -> None:
+            grand = self.stack[-3] if len(self.stack) > 2 else None
+            if isinstance(parent, cst.Call) and parent.func is node:
+                calls.sites.setdefault(node.value, []).append(CallSite(tuple(self.stack[:-1]), True))
+            elif (
+                isinstance(parent, cst.Attribute)
+                and parent.attr is node
+                and isinstance(grand, cst.Call)
+                and grand.func is parent
+            ):
+                calls.sites.setdefault(node.value, []).append(CallSite(tuple(self.stack[:-2]), False))
+            elif not (isinstance(parent, cst.FunctionDef) and id(parent) in top_level):
+                calls.named.add(node.value)
+
+    module.visit(Collect())
+    return calls
