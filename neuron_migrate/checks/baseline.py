@@ -93,4 +93,4 @@ def write_baseline(path: Path, new: Baseline, allow_growth: bool) -> None:
                 f"{path}: the new baseline would add {added} entries; a baseline only shrinks — "
                 "pass --update-baseline to accept them"
             )
-    write_output(new.to_json(), path)
+    write_output(new.to_json(), path, "--write-baseline")

@@ -84,12 +84,14 @@ def check_command(
     result = run_check(options, gate, scan_file, traces, baseline)
     render_check_text(result.verdict, result.inputs.traces, result.baseline, stderr_console())
     if junit is not None:
-        write_output(render_junit(result.verdict), junit)
+        write_output(render_junit(result.verdict), junit, "--junit")
     summary = markdown or (
         Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None
     )
     if summary is not None:
-        write_output(render_markdown(result.verdict), summary)
+        write_output(
+            render_markdown(result.verdict), summary, "--markdown" if markdown else "GITHUB_STEP_SUMMARY"
+        )
     raise typer.Exit(EXIT_OK if result.verdict.passed else EXIT_FINDINGS)
 
 

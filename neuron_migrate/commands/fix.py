@@ -51,7 +51,7 @@ def fix_command(
     changed = [f for f in fixes if f.new is not None]
     diff = "".join(f.diff() for f in changed)
     if patch is not None:
-        write_output(diff, patch)
+        write_output(diff, patch, "--patch")
     if write:
         for fix in changed:
             if (why := write_fixed(fix)) is not None:

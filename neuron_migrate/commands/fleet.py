@@ -63,7 +63,7 @@ def write_result(
 
     if output_dir is not None:
         for fmt, name in (("json", "fleet.json"), ("md", "fleet.md"), ("html", "fleet.html")):
-            write_output(render(result, fmt), output_dir / name)
+            write_output(render(result, fmt), output_dir / name, "--output-dir")
     if output_format != "text":
         write_output(render(result, output_format), output)
     render_summary(result, console, top)

@@ -62,6 +62,14 @@ def test_patch_is_taken_by_git_apply(run_cli, tmp_path):
     assert (tmp_path / "pkg" / "a.py").read_text() == FIXED
 
 
+def test_a_patch_path_in_a_missing_folder_is_one_error_naming_the_option(run_cli, tmp_path):
+    (tmp_path / "a.py").write_text(SYNC)
+    proc = run_cli("fix", ".", "--patch", "no/such/dir/changes.patch")
+    assert proc.returncode == 2 and (tmp_path / "a.py").read_text() == SYNC
+    assert proc.stderr.strip().startswith("neuron-migrate: error: --patch no/such/dir/changes.patch: folder")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 def test_crlf_bom_and_missing_final_newline_are_kept(tmp_path):
     data = b"\xef\xbb\xbfimport torch\r\ntorch.cuda.synchronize()"
     new = fix_bytes(tmp_path, data)
