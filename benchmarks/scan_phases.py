@@ -45,7 +45,7 @@ def _instrument() -> None:
     scanner.plan = _timed("plan: discover, read, hash, decode, byte filter", scanner.plan)
     scanner.candidates = _timed("pre-pass (lexicon + conditions)", scanner.candidates)
     ast.parse = _timed("ast.parse", ast.parse)
-    scanner.cst.parse_module = _timed("libcst parse", scanner.cst.parse_module)
+    scanner.parse = _timed("libcst parse", scanner.parse)
     scanner.analyze_module = _timed("rules' walk (analyze_module)", scanner.analyze_module)
     analyzer.settle = _timed("settle", analyzer.settle)
     positions.StatementPositions._resolve = _timed("positions", positions.StatementPositions._resolve)

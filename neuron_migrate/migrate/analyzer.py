@@ -10,7 +10,6 @@ reported something, and only for the innermost statements that hold its nodes (`
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from neuron_migrate.migrate.positions import StatementPositions
 from neuron_migrate.migrate.records import finding_of
 from neuron_migrate.migrate.rule import Rule
 from neuron_migrate.migrate.settle import settle
+from neuron_migrate.migrate.walk import SEMANTIC, concrete, walk
 from neuron_migrate.model import Finding
 
 _SUPPRESS = re.compile(r"#\s*neuron-migrate:\s*ignore(?!-file)(?:\[([A-Za-z0-9_,\s]+)\])?")
@@ -166,83 +166,16 @@ def _statement_and_block(stack: list[cst.CSTNode]) -> tuple[cst.CSTNode | None, 
     return None, None
 
 
-def _concrete(*bases: type) -> frozenset[type]:
-    """Every concrete libcst node class derived from `bases` (type() lookups beat ABC isinstance checks)."""
-    found: set[type] = set()
-    for value in vars(cst).values():
-        if (
-            isinstance(value, type)
-            and issubclass(value, bases)
-            and not getattr(value, "__abstractmethods__", None)
-        ):
-            found.add(value)
-    return frozenset(found)
-
-
-#: node classes that only carry formatting; no rule looks at them, and they are most of a tree's nodes
-_FORMATTING = _concrete(
-    cst.BaseParenthesizableWhitespace,
-    cst.TrailingWhitespace,
-    cst.EmptyLine,
-    cst.Comment,
-    cst.Newline,
-    cst.Comma,
-    cst.Semicolon,
-    cst.Colon,
-    cst.Dot,
-    cst.AssignEqual,
-    cst.LeftParen,
-    cst.RightParen,
-    cst.LeftSquareBracket,
-    cst.RightSquareBracket,
-    cst.LeftCurlyBrace,
-    cst.RightCurlyBrace,
-    cst.BaseBinaryOp,
-    cst.BaseBooleanOp,
-    cst.BaseCompOp,
-    cst.BaseUnaryOp,
-    cst.BaseAugOp,
-    cst.Asynchronous,
-    cst.ImportStar,
-)
 #: an annotation runs no device code (a type named there is no use of it), so no rule sees one
-_NODE_TYPES = _concrete(cst.CSTNode) - _FORMATTING - {cst.Annotation}
+_NODE_TYPES = SEMANTIC - {cst.Annotation}
 _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
 _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})
-_STATEMENTS = _concrete(cst.BaseCompoundStatement) | {cst.SimpleStatementLine}
+_STATEMENTS = concrete(cst.BaseCompoundStatement) | {cst.SimpleStatementLine}
 _BLOCKS = frozenset({cst.Module, cst.IndentedBlock})
 _BINDERS = frozenset(
     {cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.WithItem, cst.Call}
 )
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
-
-
-def _walk(node: cst.CSTNode, dispatcher: _Dispatcher) -> None:
-    """Visit `node` and its semantic descendants depth-first in field order.
-
-    libcst's own `visit` rebuilds every node's children as it goes and visits whitespace and punctuation
-    too; walking the dataclass fields directly and skipping formatting nodes is several times faster, and
-    a read-only analysis needs nothing else.
-    """
-    dispatcher.on_visit(node)
-    for name in _child_fields(type(node)):
-        value = getattr(node, name)
-        kind = type(value)
-        if kind in _NODE_TYPES:
-            _walk(value, dispatcher)
-        elif kind is list or kind is tuple:
-            for item in value:
-                if type(item) in _NODE_TYPES:
-                    _walk(item, dispatcher)
-    dispatcher.on_leave(node)
 
 
 def suppressions(lines: list[str]) -> tuple[dict[int, set[str] | None], set[str] | bool | None]:
@@ -287,7 +220,7 @@ def analyze_module(
     ctx = FileContext(module, path, bound_modules)
     instances = [rule(ctx) for rule in rules]
     dispatcher = _Dispatcher(ctx, instances)
-    _walk(module, dispatcher)
+    walk(module, dispatcher, _NODE_TYPES)
     ctx.run_deferred()
     for instance in instances:
         instance.finish()
@@ -313,8 +246,3 @@ def analyze_module(
         findings.append(finding)
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return findings
-
-
-def parse(source: str) -> cst.Module:
-    """Parse Python 3 source with libcst (raises `cst.ParserSyntaxError`)."""
-    return cst.parse_module(source)

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from neuron_migrate.migrate.walk import walk
+
 
 class CallSite(NamedTuple):
     """One call: its ancestry from the module down to the `Call` node, and whether it calls a plain name
@@ -83,5 +85,5 @@ def _collect(module: cst.Module) -> Calls:
             elif not (isinstance(parent, cst.FunctionDef) and id(parent) in top_level):
                 calls.named.add(node.value)
 
-    module.visit(Collect())
+    walk(module, Collect())
     return calls

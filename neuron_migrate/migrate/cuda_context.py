@@ -64,6 +64,7 @@ from neuron_migrate.migrate.guards import exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import library_of
+from neuron_migrate.migrate.walk import walk
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
 _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl", re.IGNORECASE)
@@ -147,7 +148,7 @@ class CudaMentions:
                     return False
                 return True
 
-        node.visit(Finder())
+        walk(node, Finder())
         return found[0] if found else None
 
     def calls_cuda_function(self, statement: cst.CSTNode) -> str | None:
@@ -234,7 +235,7 @@ def covered_nodes(pendings: list, applies) -> set[int]:
     for pending in pendings:
         if applies(pending):
             for replacement in pending.fix.replacements:
-                replacement.node.visit(Collect())
+                walk(replacement.node, Collect())
     return covered
 
 
@@ -500,7 +501,7 @@ def _other_device_call(function: cst.FunctionDef, chain: cst.If | None) -> str |
                 found.append(dotted(node.func))
             return True
 
-    function.visit(Finder())
+    walk(function, Finder())
     return found[0] if found else None
 
 
@@ -550,5 +551,5 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
         def visit_Lambda(self, node: cst.Lambda) -> bool:
             return False  # called later, if at all
 
-    node.visit(Collect())
+    walk(node, Collect())
     return found

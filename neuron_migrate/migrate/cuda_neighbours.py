@@ -31,6 +31,7 @@ import weakref
 import libcst as cst
 
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.walk import walk
 
 _CUDA_FACT = re.compile(r"cudnn|miopen|rocm|(?<![a-z])hip(?![a-z])|nccl|nvidia|cublas|cutlass", re.IGNORECASE)
 _BACKENDS = frozenset({"gloo", "nccl", "ucc", "mpi"})
@@ -113,7 +114,7 @@ def _cuda_fact(arg: cst.Arg, covered: set[int]) -> str | None:
                 return False
             return True
 
-    arg.value.visit(Finder())
+    walk(arg.value, Finder())
     return found[0] if found else None
 
 

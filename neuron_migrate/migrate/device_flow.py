@@ -26,6 +26,7 @@ from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import positional
+from neuron_migrate.migrate.walk import walk
 
 _DEVICE_NAME = re.compile(r"^(dev|device|device_type|device_str|\w+_device|\w+_device_type)$", re.IGNORECASE)
 _NOT_DEVICE_NAME = re.compile(r"^(is|has|use|num|n|max|min|no)_", re.IGNORECASE)
@@ -338,7 +339,7 @@ def _compared_names(ctx, flow: DeviceFlow) -> set[str]:
                 for operand in (node.left, *(item.comparator for item in node.comparisons)):
                     found.update(keys_of(operand))
 
-        ctx.module.visit(Finder())
+        walk(ctx.module, Finder())
         flow.compared = found
     return flow.compared
 

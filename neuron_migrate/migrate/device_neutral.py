@@ -16,6 +16,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.guards import implies
 from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.walk import walk
 
 _NEUTRAL_NAMES = re.compile(
     r"torch\.(accelerator|amp|profiler)\..*|torch\.(device|get_device_module|Stream|Event|is_tensor|"
@@ -97,7 +98,7 @@ def _assigns(nodes: tuple[cst.CSTNode, ...], key: str) -> bool:
                 found.append(True)
 
     for node in nodes:
-        node.visit(Finder())
+        walk(node, Finder())
     return bool(found)
 
 
@@ -196,7 +197,7 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
             if holds(node.left) == on_cuda and isinstance(node.operator, cst.And):
                 selected.append(node.right)
 
-    scope.visit(Finder())
+    walk(scope, Finder())
     return tuple(selected)
 
 
@@ -281,7 +282,7 @@ def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -
             return True
 
     for node in nodes:
-        node.visit(Finder())
+        walk(node, Finder())
         if found:
             return found[0]
     return None
@@ -303,7 +304,7 @@ def _does_device_work(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) ->
             return True
 
     for node in nodes:
-        node.visit(Finder())
+        walk(node, Finder())
     return bool(found)
 
 

@@ -267,9 +267,10 @@ def _imported_modules(cell_text: str) -> set[str]:
     import libcst as cst
 
     from neuron_migrate.migrate.names import import_bindings
+    from neuron_migrate.migrate.parsing import parse
 
     try:
-        module = cst.parse_module(cell_text)
+        module = parse(cell_text)
     except cst.ParserSyntaxError:
         return set()
     found: set[str] = set()

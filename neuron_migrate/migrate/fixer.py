@@ -13,6 +13,8 @@ from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits, drop_poi
 from neuron_migrate.migrate.guard_layout import tidy_new_guards
 from neuron_migrate.migrate.layout import Layout, reflow
 from neuron_migrate.migrate.names import import_bindings
+from neuron_migrate.migrate.parsing import parse
+from neuron_migrate.migrate.walk import walk
 from neuron_migrate.model import Edit, Finding
 
 
@@ -59,7 +61,7 @@ def fix_text(
     new_text = drop_pointers_to_removed(text, drop_repeats(text, new_text))
     new_text = reflow(text, tidy_new_guards(text, new_text), layout, path)
     try:
-        cst.parse_module(new_text)
+        parse(new_text)
     except cst.ParserSyntaxError as err:  # a bug in a rule's fix: keep the file as it was
         outcome.left.extend(
             (f, f"fix would not parse ({err.message}); left unchanged") for f in outcome.applied
@@ -95,10 +97,10 @@ def _referenced_names(module: cst.Module) -> Counter:
             counts[node.value] += 1
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)  # `x.attr`: only `x` is a reference
+            walk(node.value, self)  # `x.attr`: only `x` is a reference
             return False
 
-    module.visit(Visitor())
+    walk(module, Visitor())
     return counts
 
 
@@ -158,7 +160,7 @@ class _DropImports(cst.CSTTransformer):
 def remove_unused_imports(before: str, after: str) -> str:
     """Drop imported names that `before` used and `after` no longer does (imports the fix made unused)."""
     try:
-        old, new = cst.parse_module(before), cst.parse_module(after)
+        old, new = parse(before), parse(after)
     except cst.ParserSyntaxError:
         return after
     old_refs, new_refs = _referenced_names(old), _referenced_names(new)
@@ -171,7 +173,7 @@ def remove_unused_imports(before: str, after: str) -> str:
         def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
             bound.update(local for local, _ in import_bindings(node))
 
-    new.visit(Collect())
+    walk(new, Collect())
     unused = {name for name in bound if old_refs[name] and not new_refs[name]}
     if not unused:
         return after

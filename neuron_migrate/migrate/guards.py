@@ -29,6 +29,7 @@ from typing import Literal
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.walk import walk
 
 Presence = Literal["certain", "possible", "absent"]
 #: (what holds when the test is true, what holds when it is false): "certain" / "absent" / None (no telling)
@@ -206,7 +207,7 @@ def _certain_at(ctx, binding) -> bool:
 
     if binding.statement is None:
         return False
-    binding.scope.visit(Finder())
+    walk(binding.scope, Finder())
     return bool(found) and accelerator(ctx, found[0]) == "certain"
 
 

@@ -40,6 +40,7 @@ from neuron_migrate.migrate.fixes import (
     inline_certain,
 )
 from neuron_migrate.migrate.guards import accelerator
+from neuron_migrate.migrate.walk import walk
 
 _BLOCKS = (cst.IndentedBlock, cst.Module)
 _SPACES = re.compile(r"\s+")
@@ -287,14 +288,14 @@ def _names_used(scope: cst.CSTNode) -> set[str]:
             used.add(node.value)
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
+            walk(node.value, self)
             return False
 
         def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
+            walk(node.value, self)
             return False
 
-    scope.visit(Names())
+    walk(scope, Names())
     return used
 
 

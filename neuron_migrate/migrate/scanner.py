@@ -23,6 +23,7 @@ from neuron_migrate.migrate.analyzer import analyze_module
 from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import layout_for
+from neuron_migrate.migrate.parsing import parse
 from neuron_migrate.migrate.prepass import candidates
 from neuron_migrate.migrate.rule import Rule, file_rule, load_rules, select_rules
 from neuron_migrate.migrate.sources import (
@@ -239,7 +240,7 @@ def scan_text(
     `tree`: the file's `ast` parse, when the caller has it (positions need it)."""
     rules = load_rules()
     try:
-        module = cst.parse_module(text.text)
+        module = parse(text.text)
     except cst.ParserSyntaxError as err:
         hint = "; it looks like Python 2" if _looks_like_python2(text.text) else ""
         # libcst's native parser reports the token after the error; its message has the real place

@@ -12,6 +12,7 @@ from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 from neuron_migrate.migrate.rules.accelerator_checks import reported_in_device_chain
+from neuron_migrate.migrate.walk import walk
 
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
 
@@ -217,5 +218,5 @@ def _names(expr: cst.CSTNode) -> list[cst.CSTNode]:
         def visit_Name(self, node: cst.Name) -> None:
             found.append(node)
 
-    expr.visit(Collect())
+    walk(expr, Collect())
     return found

@@ -1,0 +1,96 @@
+"""A read-only walk over a libcst tree that skips formatting nodes, for every analysis that only looks.
+
+libcst's own `node.visit(visitor)` rebuilds each node's children as it goes (it is the transformer's
+machinery) and visits whitespace, commas and parentheses, most of a tree's nodes. Walking the dataclass fields
+directly and skipping formatting is several times faster. `walk` takes a `cst.CSTVisitor` unchanged: it calls
+`on_visit` (which dispatches to `visit_<Node>`; a false result skips the node's children) and `on_leave`
+(`leave_<Node>`), as libcst does, so a visitor works with either. What it does not offer: formatting nodes
+(`Comment`, whitespace, punctuation, operators) and the per-attribute hooks (`visit_Call_func`).
+Children come in source order, as with libcst's `visit` (a class's fields are in source order except in the
+few classes `_SOURCE_ORDER` lists: a `FunctionDef`'s body is declared before its decorators).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+
+def concrete(*bases: type) -> frozenset[type]:
+    """Every concrete libcst node class derived from `bases` (type() lookups beat ABC isinstance checks)."""
+    found: set[type] = set()
+    for value in vars(cst).values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, bases)
+            and not getattr(value, "__abstractmethods__", None)
+        ):
+            found.add(value)
+    return frozenset(found)
+
+
+#: node classes that only carry formatting; no analysis looks at them, and they are most of a tree's nodes
+FORMATTING = concrete(
+    cst.BaseParenthesizableWhitespace,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Comment,
+    cst.Newline,
+    cst.Comma,
+    cst.Semicolon,
+    cst.Colon,
+    cst.Dot,
+    cst.AssignEqual,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+    cst.Asynchronous,
+    cst.ImportStar,
+)
+SEMANTIC = concrete(cst.CSTNode) - FORMATTING
+#: the node classes whose fields are not declared in source order: their children in source order (the other
+#: fields, formatting only, follow)
+_SOURCE_ORDER: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    cst.Arg: ("keyword", "value"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.MatchCase: ("pattern", "guard", "body"),
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        declared = [f.name for f in dataclasses.fields(cls)]
+        first = tuple(name for name in _SOURCE_ORDER.get(cls, ()) if name in declared)
+        names = _FIELDS[cls] = first + tuple(name for name in declared if name not in first)
+    return names
+
+
+def walk(node: cst.CSTNode, visitor, kinds: frozenset[type] = SEMANTIC) -> None:
+    """Visit `node` and its descendants of the classes `kinds` depth-first, calling `visitor.on_visit` and
+    `visitor.on_leave` on each (the children are skipped when `on_visit` returns a false value)."""
+    if visitor.on_visit(node):
+        for name in _child_fields(type(node)):
+            value = getattr(node, name)
+            kind = type(value)
+            if kind in kinds:
+                walk(value, visitor, kinds)
+            elif kind is list or kind is tuple:
+                for item in value:
+                    if type(item) in kinds:
+                        walk(item, visitor, kinds)
+    visitor.on_leave(node)
