@@ -2,7 +2,8 @@
 `neuron_migrate.api`.
 
 Keys (all optional): include, exclude, select, ignore (lists of strings), respect-gitignore (bool), jobs
-(int), target-torch (str: the oldest torch `fix` may write for), and the sub-tables `effort` and `check`
+(int), target-torch (str: the oldest torch `fix` may write for; by default the minimum the project's
+packaging declares, `migrate.torch_floor`), and the sub-tables `effort` and `check`
 that `report` and `check` validate themselves.
 """
 
@@ -35,7 +36,7 @@ class Config:
     ignore: tuple[str, ...] = ()
     respect_gitignore: bool = True
     jobs: int = 0
-    target_torch: tuple[int, int] = (2, 9)
+    target_torch: tuple[int, int] | None = None  # None: what the project declares (`torch_floor`)
     effort: dict[str, Any] = field(default_factory=dict)
     check: dict[str, Any] = field(default_factory=dict)
 

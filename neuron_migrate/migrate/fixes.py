@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from neuron_migrate.migrate.layout import Layout
+from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH
 from neuron_migrate.model import FixSafety
 
 #: the one device expression the rewrites use: an accelerator when there is one, else the CPU
@@ -99,15 +100,22 @@ _DEFAULT_LAYOUT = Layout()
 
 @dataclass(frozen=True)
 class FixStyle:
-    """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe fixes
-    will be applied (only applied fixes count when deciding to name the device), the first-party module names
-    (for import grouping) and the oldest torch the fixed code must run on."""
+    """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe
+    fixes will be applied (only applied fixes count when deciding to name the device), the first-party module
+    names (for import grouping) and the oldest torch the fixed code must run on (`torch_floor`: where the
+    project declares it, when that is where it came from)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
     local_modules: frozenset[str] = frozenset()
-    target_torch: tuple[int, int] = (2, 9)
+    target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
+    torch_floor: str = ""
 
     @property
     def line_length(self) -> int:
         return self.layout.line_length
+
+    @property
+    def cache_key(self) -> str:
+        """What of the style changes a file's findings, for the scan cache."""
+        return f"{self.line_length}:{self.target_torch}:{self.torch_floor}"

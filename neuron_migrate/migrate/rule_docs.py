@@ -48,8 +48,9 @@ def versions_markdown() -> str:
     lines = [
         "## Minimum torch versions",
         "",
-        "A fix is written only when every API it uses exists in the project's `target-torch` (default 2.9;",
-        '`[tool.neuron-migrate] target-torch = "2.13"`); otherwise the finding says which version it needs.',
+        "A fix is written only when every API it uses exists in the project's `target-torch`",
+        '(`[tool.neuron-migrate] target-torch = "2.13"`; unset, the oldest torch the project\'s packaging',
+        "declares, else 2.9); otherwise the finding says which version it needs.",
         "Versions come from the versioned PyTorch documentation and the pull requests that added each API",
         "(2026-12); APIs added after 2.9.0 whose first release could not be established are listed as 2.13,",
         "the oldest release checked to have them.",

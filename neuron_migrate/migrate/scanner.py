@@ -36,6 +36,7 @@ from neuron_migrate.migrate.sources import (
     local_modules,
     read_bytes,
 )
+from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, torch_floor
 from neuron_migrate.model import Edit, FileError, Finding, Fix, ScanResult
 
 #: below this many files to parse, a process pool costs more than it saves
@@ -53,7 +54,7 @@ class ScanOptions:
     selection: Selection = field(default_factory=Selection)
     jobs: int = 0  # 0: one per CPU
     cache_dir: Path | None = None
-    target_torch: tuple[int, int] = (2, 9)
+    target_torch: tuple[int, int] | None = None  # None: each project's declared floor (`torch_floor`)
 
 
 @dataclass
@@ -75,12 +76,18 @@ class Planned:
 
 
 def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
-    """How fixes in `source` are written: its project's layout, first-party modules, target torch."""
+    """How fixes in `source` are written: its project's layout, first-party modules, target torch (the
+    `target-torch` setting, else the oldest torch the project declares, else the default)."""
     folder = source.path.absolute().parent
+    target, floor = options.target_torch, None
+    if target is None:
+        floor = torch_floor(folder)
+        target = floor.version if floor else DEFAULT_TARGET_TORCH
     return FixStyle(
         layout=layout_for(folder),
         local_modules=local_modules(folder, options.root),
-        target_torch=options.target_torch,
+        target_torch=target,
+        torch_floor=floor.source if floor else "",
     )
 
 
@@ -100,7 +107,7 @@ def plan(options: ScanOptions, rules: dict, cache: ScanCache, errors: list[FileE
         if isinstance(data, SourceProblem):
             item.findings = _problem(source, data, rules, errors)
             continue
-        item.key = f"{content_hash(data)}:{item.style.line_length}"
+        item.key = f"{content_hash(data)}:{item.style.cache_key}"
         hit = cache.get(source.rel, item.key)
         if hit is not None:
             item.findings, item.cached = hit, True

@@ -39,6 +39,7 @@ from neuron_migrate.migrate.device_neutral import flag_side, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
+from neuron_migrate.migrate.torch_floor import HELD_BACK
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
 _DEFAULT = (
@@ -91,7 +92,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif (
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):
-            withdraw(pending, f"the fix needs torch >= {version}; raise `target-torch` to apply it")
+            withdraw(pending, _too_new(version, style))
         elif pending.fix is not None and (check := _expected_to_raise(ctx, pending.stack)) is not None:
             withdraw(
                 pending,
@@ -113,6 +114,16 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         return len(line) - (where.end.column - where.start.column) + len(text) > style.line_length
 
     DeviceNames(ctx, style.line_length, lambda p: applies(p, style), overflow).resolve(pendings)
+
+
+def _too_new(version: str, style: FixStyle) -> str:
+    if style.torch_floor:
+        floor = ".".join(map(str, style.target_torch))
+        return (
+            f"the fix needs torch >= {version}, {HELD_BACK} {floor} "
+            f"({style.torch_floor}): raise that minimum, or set `target-torch`, to apply it"
+        )
+    return f"the fix needs torch >= {version}; raise `target-torch` to apply it"
 
 
 def _vendored_folder(path: str) -> str | None:

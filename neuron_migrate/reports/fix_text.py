@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from neuron_migrate.migrate.fix_files import FileFix
+from neuron_migrate.migrate.torch_floor import HELD_BACK
 from neuron_migrate.reports.words import plural
 
 
@@ -43,6 +44,12 @@ def render_fix_summary(
         + (f", {_notes(notes)} (`neuron-migrate scan` lists them)" if notes else "")
         + "."
     )
+    if held_back := sum(1 for _, finding, _ in todo if HELD_BACK in finding.message):
+        console.print(
+            f"{held_back} {'fix' if held_back == 1 else 'fixes'} held back: the project declares an older "
+            "torch than they need (TorchNeuron itself needs torch 2.13 or newer). Raise that minimum, or set "
+            + escape('`[tool.neuron-migrate] target-torch = "2.13"`, to write them.')
+        )
     if changed and not write and patch is not None:
         where = "on stdout" if patch == "-" else f"in {escape(patch)}"
         console.print(f"[dim]The sources are unchanged; the patch is {where} (`git apply` it).[/]")

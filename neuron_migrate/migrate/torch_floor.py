@@ -1,0 +1,161 @@
+"""The oldest torch a project says it supports, read from its packaging metadata, so `fix` never writes an API
+its users' torch lacks (as ruff's `target-version` follows `requires-python`).
+
+The project is the nearest folder at or above a source file that holds `pyproject.toml`, `setup.cfg` or
+`setup.py`. Its torch requirement is read, in this order, from the first place that names torch:
+`[project] dependencies`, then `[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`;
+`setup.cfg`'s `install_requires` and `extras_require`; requirement strings in `setup.py`; and last the
+project's own `requirements.txt` (often pinned for development rather than the range users get). The floor is
+the requirement's lower bound (`>=2.1`, `~=2.1`, `==2.1.*`, `>2.1`, poetry's `^2.1`) to the minor release;
+when torch is listed several times (per Python version), the lowest. A requirement without a lower bound, or
+no requirement, says nothing: the default target applies. An explicit `target-torch` setting wins over all of
+this.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: the oldest torch the fixes write for when neither `target-torch` nor the project says
+DEFAULT_TARGET_TORCH = (2, 9)
+#: the words of a fix withdrawn because the project's declared torch is older than the fix needs
+HELD_BACK = "and the project supports torch"
+_PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
+#: `torch`, optional extras, then a specifier list up to the end of the requirement (a marker starts at `;`)
+_REQUIREMENT = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*\(?\s*([^;#)]*)", re.IGNORECASE)
+_CLAUSE = re.compile(r"^\s*(===|==|~=|>=|>|\^|~|<=|<|!=)?\s*v?(\d+)(?:\.(\d+|\*))?")
+#: a quoted requirement string for torch in setup.py (`"torch>=2.0"`, `'torch (>=2.1)'`)
+_QUOTED = re.compile(r"""["'](torch\s*(?:\[[^\]'"]*\])?\s*\(?\s*(?:===|==|~=|>=|>|<=|<|!=)[^"']*)["']""")
+
+
+@dataclass(frozen=True)
+class TorchFloor:
+    """The project's oldest supported torch (`version`, to the minor release) and where that was read
+    (`source`: "`torch>=2.0` in setup.py")."""
+
+    version: tuple[int, int]
+    source: str
+
+
+def torch_floor(folder: Path) -> TorchFloor | None:
+    """The torch floor of the project that holds `folder`, or None when it declares none."""
+    return _floor_of_project(_project_folder(folder.absolute()))
+
+
+@lru_cache(maxsize=256)
+def _project_folder(folder: Path) -> Path | None:
+    for directory in (folder, *folder.parents):
+        if any((directory / name).is_file() for name in _PROJECT_FILES):
+            return directory
+    return None
+
+
+@lru_cache(maxsize=64)
+def _floor_of_project(project: Path | None) -> TorchFloor | None:
+    if project is None:
+        return None
+    for name, read in _READERS:
+        path = project / name
+        if not path.is_file():
+            continue
+        try:
+            requirements = read(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, configparser.Error):
+            continue  # an unreadable file declares nothing; the command that needs it reports it
+        if requirements:
+            return floor_of(requirements, name)
+    return None
+
+
+def floor_of(requirements: list[str], where: str) -> TorchFloor | None:
+    """The lowest lower bound among torch `requirements` (None if one has none: that one allows any torch)."""
+    floors = []
+    for requirement in requirements:
+        version = lower_bound(requirement)
+        if version is None:
+            return None
+        floors.append((version, requirement))
+    version, requirement = min(floors)
+    return TorchFloor(version, f"`{requirement.strip()}` in {where}")
+
+
+def lower_bound(requirement: str) -> tuple[int, int] | None:
+    """The minor release a torch requirement starts at (`torch>=2.1.2,<3` -> (2, 1)), or None without one."""
+    match = _REQUIREMENT.match(requirement)
+    if match is None:
+        return None
+    bounds = []
+    for clause in match.group(1).split(","):
+        parsed = _CLAUSE.match(clause)
+        if parsed is None:
+            continue
+        operator, major, minor = parsed.groups()
+        if operator in (None, "===", "==", "~=", ">=", ">", "^", "~"):
+            bounds.append((int(major), int(minor) if minor and minor != "*" else 0))
+    return max(bounds) if bounds else None
+
+
+def _torch_entries(entries: object) -> list[str]:
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, str) and _REQUIREMENT.match(e) and _is_torch(e)]
+
+
+def _is_torch(requirement: str) -> bool:
+    """`torch...`, not `torchvision` or `torch-neuronx`."""
+    rest = requirement.strip()[5:]
+    return not rest or not (rest[0].isalnum() or rest[0] in "-_.")
+
+
+def _from_pyproject(text: str) -> list[str]:
+    document = tomllib.loads(text)
+    project = document.get("project", {})
+    found = _torch_entries(project.get("dependencies"))
+    if not found and isinstance(extras := project.get("optional-dependencies"), dict):
+        found = [e for group in extras.values() for e in _torch_entries(group)]
+    if not found:
+        poetry = document.get("tool", {}).get("poetry", {}).get("dependencies", {})
+        spec = poetry.get("torch") if isinstance(poetry, dict) else None
+        spec = spec.get("version") if isinstance(spec, dict) else spec
+        if isinstance(spec, str):
+            found = [f"torch{spec}" if spec[:1] in "<>=!~^" else f"torch=={spec}"]
+    return found
+
+
+def _from_setup_cfg(text: str) -> list[str]:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    values = []
+    if parser.has_option("options", "install_requires"):
+        values.append(parser.get("options", "install_requires"))
+    if parser.has_section("options.extras_require"):
+        values.extend(value for _, value in parser.items("options.extras_require"))
+    lines = [line.strip() for value in values for line in value.splitlines()]
+    return [line for line in lines if _REQUIREMENT.match(line) and _is_torch(line)]
+
+
+def _from_setup_py(text: str) -> list[str]:
+    return [match.group(1) for match in _QUOTED.finditer(text)]
+
+
+def _from_requirements(text: str) -> list[str]:
+    lines = [line.split("#")[0].strip() for line in text.splitlines()]
+    return [line for line in lines if line and _REQUIREMENT.match(line) and _is_torch(line)]
+
+
+_READERS = (
+    ("pyproject.toml", _from_pyproject),
+    ("setup.cfg", _from_setup_cfg),
+    ("setup.py", _from_setup_py),
+    ("requirements.txt", _from_requirements),
+)

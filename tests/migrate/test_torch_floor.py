@@ -1,0 +1,140 @@
+"""The oldest torch a project declares (`torch_floor.py`) decides which APIs `fix` may write, as ruff's
+`target-version` follows `requires-python`; an explicit `target-torch` wins."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_migrate.migrate.torch_floor import lower_bound, torch_floor
+
+
+@pytest.mark.parametrize(
+    ("requirement", "floor"),
+    [
+        ("torch>=2.1", (2, 1)),
+        ("torch >= 2.1.2, <3", (2, 1)),
+        ("torch~=2.4.0", (2, 4)),
+        ("torch==2.5.1+cu121", (2, 5)),
+        ("torch==2.*", (2, 0)),
+        ("torch>2.3", (2, 3)),
+        ("torch^2.6", (2, 6)),  # poetry's caret, as the pyproject reader spells it
+        ("torch (>=1.13)", (1, 13)),
+        ("torch[opt-einsum]>=2.2; python_version >= '3.10'", (2, 2)),
+        ("Torch>=2.3", (2, 3)),
+        ("torch", None),
+        ("torch<2.5", None),
+        ("torch!=2.4.0", None),
+        ("torch @ https://download.pytorch.org/whl/torch-2.5.0.whl", None),
+    ],
+)
+def test_lower_bound_reads_each_specifier_form(requirement, floor):
+    assert lower_bound(requirement) == floor
+
+
+NEW, OLD = "python_version>='3.12'", "python_version<'3.12'"
+
+
+def _project(dependencies: str) -> str:
+    return f'[project]\nname = "p"\ndependencies = [{dependencies}]\n'
+
+
+def _floor(tmp_path, files: dict[str, str]):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pkg").mkdir(exist_ok=True)
+    found = torch_floor(tmp_path / "pkg")
+    return found and (found.version, found.source)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (
+            {"pyproject.toml": _project('"torchvision>=0.20", "torch>=2.0.0"')},
+            ((2, 0), "`torch>=2.0.0` in pyproject.toml"),
+        ),
+        (  # the lowest of the per-Python-version requirements
+            {"pyproject.toml": _project(f'"torch>=2.4; {NEW}", "torch>=2.1; {OLD}"')},
+            ((2, 1), "`torch>=2.1; python_version<'3.12'` in pyproject.toml"),
+        ),
+        (
+            {"pyproject.toml": "[project.optional-dependencies]\ngpu = ['torch~=2.3']"},
+            ((2, 3), "`torch~=2.3` in pyproject.toml"),
+        ),
+        (
+            {"pyproject.toml": '[tool.poetry.dependencies]\npython = "^3.10"\ntorch = {version = "^2.2"}\n'},
+            ((2, 2), "`torch^2.2` in pyproject.toml"),
+        ),
+        (
+            {"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    torch>=1.13,<3\n"},
+            ((1, 13), "`torch>=1.13,<3` in setup.cfg"),
+        ),
+        (
+            {"setup.py": 'setup(install_requires=["torch >= 2.2", "torch-neuronx"])'},
+            ((2, 2), "`torch >= 2.2` in setup.py"),
+        ),
+        (  # packaging metadata first: requirements.txt is often a development pin
+            {"setup.py": "setup(install_requires=['torch>=2.0'])\n", "requirements.txt": "torch==2.13.0\n"},
+            ((2, 0), "`torch>=2.0` in setup.py"),
+        ),
+        (
+            {"setup.py": "setup(name='p')\n", "requirements.txt": "-r base.txt\ntorch==2.5.1  # CI pin\n"},
+            ((2, 5), "`torch==2.5.1` in requirements.txt"),
+        ),
+        ({"pyproject.toml": _project('"torch"')}, None),
+        (
+            {"pyproject.toml": _project('"torch-neuronx>=2.13", "torchaudio"')},
+            None,
+        ),
+        ({"pyproject.toml": "[project\nbroken"}, None),
+        ({}, None),
+    ],
+)
+def test_the_project_declaration_is_read_from_its_packaging_files(tmp_path, files, expected):
+    assert _floor(tmp_path, files) == expected
+
+
+def test_the_nearest_project_decides_and_the_search_stops_there(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "outer"\ndependencies = ["torch>=2.1"]\n')
+    inner = tmp_path / "sub"
+    inner.mkdir()
+    (inner / "setup.py").write_text("setup(name='inner')\n")  # a project of its own, declaring no torch
+    assert torch_floor(inner) is None
+    assert torch_floor(tmp_path).version == (2, 1)
+
+
+MEMORY = "import torch\nfree, total = torch.cuda.mem_get_info()\n"
+SYNC = "import torch\ntorch.cuda.synchronize()\n"
+
+
+def test_fix_holds_back_fixes_the_declared_torch_lacks_and_says_so(run_cli, tmp_path):
+    (tmp_path / "a.py").write_text(SYNC)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.4"]\n')
+    proc = run_cli("fix", "a.py", "--write")
+    assert (tmp_path / "a.py").read_text() == SYNC, proc.stderr
+    assert (
+        "the fix needs torch >= 2.6, and the project supports torch 2.4 (`torch>=2.4` in pyproject.toml)"
+        in (proc.stderr)
+    )
+    assert "1 fix held back: the project declares an older torch than they need" in proc.stderr
+    assert 'target-torch = "2.13"`, to write them.' in proc.stderr
+    # raising the minimum writes it (the cache knows the declaration changed)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.13"]\n')
+    proc = run_cli("fix", "a.py", "--write")
+    assert (tmp_path / "a.py").read_text() == (
+        "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n"
+    ), proc.stderr
+    assert "held back" not in proc.stderr
+
+
+def test_a_declared_newer_torch_allows_newer_apis_and_target_torch_wins(run_cli, tmp_path):
+    (tmp_path / "a.py").write_text(MEMORY)
+    project = '[project]\nname = "p"\ndependencies = ["torch>=2.13"]\n'
+    (tmp_path / "pyproject.toml").write_text(project + '[tool.neuron-migrate]\ntarget-torch = "2.9"\n')
+    proc = run_cli("fix", "a.py", "--write", "--no-cache")
+    assert (tmp_path / "a.py").read_text() == MEMORY and "raise `target-torch` to apply it" in proc.stderr
+    (tmp_path / "pyproject.toml").write_text(project)
+    run_cli("fix", "a.py", "--write", "--no-cache")
+    assert (tmp_path / "a.py").read_text() == MEMORY.replace(
+        "cuda.mem_get_info", "accelerator.get_memory_info"
+    )
