@@ -120,6 +120,14 @@ class CudaMentions:
         string_cue = _STRONG_STRING_CUE if strong else _STRING_CUE
 
         class Finder(cst.CSTVisitor):
+            def __init__(self) -> None:
+                super().__init__()
+                self.chain: list[cst.Attribute] = []  # the dotted name being walked, to name it whole
+
+            def on_leave(self, original_node: cst.CSTNode) -> None:
+                if self.chain and self.chain[0] is original_node:
+                    self.chain.clear()
+
             def on_visit(self, child: cst.CSTNode) -> bool:
                 if found:
                     return False
@@ -136,7 +144,7 @@ class CudaMentions:
                 if isinstance(child, cst.Name) and (
                     name_cue.search(child.value) or CUDA_ONLY_CODE.search(child.value)
                 ):
-                    text = child.value
+                    text = dotted(self.chain[0]) if self.chain else child.value  # `torch.cuda._sleep`
                 elif not strong and isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
                     text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
                 elif isinstance(child, (cst.SimpleString, cst.FormattedStringText)) and (
@@ -146,6 +154,8 @@ class CudaMentions:
                 if text is not None:
                     found.append(shortened(text, 40))
                     return False
+                if not self.chain and isinstance(child, cst.Attribute) and dotted(child):
+                    self.chain.append(child)
                 return True
 
         walk(node, Finder())

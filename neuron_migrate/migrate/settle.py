@@ -52,7 +52,7 @@ _NO_ACCELERATOR = (
     "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
     "chose not to: no change needed"
 )
-_BEHIND_CHECK = "it only runs on CUDA, behind a CUDA check that stays: no change needed"
+_BEHIND_CHECK = "it only runs on CUDA, behind a CUDA {} that stays: no change needed"
 
 
 def applies(pending, style: FixStyle) -> bool:
@@ -170,8 +170,8 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
                 if reason is not None:
                     withdraw(
                         check,
-                        f"it guards CUDA-only code such as {reason}: keep this check CUDA's and give "
-                        "other devices their own path",
+                        f"it guards CUDA-only code such as {reason}: keep this {_noun(check)} CUDA's and "
+                        "give other devices their own path",
                     )
                     changed = True
             if check.fix is not None and check.widens_test and _safety(check) == "safe":
@@ -185,7 +185,7 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
             guarded = (*check.region, *flag_side(ctx, check))  # `on_gpu = d.type == "cuda"`: `if on_gpu:` too
             for inner in pendings:
                 if inner is not check and inner.fix is not None and _inside(inner, guarded):
-                    withdraw(inner, _BEHIND_CHECK, no_change=True)
+                    withdraw(inner, _BEHIND_CHECK.format(_noun(check)), no_change=True)
                     changed = True
         for pending in pendings:
             if (
@@ -194,6 +194,11 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
             ):
                 withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
+
+
+def _noun(check) -> str:
+    """What a finding with a region is: a CUDA check, or a rule's own kind (`with torch.cuda.stream(s):`)."""
+    return getattr(check.rule, "region_noun", "check")
 
 
 def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | None:

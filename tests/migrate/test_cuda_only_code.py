@@ -785,3 +785,21 @@ def test_a_function_named_after_nccl_is_cudas():
     """torch's NCCL cost model (`_nccl_algo_time`): the device count there is the NCCL topology's."""
     source = "import torch\ndef _nccl_algo_time(size):\n    return size / torch.cuda.device_count()\n"
     assert fixed(source) == source
+
+
+def test_a_stream_context_around_cuda_only_code_stays_cudas_and_names_that_code():
+    """torch's RPC test: `torch.cuda._sleep` stays in the block, so `with s:` and the rewritten
+    `current_stream` would be a half-migration; a block of plain device plumbing is still rewritten."""
+    kept = (
+        "import torch\ndef forward(self, x):\n"
+        "    with torch.cuda.stream(torch.cuda.current_stream(self.device)):\n"
+        "        torch.cuda._sleep(100)\n        return self.net(x)\n"
+    )
+    assert fixed(kept) == kept
+    stream, inner = sorted(findings(kept, ["NM406"]), key=lambda f: f.col)
+    assert "it guards CUDA-only code such as `torch.cuda._sleep`: keep this stream context CUDA's" in (
+        stream.message
+    )
+    assert "behind a CUDA stream context that stays: no change needed" in inner.message
+    plumbing = kept.replace("torch.cuda._sleep(100)", "x = x.to('cpu')")
+    assert "with torch.get_device_module().current_stream(self.device):" in fixed_until_stable(plumbing)

@@ -79,7 +79,9 @@ class CudaStreamEvent(QualifiedNameRule):
     code then runs on a CPU-only machine; on CUDA and `neuron` nothing changes). Events used any other way
     keep the plain constructor fix, and their timing still needs an accelerator.
     `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
-    stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Bare references get an
+    stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Such a block that keeps
+    CUDA-only code (`torch.cuda._sleep(...)`) only runs on CUDA: the context stays CUDA's, and so does the
+    code in it (no half-migration). Bare references get an
     unsafe fix (positional arguments, subclasses and `partial` keywords differ), `default_stream` and
     references to `stream` none; nor does `current_stream().cuda_stream`, the raw CUDA stream a CUDA library
     or kernel takes (other devices' streams have no such attribute).
@@ -87,6 +89,7 @@ class CudaStreamEvent(QualifiedNameRule):
 
     code = "NM406"
     name = "cuda-stream-event"
+    region_noun = "stream context"  # what its findings with a region guard (`settle`)
     message = (
         "CUDA streams and events are CUDA-only: use `torch.Stream` / `torch.Event` / `torch.accelerator`"
     )
@@ -150,12 +153,21 @@ class CudaStreamEvent(QualifiedNameRule):
         Invalid(
             "import torch\nkernel.run(args, stream=torch.cuda.current_stream().cuda_stream)\n",
         ),
+        Invalid(  # the block keeps CUDA-only code: it only runs on CUDA, context and all
+            "import torch\ndef forward(self, x):\n"
+            "    with torch.cuda.stream(torch.cuda.current_stream(self.device)):\n"
+            "        torch.cuda._sleep(100)\n        return self.net(x)\n",
+            count=2,
+        ),
     )
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.assigned: dict[str, list[cst.BaseExpression]] = {}
-        self.stream_contexts: list[tuple[PendingFinding, FixSpec, cst.BaseExpression]] = []
+        #: each `torch.cuda.stream(x)` with a fix: its finding, fix, argument and the body of its `with`
+        self.stream_contexts: list[
+            tuple[PendingFinding, FixSpec, cst.BaseExpression, cst.BaseSuite | None]
+        ] = []
         self.events: list[tuple[PendingFinding, FixSpec, cst.Call]] = []
         self.event_method_fixes: dict[str, list[Replacement | None]] = {}
 
@@ -260,14 +272,16 @@ class CudaStreamEvent(QualifiedNameRule):
                 "this CUDA's"
             )
         if call is not None and name.endswith(".stream") and pending.fix is not None:
-            self.stream_contexts.append((pending, pending.fix, call.args[0].value))
+            block = self.ctx.ancestor(3)
+            body = block.body if isinstance(block, cst.With) and self.ctx.ancestor(2) in block.items else None
+            self.stream_contexts.append((pending, pending.fix, call.args[0].value, body))
         if call is not None and name.endswith(".Event") and pending.fix is not None:
             self.events.append((pending, pending.fix, call))
 
     def finish(self) -> None:
         """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream; guard event
         timing."""
-        for pending, fix, argument in self.stream_contexts:
+        for pending, fix, argument, body in self.stream_contexts:
             values = (
                 [argument]
                 if isinstance(argument, cst.Call)
@@ -275,6 +289,8 @@ class CudaStreamEvent(QualifiedNameRule):
             )
             if values and all(self._makes_stream(v) for v in values):
                 pending.fix = replace(fix, safety="safe")
+                if body is not None:  # the block runs only on CUDA while the context stays CUDA's
+                    pending.region = (argument, body)
         for pending, fix, call in self.events:
             guards = self._event_guards(call)
             if guards:
