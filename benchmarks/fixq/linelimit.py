@@ -9,6 +9,7 @@ configuration of its own, and walking further up from site-packages would find t
 from __future__ import annotations
 
 import configparser
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -80,9 +81,20 @@ def line_length(file: Path, boundary: Path, default: int = DEFAULT_LINE_LENGTH) 
 
 
 def search_boundary(target: Path) -> Path:
-    """How far up to look for configuration: a folder's enclosing git work tree, else the folder itself."""
+    """How far up to look for configuration: a folder's enclosing git work tree, else the folder itself. A
+    folder the work tree ignores is not its code (`benchmarks/.trees/small/accelerate`, installed there for
+    the benchmarks): like an installed package, it stops at itself."""
     target = target.resolve()
     for folder in (target, *target.parents):
         if (folder / ".git").exists():
-            return folder
+            return target if _ignored(folder, target) else folder
     return target
+
+
+def _ignored(work_tree: Path, path: Path) -> bool:
+    if path == work_tree:
+        return False
+    check = subprocess.run(
+        ["git", "-C", str(work_tree), "check-ignore", "-q", str(path)], capture_output=True, check=False
+    )
+    return check.returncode == 0

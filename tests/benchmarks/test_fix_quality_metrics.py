@@ -3,13 +3,14 @@ each defect (and look-alikes that must not count)."""
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 
 import pytest
 
 from benchmarks.fixq.analysis import analyse
 from benchmarks.fixq.changes import FilePair
-from benchmarks.fixq.linelimit import line_length
+from benchmarks.fixq.linelimit import line_length, search_boundary
 
 DEV = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 GUARD = "if torch.accelerator.is_available():"
@@ -53,6 +54,16 @@ def test_line_limit_comes_from_the_nearest_config_below_the_boundary(tmp_path):
     # an installed package: configuration above its own folder is not the package's
     (tmp_path / "pkg" / "installed").mkdir()
     assert line_length(tmp_path / "pkg" / "installed" / "m.py", tmp_path / "pkg" / "installed") == 88
+
+
+def test_a_folder_its_git_work_tree_ignores_is_searched_like_an_installed_package(tmp_path):
+    """The benchmark's own `.trees/small/accelerate` is not neuron-migrate's code: its limit is not ours."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("vendored/\n")
+    for name in ("vendored", "src"):
+        (tmp_path / name).mkdir()
+    assert search_boundary(tmp_path / "vendored") == (tmp_path / "vendored").resolve()
+    assert search_boundary(tmp_path / "src") == tmp_path.resolve()
 
 
 # --- idiom repeats ----------------------------------------------------------------------------------------
