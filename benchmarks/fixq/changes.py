@@ -16,6 +16,8 @@ from .records import Example, clip
 # Code that already works on every device (design: "touch only what must change"); `cudnn.` also matches
 # `from torch.backends import cudnn` users.
 UNTOUCHABLE = re.compile(r"pin_memory|\bcudnn\.")
+#: the pin_memory / cudnn code itself: `pin_memory=<value>`, `.pin_memory()`, `cudnn.<flag>[ = <value>]`
+FRAGMENT = re.compile(r"pin_memory\s*(?:=\s*[^,)\n#]+|\(\s*\))|\bcudnn\.[\w.]+(?:\s*=\s*[^\n#]+)?")
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,31 @@ def long_lines(pair: FilePair, found: list[Hunk]) -> tuple[int, list[Example]]:
     return count, examples
 
 
+def _untouchable_part(line: str) -> tuple[str, list[str]]:
+    """A line's indentation and its pin_memory / cudnn code, the rest of it ignored."""
+    return line[: len(line) - len(line.lstrip())], [f.strip() for f in FRAGMENT.findall(line)]
+
+
 def untouchable_edits(pair: FilePair, found: list[Hunk]) -> list[Example]:
-    """Hunks that changed, added or removed a line using pin_memory or torch.backends.cudnn (one per line)."""
+    """Hunks that changed, added or removed a line using pin_memory or torch.backends.cudnn (one per line).
+    A line whose pin_memory / cudnn code and indentation are those of a line it replaces was edited elsewhere
+    (`x.pin_memory().cuda()` -> `x.pin_memory().to(device)`): it does not count."""
     before, after = pair.before_lines, pair.after_lines
     examples = []
     for hunk in found:
         old = [before[i] for i in hunk.old if UNTOUCHABLE.search(before[i])]
         new = [j for j in hunk.new if UNTOUCHABLE.search(after[j])]
-        added = [j for j in new if after[j] not in old]
-        removed = [line for line in old if line not in {after[j] for j in new}]
+        old_parts = [_untouchable_part(line) for line in old]
+        new_parts = [_untouchable_part(after[j]) for j in new]
+        added = [
+            j for j, part in zip(new, new_parts, strict=True) if after[j] not in old and part not in old_parts
+        ]
+        new_lines = {after[j] for j in new}
+        removed = [
+            line
+            for line, part in zip(old, old_parts, strict=True)
+            if line not in new_lines and part not in new_parts
+        ]
         examples += [Example(pair.rel, j + 1, clip(after[j])) for j in added]
         at = hunk.new.start + 1
         examples += [Example(pair.rel, at, "removed: " + clip(line)) for line in removed[len(added) :]]
