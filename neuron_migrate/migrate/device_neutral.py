@@ -318,7 +318,7 @@ def _plumbing(ctx, call: cst.Call, covered: set[int]) -> bool:
 
 
 def _stream_call(ctx, func: cst.Attribute) -> bool:
-    """`torch.get_device_module().current_stream(d).synchronize()`, `event.wait()`: a stream or event's own
+    """`torch.accelerator.current_stream(d).synchronize()`, `event.wait()`: a stream or event's own
     synchronize / wait / record / query."""
     return func.attr.value in _STREAM_METHODS and bool(_STREAM.search(ctx.code(func.value)))
 

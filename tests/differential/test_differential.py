@@ -64,6 +64,13 @@ KNOWN_FAILURES: dict[str, Known] = {
         "Cannot access accelerator device when none is available",
     ),
     **_each(
+        "NM406-invalid-0/cpu NM406-invalid-6/cpu",
+        "by design: `torch.accelerator.current_stream()` raises without an accelerator, as "
+        "torch.cuda.current_stream() did (the device module's `current_stream()` ran on CPU but does not "
+        "exist on MPS, and TorchNeuron documents `torch.accelerator`)",
+        "Cannot access accelerator device when none is available",
+    ),
+    **_each(
         "corpus/pinned_loader/cpu corpus/stream_overlap/cpu",
         "by design: `.pin_memory()` is information (NM412: it works on neuron) and raises without an "
         "accelerator, as it did before the rewrite",

@@ -350,7 +350,7 @@ def test_a_device_type_test_kept_in_a_name_is_judged_by_what_the_name_selects():
     assert fixed(_ORT) == _ORT
     reviewed = fixed(_ORT, unsafe=True)
     assert 'on_gpu = device.type != "cpu"' in reviewed
-    assert "get_device_module().current_stream(device)" in reviewed
+    assert "torch.accelerator.current_stream(device)" in reviewed
     [check] = [f for f in findings(_ORT) if f.code == "NM105"]
     assert check.fix.safety == "unsafe" and "session.synchronize_outputs()" in check.message
     plumbing = "import torch\ndef pin(ids):\n    pinned = ids.device.type == 'cuda'\n    return pinned\n"
@@ -802,4 +802,4 @@ def test_a_stream_context_around_cuda_only_code_stays_cudas_and_names_that_code(
     )
     assert "behind a CUDA stream context that stays: no change needed" in inner.message
     plumbing = kept.replace("torch.cuda._sleep(100)", "x = x.to('cpu')")
-    assert "with torch.get_device_module().current_stream(self.device):" in fixed_until_stable(plumbing)
+    assert "with torch.accelerator.current_stream(self.device):" in fixed_until_stable(plumbing)

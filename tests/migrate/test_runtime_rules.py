@@ -89,6 +89,26 @@ def test_stream_context_is_safe_only_when_the_argument_is_always_a_stream():
     assert _safety("import torch\nwith torch.cuda.stream(None):\n    pass\n", "NM406") == [None]
 
 
+def test_current_stream_is_safe_only_where_it_is_used_as_any_stream():
+    """`torch.accelerator.current_stream()` returns a `torch.Stream`, not a `torch.cuda.Stream` (and MPS has
+    no device-module `current_stream`): safe where only a stream's own methods touch it."""
+    chained = "import torch\ntorch.cuda.current_stream().wait_stream(side)\n"
+    kept = (
+        "import torch\ndef step(x, side):\n    main = torch.cuda.current_stream()\n"
+        "    main.wait_stream(side)\n    x.record_stream(main)\n"
+        "    with torch.cuda.stream(main):\n        pass\n"
+    )
+    handed_on = "import torch\ndef step(k):\n    main = torch.cuda.current_stream()\n    k.launch(main)\n"
+    assert _safety(chained, "NM406") == ["safe"]
+    assert fixed(chained, ("NM406",)) == chained.replace("cuda.current_stream", "accelerator.current_stream")
+    assert _safety(kept, "NM406") == ["safe", "safe"]
+    assert _safety(handed_on, "NM406") == ["unsafe"]
+    [finding] = findings(handed_on, ("NM406",))
+    assert "returns a `torch.Stream`, not a `torch.cuda.Stream`" in finding.message
+    keyword = "import torch\ns = torch.cuda.current_stream(device=1)\n"
+    assert "torch.accelerator.current_stream(1)" in fixed(keyword, ("NM406",), unsafe=True)
+
+
 def test_stream_fixes_on_one_line_converge_in_two_runs():
     source = "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
     once = fixed(source, ("NM406",))

@@ -8,14 +8,16 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.context import PendingFinding
+from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
+from neuron_migrate.migrate.walk import walk
 
 _TARGETS = {
     "Stream": "torch.Stream",
     "Event": "torch.Event",
     "stream": None,  # rewritten to its argument: `with s:`
-    "current_stream": "torch.get_device_module().current_stream",  # torch.cpu has one too: runs without CUDA
+    "current_stream": "torch.accelerator.current_stream",  # a torch.Stream (torch.mps has no current_stream)
     "set_stream": "torch.accelerator.set_stream",
     "default_stream": None,
 }
@@ -24,8 +26,7 @@ _MESSAGES = {
     "Event": "`torch.cuda.Event` is CUDA-only: use `torch.Event`, which takes the current accelerator",
     "stream": "`torch.cuda.stream(s)` selects a CUDA stream only: use the stream as the context manager "
     "(`with s:`)",
-    "current_stream": "`torch.cuda.current_stream` is CUDA-only: use the current device module's "
-    "(`torch.get_device_module().current_stream()`, also on CPU)",
+    "current_stream": "`torch.cuda.current_stream` is CUDA-only: use `torch.accelerator.current_stream()`",
     "set_stream": "`torch.cuda.set_stream` is CUDA-only: use `torch.accelerator.set_stream`",
     "default_stream": "`torch.cuda.default_stream` has no accelerator equivalent: keep the stream "
     "`torch.accelerator.current_stream()` returns outside any stream context",
@@ -35,6 +36,13 @@ _STREAM_MAKERS = (
     {"torch.Stream", "torch.accelerator.current_stream", "torch.get_device_module"}
     | {f"torch.cuda{sub}.{name}" for sub in ("", ".streams") for name in ("Stream", "ExternalStream")}
     | {"torch.cuda.current_stream", "torch.cuda.default_stream"}
+)
+#: what any `torch.Stream` does as a CUDA stream does: a current stream used only so keeps its fix safe
+_STREAM_METHODS = frozenset({"wait_stream", "wait_event", "record_event", "synchronize", "query"})
+_TAKES_A_STREAM = frozenset({"wait_stream", "record_stream"})
+_NOT_THE_CUDA_CLASS = (
+    "`torch.accelerator.current_stream()` returns a `torch.Stream`, not a `torch.cuda.Stream`: check that "
+    "what takes it needs no more than a stream's own methods"
 )
 #: event methods that raise without an accelerator -> the value they stand for there (None: statements only)
 _EVENT_METHODS = {"record": None, "wait": None, "synchronize": None, "elapsed_time": 'float("nan")'}
@@ -54,8 +62,8 @@ class CudaStreamEvent(QualifiedNameRule):
     Why it matters on Trainium
     They exist for CUDA only: on a `neuron` device they fail. `torch.Stream` and `torch.Event` take the
     current accelerator (CUDA, `neuron`, or the CPU's dummy stream), a `torch.Stream` is its own context
-    manager, the current device module's `current_stream()` (`torch.get_device_module()`: `torch.cuda`,
-    `torch.neuron`, or `torch.cpu`, which has one too) and `torch.accelerator.set_stream()` cover the rest.
+    manager, and `torch.accelerator.current_stream()` / `set_stream()` cover the rest (TorchNeuron documents
+    `torch.accelerator`; a device module's own `current_stream` is not everywhere: `torch.mps` has none).
 
     Example
     side = torch.cuda.Stream()
@@ -67,7 +75,7 @@ class CudaStreamEvent(QualifiedNameRule):
     side = torch.Stream()
     with side:
         y = x.to(device, non_blocking=True)
-    torch.get_device_module().current_stream().wait_stream(side)
+    torch.accelerator.current_stream().wait_stream(side)
 
     Fix safety
     Safe for calls: on CUDA each replacement does the same (positional `priority` and event flags become
@@ -78,6 +86,10 @@ class CudaStreamEvent(QualifiedNameRule):
     `torch.accelerator.is_available()` and makes `elapsed_time()` NaN without an accelerator (the timing
     code then runs on a CPU-only machine; on CUDA and `neuron` nothing changes). Events used any other way
     keep the plain constructor fix, and their timing still needs an accelerator.
+    `torch.accelerator.current_stream()` returns a `torch.Stream` where `torch.cuda.current_stream()` returned
+    a `torch.cuda.Stream`: safe where the stream is only used as any stream is (its own `wait_stream`,
+    `wait_event`, `record_event`, `synchronize`, `query`; passed to `record_stream` / `wait_stream`; entered
+    with `with`), unsafe where it is kept or passed on (code may need the CUDA class).
     `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
     stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Such a block that keeps
     CUDA-only code (`torch.cuda._sleep(...)`) only runs on CUDA: the context stays CUDA's, and so does the
@@ -113,7 +125,7 @@ class CudaStreamEvent(QualifiedNameRule):
             "import torch\nside = torch.cuda.Stream(priority=-1)\nwith torch.cuda.stream(side):\n    pass\n"
             "torch.cuda.current_stream().wait_stream(side)\n",
             "import torch\nside = torch.Stream(priority=-1)\nwith side:\n    pass\n"
-            "torch.get_device_module().current_stream().wait_stream(side)\n",
+            "torch.accelerator.current_stream().wait_stream(side)\n",
             count=3,
         ),
         Invalid(
@@ -146,8 +158,7 @@ class CudaStreamEvent(QualifiedNameRule):
         Invalid(
             "import torch\nok = isinstance(s, torch.cuda.Stream)\n"
             "cur = torch.cuda.current_stream(device=0)\n",
-            "import torch\nok = isinstance(s, torch.Stream)\n"
-            "cur = torch.get_device_module().current_stream(device=0)\n",
+            "import torch\nok = isinstance(s, torch.Stream)\ncur = torch.accelerator.current_stream(0)\n",
             count=2,
         ),
         Invalid(
@@ -169,6 +180,8 @@ class CudaStreamEvent(QualifiedNameRule):
             tuple[PendingFinding, FixSpec, cst.BaseExpression, cst.BaseSuite | None]
         ] = []
         self.events: list[tuple[PendingFinding, FixSpec, cst.Call]] = []
+        #: `name = torch.cuda.current_stream()`: its finding, fix, the name and the scope it is used in
+        self.kept_streams: list[tuple[PendingFinding, FixSpec, str, cst.CSTNode]] = []
         self.event_method_fixes: dict[str, list[Replacement | None]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -216,16 +229,44 @@ class CudaStreamEvent(QualifiedNameRule):
         if short in _KEYWORDS:
             args = self._keyword_args(call, _KEYWORDS[short], keep_first=short == "Stream")
         else:
-            args = (
-                call_args(self, call)
-                if short == "current_stream"
-                else call_args(self, call, positional=("stream",))
-            )
+            args = call_args(self, call, positional=("device",) if short == "current_stream" else ("stream",))
         if target is None or args is None:
             return None
+        generic = short != "current_stream" or self._used_as_any_stream(call)
         return FixSpec(
-            f"Replace `{name}` with `{target}`", (Replacement(call, f"{target}{args}"),), imports=("torch",)
+            f"Replace `{name}` with `{target}`",
+            (Replacement(call, f"{target}{args}"),),
+            imports=("torch",),
+            safety=None if generic else "unsafe",
         )
+
+    def _used_as_any_stream(self, call: cst.Call) -> bool:
+        """Whether the current stream `call` returns is only used as any stream is, right where it is made."""
+        return _as_any_stream(self.ctx, call, self.ctx.ancestor(2), self.ctx.ancestor(3))
+
+    def _kept_as_any_stream(self, name: str, scope: cst.CSTNode) -> bool:
+        """Whether `name`, bound once to a current stream, is only used as any stream is in `scope`."""
+        if len(self.assigned.get(name, ())) != 1:
+            return False
+        ctx, stack, ok = self.ctx, [], [True]
+
+        class Uses(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                parent, grand = (stack[-1] if stack else None), (stack[-2] if len(stack) > 1 else None)
+                stack.append(node)
+                if (
+                    isinstance(node, cst.Name)
+                    and node.value == name
+                    and not isinstance(parent, cst.AssignTarget)
+                ):
+                    ok[0] = ok[0] and _as_any_stream(ctx, node, parent, grand)
+                return ok[0]
+
+            def on_leave(self, original_node: cst.CSTNode) -> None:
+                stack.pop()
+
+        walk(scope, Uses())
+        return ok[0]
 
     def _raw_handle(self, call: cst.Call) -> bool:
         """`torch.cuda.current_stream().cuda_stream`: the raw CUDA stream a CUDA library or kernel takes; the
@@ -266,6 +307,15 @@ class CudaStreamEvent(QualifiedNameRule):
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         super().on_use(node, call, name)
         pending = self.ctx.pending[-1]
+        current = name.endswith(".current_stream")
+        if current and call is not None and pending.fix is not None and pending.fix.safety == "unsafe":
+            pending.notes.append(_NOT_THE_CUDA_CLASS)
+            assign = self.ctx.ancestor(2)
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                target = assign.targets[0].target
+                if isinstance(target, cst.Name):
+                    scope = scope_of(tuple(self.ctx.stack))
+                    self.kept_streams.append((pending, pending.fix, target.value, scope))
         if call is not None and pending.fix is None and self._raw_handle(call):
             pending.notes.append(
                 f"its `.{_RAW_HANDLE}` is a raw CUDA stream for CUDA-only code: port what takes it, or keep "
@@ -279,8 +329,8 @@ class CudaStreamEvent(QualifiedNameRule):
             self.events.append((pending, pending.fix, call))
 
     def finish(self) -> None:
-        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream; guard event
-        timing."""
+        """Upgrade `with torch.cuda.stream(x):` fixes to safe where `x` is always a stream, and current
+        streams kept in a name used only as any stream is; guard event timing."""
         for pending, fix, argument, body in self.stream_contexts:
             values = (
                 [argument]
@@ -291,6 +341,10 @@ class CudaStreamEvent(QualifiedNameRule):
                 pending.fix = replace(fix, safety="safe")
                 if body is not None:  # the block runs only on CUDA while the context stays CUDA's
                     pending.region = (argument, body)
+        for pending, fix, name, scope in self.kept_streams:
+            if self._kept_as_any_stream(name, scope):
+                pending.fix = replace(fix, safety="safe")
+                pending.notes.remove(_NOT_THE_CUDA_CLASS)
         for pending, fix, call in self.events:
             guards = self._event_guards(call)
             if guards:
@@ -315,3 +369,17 @@ class CudaStreamEvent(QualifiedNameRule):
 
     def _makes_stream(self, value: cst.BaseExpression) -> bool:
         return isinstance(value, cst.Call) and self.ctx.call_name(value) in _STREAM_MAKERS
+
+
+def _as_any_stream(ctx, node: cst.CSTNode, parent: cst.CSTNode | None, grand: cst.CSTNode | None) -> bool:
+    """Whether the stream `node` stands for is used there as any stream is: its own methods
+    (`.wait_stream(side)`), handed to a method that takes a stream (`x.record_stream(...)`) or entered
+    (`with torch.cuda.stream(...)`, which becomes `with <it>:`)."""
+    if isinstance(parent, cst.Attribute) and parent.value is node:
+        return parent.attr.value in _STREAM_METHODS and isinstance(grand, cst.Call) and grand.func is parent
+    if isinstance(parent, cst.Arg) and isinstance(grand, cst.Call):
+        func = grand.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _TAKES_A_STREAM:
+            return True
+        return (ctx.call_name(grand) or "").endswith("cuda.stream")
+    return isinstance(parent, cst.WithItem)
