@@ -18,7 +18,8 @@ In order, for every finding with a fix:
    those findings become notes). A CUDA device-type test whose generic form would send other devices into
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
-   (`device_neutral`). Repeated until nothing changes, since
+   (`device_neutral`). A fix of one argument of a call whose other arguments stay CUDA's (a CUDA device
+   string, a finding left) is withdrawn: the call would be half CUDA's. Repeated until nothing changes, since
    withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -52,6 +53,8 @@ _NO_ACCELERATOR = (
     "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
     "chose not to: no change needed"
 )
+#: a CUDA device string literal, alone or in a list or tuple: `"cuda"`, `'cuda:0'`, `["cuda"]`
+_CUDA_DEVICES = re.compile(r"""^[\[(]?\s*(["'])cuda(:\d+)?\1\s*,?\s*[\])]?$""")
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA {} that stays: no change needed"
 
 
@@ -194,6 +197,28 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
             ):
                 withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
+            elif applies(pending, style) and (sibling := _cuda_sibling(ctx, pending, leftovers, mentions)):
+                withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
+                changed = True
+
+
+def _cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
+    """Another argument of the call the finding is an argument of that stays CUDA's: a CUDA device string
+    (`devices=["cuda"]`) or a finding this run leaves (torch's `dump_chrome_trace(...,
+    [ProfilerActivity.CUDA], devices=["cuda"])`: rewriting one argument makes the call half CUDA's)."""
+    stack = pending.stack
+    for index in range(len(stack) - 1, 0, -1):
+        own, call = stack[index], stack[index - 1]
+        if isinstance(own, cst.Arg) and isinstance(call, cst.Call) and own in call.args:
+            break
+    else:
+        return None
+    for arg in call.args:
+        if arg is own or id(arg) in mentions.covered:
+            continue
+        if _CUDA_DEVICES.search(ctx.code(arg.value)) or any(_inside(p, (arg,)) for p in leftovers):
+            return shortened(ctx.code(arg), 40)
+    return None
 
 
 def _noun(check) -> str:

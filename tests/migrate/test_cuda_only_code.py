@@ -803,3 +803,17 @@ def test_a_stream_context_around_cuda_only_code_stays_cudas_and_names_that_code(
     assert "behind a CUDA stream context that stays: no change needed" in inner.message
     plumbing = kept.replace("torch.cuda._sleep(100)", "x = x.to('cpu')")
     assert "with torch.accelerator.current_stream(self.device):" in fixed_until_stable(plumbing)
+
+
+def test_an_argument_is_not_rewritten_while_the_same_call_keeps_a_cuda_device():
+    """torch's `dump_chrome_trace(f, x, [ProfilerActivity.CUDA], devices=["cuda"])`: rewriting the activity
+    alone leaves the call half CUDA's. A call whose other arguments say nothing about CUDA is fixed."""
+    source = (
+        "import torch\nfrom torch.profiler import ProfilerActivity\n"
+        "def bench(f, x):\n    return trace(f, x, [ProfilerActivity.CUDA], runs=3, devices=['cuda'])\n"
+    )
+    assert fixed(source, unsafe=True) == source
+    [finding] = findings(source, ["NM409"])
+    assert "the same call keeps CUDA's `devices=['cuda']`: change its arguments together" in finding.message
+    plain = source.replace(", devices=['cuda']", "")
+    assert "ProfilerActivity.CUDA" not in fixed(plain)
