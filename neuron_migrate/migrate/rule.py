@@ -84,6 +84,9 @@ class Rule:
     #: its findings are CUDA-only libraries or kernels the file uses: a CUDA device-type test elsewhere in the
     #: file may be choosing them, so making it generic is unsafe (`settle`)
     cuda_library: ClassVar[bool] = False
+    #: its findings configure CUDA (`CUDA_VISIBLE_DEVICES`): a value the run would rewrite that flows into
+    #: one left as it is stays CUDA's (`settle`)
+    cuda_setting: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

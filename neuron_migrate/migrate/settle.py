@@ -19,7 +19,9 @@ In order, for every finding with a fix:
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
    (`device_neutral`). A fix of one argument of a call whose other arguments stay CUDA's (a CUDA device
-   string, a finding left) is withdrawn: the call would be half CUDA's. Repeated until nothing changes, since
+   string, a finding left) is withdrawn: the call would be half CUDA's; so is the fix of a value assigned to
+   a name that a CUDA-only finding or CUDA setting without a fix reads (`CUDA_VISIBLE_DEVICES`). Repeated
+   until nothing changes, since
    withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -39,7 +41,7 @@ from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu
 from neuron_migrate.migrate.device_neutral import flag_side, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
-from neuron_migrate.migrate.naming import DeviceNames
+from neuron_migrate.migrate.naming import DeviceNames, scope_of
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
@@ -106,7 +108,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(_DEFAULT)
-    _keep_cuda_checks(ctx, pendings, style)
+    _keep_cuda_checks(ctx, pendings, style, positions, lines)
     _removals_take_inner_fixes(pendings, style)
 
     def overflow(pending, replacement, text: str) -> bool:
@@ -157,7 +159,7 @@ def _inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
     return any(node in pending.stack or node is pending.node for node in region)
 
 
-def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
+def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: list[str]) -> None:
     """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
     checks = [p for p in pendings if p.region]
@@ -167,6 +169,12 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
         changed = False
         mentions = CudaMentions(ctx, covered_nodes(pendings, lambda p: applies(p, style)))
         leftovers = [p for p in pendings if getattr(p.rule, "cuda_only", True) and not applies(p, style)]
+        # what stays CUDA's whatever the run applies: findings without a fix, CUDA settings among them
+        sinks = [
+            p
+            for p in pendings
+            if p.fix is None and (getattr(p.rule, "cuda_only", True) or p.rule.cuda_setting)
+        ]
         for check in checks:
             if check.fix is not None:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
@@ -200,6 +208,11 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle) -> None:
             elif applies(pending, style) and (sibling := _cuda_sibling(ctx, pending, leftovers, mentions)):
                 withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
                 changed = True
+            elif applies(pending, style) and (sink := _cuda_sink(pending, sinks, positions, lines)):
+                withdraw(
+                    pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together"
+                )
+                changed = True
 
 
 def _cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
@@ -218,6 +231,27 @@ def _cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
             continue
         if _CUDA_DEVICES.search(ctx.code(arg.value)) or any(_inside(p, (arg,)) for p in leftovers):
             return shortened(ctx.code(arg), 40)
+    return None
+
+
+def _cuda_sink(pending, sinks: list, positions, lines: list[str]) -> str | None:
+    """The line of a CUDA-only finding or CUDA setting without a fix (`sinks`) that reads the name the
+    finding's value is assigned to, if any: `n = torch.cuda.device_count()` then
+    `os.environ["CUDA_VISIBLE_DEVICES"] = ... n ...` (torch's AOT minifier): the count would be the
+    accelerator's while it still picks CUDA devices. By the sink's line (its finding may be reported where
+    the setting is used, `run(env=env)`, so its stack is not where it is written)."""
+    stack = pending.stack
+    assign = next((n for n in reversed(stack) if isinstance(n, cst.Assign)), None)
+    if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    if assign.value not in stack and assign.value is not pending.node:
+        return None  # the finding is in the target, not the value
+    reads = re.compile(rf"(?<![\w.]){re.escape(assign.targets[0].target.value)}(?!\w)")
+    scope = scope_of(stack)
+    for sink in sinks:
+        line = lines[positions[sink.node].start.line - 1]
+        if scope in sink.stack and reads.search(line):
+            return shortened(line.strip(), 50)
     return None
 
 

@@ -817,3 +817,22 @@ def test_an_argument_is_not_rewritten_while_the_same_call_keeps_a_cuda_device():
     assert "the same call keeps CUDA's `devices=['cuda']`: change its arguments together" in finding.message
     plain = source.replace(", devices=['cuda']", "")
     assert "ProfilerActivity.CUDA" not in fixed(plain)
+
+
+@pytest.mark.parametrize(
+    "sink",
+    [
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = ','.join(map(str, range(n)))\n",
+        "    env = {'CUDA_VISIBLE_DEVICES': str(n)}\n    run(env=env)\n",
+    ],
+)
+def test_a_value_that_goes_to_a_cuda_setting_that_stays_stays_cudas(sink):
+    """torch's AOT minifier picks `CUDA_VISIBLE_DEVICES` from `torch.cuda.device_count()`: counting the
+    accelerator's devices while still selecting CUDA's is a half-migration."""
+    source = "import os, torch\ndef launch(run):\n    n = torch.cuda.device_count()\n" + sink
+    assert fixed(source, unsafe=True) == source
+    [count] = [f for f in findings(source) if f.code == "NM106"]
+    assert "its value goes to CUDA-only code that stays (`" in count.message
+    assert "change them together" in count.message
+    elsewhere = source.replace("(n)", "(0)").replace("range(n)", "range(1)")
+    assert "torch.accelerator.device_count()" in fixed(elsewhere)

@@ -37,6 +37,7 @@ class CudaEnvVar(EnvVarRule):
 
     code = "NM601"
     cuda_only = False  # setting it is harmless where CUDA is missing
+    cuda_setting = True
     name = "cuda-env-var"
     message = "`{var}` is CUDA-only: {advice}"
     severity = "warning"

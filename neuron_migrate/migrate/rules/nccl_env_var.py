@@ -30,6 +30,7 @@ class NcclEnvVar(EnvVarRule):
 
     code = "NM602"
     cuda_only = False  # setting it is harmless where CUDA is missing
+    cuda_setting = True
     name = "nccl-env-var"
     message = "`{var}` configures NCCL, which Trainium does not use: {advice}"
     severity = "warning"
