@@ -87,6 +87,8 @@ class Rule:
     #: its findings configure CUDA (`CUDA_VISIBLE_DEVICES`): a value the run would rewrite that flows into
     #: one left as it is stays CUDA's (`settle`)
     cuda_setting: ClassVar[bool] = False
+    #: its findings test whether a device is CUDA: a value that reaches one still answers it right
+    device_test: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

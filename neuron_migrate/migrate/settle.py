@@ -169,11 +169,14 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
         changed = False
         mentions = CudaMentions(ctx, covered_nodes(pendings, lambda p: applies(p, style)))
         leftovers = [p for p in pendings if getattr(p.rule, "cuda_only", True) and not applies(p, style)]
-        # what stays CUDA's whatever the run applies: findings without a fix, CUDA settings among them
+        # what stays CUDA's whatever the run applies: findings without a fix, CUDA settings among them; not
+        # tests of the device, which a generic value still answers right (`if device.startswith("cuda"):`)
         sinks = [
             p
             for p in pendings
-            if p.fix is None and (getattr(p.rule, "cuda_only", True) or p.rule.cuda_setting)
+            if p.fix is None
+            and (getattr(p.rule, "cuda_only", True) or p.rule.cuda_setting)
+            and not p.rule.device_test
         ]
         for check in checks:
             if check.fix is not None:
@@ -247,11 +250,11 @@ def _cuda_sink(pending, sinks: list, positions, lines: list[str]) -> str | None:
     if assign.value not in stack and assign.value is not pending.node:
         return None  # the finding is in the target, not the value
     reads = re.compile(rf"(?<![\w.]){re.escape(assign.targets[0].target.value)}(?!\w)")
-    scope = scope_of(stack)
+    scope, assigned_at = scope_of(stack), positions[pending.node].end.line
     for sink in sinks:
-        line = lines[positions[sink.node].start.line - 1]
-        if scope in sink.stack and reads.search(line):
-            return shortened(line.strip(), 50)
+        at = positions[sink.node].start.line
+        if at > assigned_at and scope in sink.stack and reads.search(lines[at - 1]):  # after: the new value
+            return shortened(lines[at - 1].strip(), 50)
     return None
 
 

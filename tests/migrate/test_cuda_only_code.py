@@ -836,3 +836,21 @@ def test_a_value_that_goes_to_a_cuda_setting_that_stays_stays_cudas(sink):
     assert "change them together" in count.message
     elsewhere = source.replace("(n)", "(0)").replace("range(n)", "range(1)")
     assert "torch.accelerator.device_count()" in fixed(elsewhere)
+
+
+def test_a_cuda_setting_that_reads_the_name_before_the_assignment_does_not_read_its_value():
+    source = (
+        "import os, torch\ndef launch():\n    os.environ['CUDA_VISIBLE_DEVICES'] = str(n)\n"
+        "    n = torch.cuda.device_count()\n    return n\n"
+    )
+    assert "torch.accelerator.device_count()" in fixed(source)
+
+
+def test_a_device_test_that_reads_the_value_still_answers_it_right():
+    """torch's `misc_patterns`: `device = "cuda"` then `if device.startswith("cuda"):` around CUDA-only
+    patterns; the generic value takes neuron past them, as it should."""
+    source = (
+        "import torch\ndef register():\n    if torch.accelerator.is_available():\n        device = 'cuda'\n"
+        "    else:\n        device = 'cpu'\n    if device.startswith('cuda'):\n        add_cuda_patterns()\n"
+    )
+    assert "device = 'cuda'" not in fixed(source).replace('"', "'")

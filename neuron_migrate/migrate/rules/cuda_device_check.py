@@ -66,6 +66,7 @@ class CudaDeviceCheck(Rule):
     """
 
     code = "NM105"
+    device_test = True
     name = "cuda-device-check"
     message = 'CUDA-only device test: test for any accelerator (`device.type != "cpu"`)'
     severity = "warning"

@@ -34,6 +34,7 @@ class IsCuda(Rule):
     """
 
     code = "NM104"
+    device_test = True
     name = "is-cuda"
     message = '`.is_cuda` is False on Trainium: test `x.device.type != "cpu"` for any accelerator'
     severity = "warning"
