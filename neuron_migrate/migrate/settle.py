@@ -249,7 +249,8 @@ def _cuda_sink(pending, sinks: list, positions, lines: list[str]) -> str | None:
         return None
     if assign.value not in stack and assign.value is not pending.node:
         return None  # the finding is in the target, not the value
-    reads = re.compile(rf"(?<![\w.]){re.escape(assign.targets[0].target.value)}(?!\w)")
+    # the name as a value: not an attribute (`x.name`), a longer name, or a keyword (`f(name=...)`)
+    reads = re.compile(rf"(?<![\w.]){re.escape(assign.targets[0].target.value)}(?!\w)(?!\s*=(?!=))")
     scope, assigned_at = scope_of(stack), positions[pending.node].end.line
     for sink in sinks:
         at = positions[sink.node].start.line

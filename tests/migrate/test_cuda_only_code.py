@@ -854,3 +854,11 @@ def test_a_device_test_that_reads_the_value_still_answers_it_right():
         "    else:\n        device = 'cpu'\n    if device.startswith('cuda'):\n        add_cuda_patterns()\n"
     )
     assert "device = 'cuda'" not in fixed(source).replace('"', "'")
+
+
+def test_a_keyword_of_the_same_name_is_not_a_read_of_the_value():
+    source = (
+        "import os, torch\ndef launch():\n    n = torch.cuda.device_count()\n"
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = make(n=0)\n    return n\n"
+    )
+    assert "torch.accelerator.device_count()" in fixed(source)
