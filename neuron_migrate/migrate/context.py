@@ -54,6 +54,7 @@ class FileContext:
         self.pending: list[PendingFinding] = []
         self.deferred: list[tuple[Callable[[], None], list[cst.CSTNode]]] = []
         self.calls: list[tuple[cst.Call, str | None]] = []  # calls with arguments, with their callee's name
+        self._code: dict[cst.CSTNode, str] = {}
 
     # --- names -------------------------------------------------------------------------------------------
 
@@ -88,8 +89,11 @@ class FileContext:
         return self.stack[-1 - levels] if len(self.stack) > levels else None
 
     def code(self, node: cst.CSTNode) -> str:
-        """The source text of a node."""
-        return self.module.code_for_node(node)
+        """The source text of a node (generated once per node: rules ask for the same large ones again)."""
+        text = self._code.get(node)  # keyed by the node itself (identity), which keeps it alive: no id reuse
+        if text is None:
+            text = self._code[node] = self.module.code_for_node(node)
+        return text
 
     def excerpt(self, node: cst.CSTNode, limit: int = 50) -> str:
         """A node's source on one line (white space folded), shortened to `limit` characters for a message."""

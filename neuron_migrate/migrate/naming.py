@@ -40,6 +40,7 @@ from neuron_migrate.migrate.fixes import (
     inline_certain,
 )
 from neuron_migrate.migrate.guards import accelerator
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.walk import walk
 
 _BLOCKS = (cst.IndentedBlock, cst.Module)
@@ -63,6 +64,16 @@ class Use:
     types_only: bool
     long: bool
     names_itself: bool  # the fix is the whole value of `name = ...`: that assignment already names the device
+
+
+def _idiom_shaped(value: cst.BaseExpression) -> bool:
+    """Whether `value` has the shape of a device idiom: `current_accelerator(...)`, optionally `or ...`,
+    optionally `(...).type`."""
+    if isinstance(value, cst.Attribute) and value.attr.value == "type":
+        value = value.value
+    if isinstance(value, cst.BooleanOperation):
+        value = value.left
+    return isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("current_accelerator")
 
 
 def scope_of(stack: tuple[cst.CSTNode, ...]) -> cst.CSTNode:
@@ -201,6 +212,8 @@ class DeviceNames:
         planned = self.rewritten.get(id(value))
         if planned is not None:
             return "device" if planned == DEVICE else "type"
+        if not _idiom_shaped(value):  # spare the code generation of every other value (a 20k-line table)
+            return None
         text = _SPACES.sub("", self.ctx.code(value))
         return "device" if text in _IDIOMS else "type" if text in _TYPE_IDIOMS else None
 
