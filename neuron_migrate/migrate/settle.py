@@ -38,6 +38,7 @@ import libcst as cst
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
+from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.device_neutral import flag_side, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
@@ -55,8 +56,6 @@ _NO_ACCELERATOR = (
     "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
     "chose not to: no change needed"
 )
-#: a CUDA device string literal, alone or in a list or tuple: `"cuda"`, `'cuda:0'`, `["cuda"]`
-_CUDA_DEVICES = re.compile(r"""^[\[(]?\s*(["'])cuda(:\d+)?\1\s*,?\s*[\])]?$""")
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA {} that stays: no change needed"
 
 
@@ -232,7 +231,7 @@ def _cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
     for arg in call.args:
         if arg is own or id(arg) in mentions.covered:
             continue
-        if _CUDA_DEVICES.search(ctx.code(arg.value)) or any(_inside(p, (arg,)) for p in leftovers):
+        if _cuda_devices(arg.value) or any(_inside(p, (arg,)) for p in leftovers):
             return shortened(ctx.code(arg), 40)
     return None
 
@@ -257,6 +256,13 @@ def _cuda_sink(pending, sinks: list, positions, lines: list[str]) -> str | None:
         if at > assigned_at and scope in sink.stack and reads.search(lines[at - 1]):  # after: the new value
             return shortened(lines[at - 1].strip(), 50)
     return None
+
+
+def _cuda_devices(value: cst.BaseExpression) -> bool:
+    """A CUDA device string, or a list or tuple of them: `"cuda"`, `f"cuda:{rank}"`, `["cuda"]`."""
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return bool(value.elements) and all(is_cuda_string(e.value) for e in value.elements)
+    return is_cuda_string(value)
 
 
 def _noun(check) -> str:

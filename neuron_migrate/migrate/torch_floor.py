@@ -108,13 +108,18 @@ def lower_bound(requirement: str) -> tuple[int, int] | None:
 def _torch_entries(entries: object) -> list[str]:
     if not isinstance(entries, list):
         return []
-    return [e for e in entries if isinstance(e, str) and _REQUIREMENT.match(e) and _is_torch(e)]
+    return _torch_requirements(e for e in entries if isinstance(e, str))
 
 
-def _is_torch(requirement: str) -> bool:
-    """`torch...`, not `torchvision` or `torch-neuronx`."""
-    rest = requirement.strip()[5:]
-    return not rest or not (rest[0].isalnum() or rest[0] in "-_.")
+def _torch_requirements(lines) -> list[str]:
+    """The requirement strings among `lines` that are for `torch` itself, not `torchvision` or
+    `torch-neuronx`."""
+    found = []
+    for line in lines:
+        rest = line.strip()[5:]
+        if _REQUIREMENT.match(line) and (not rest or not (rest[0].isalnum() or rest[0] in "-_.")):
+            found.append(line)
+    return found
 
 
 def _from_pyproject(text: str) -> list[str]:
@@ -140,8 +145,7 @@ def _from_setup_cfg(text: str) -> list[str]:
         values.append(parser.get("options", "install_requires"))
     if parser.has_section("options.extras_require"):
         values.extend(value for _, value in parser.items("options.extras_require"))
-    lines = [line.strip() for value in values for line in value.splitlines()]
-    return [line for line in lines if _REQUIREMENT.match(line) and _is_torch(line)]
+    return _torch_requirements(line.strip() for value in values for line in value.splitlines())
 
 
 def _from_setup_py(text: str) -> list[str]:
@@ -149,8 +153,7 @@ def _from_setup_py(text: str) -> list[str]:
 
 
 def _from_requirements(text: str) -> list[str]:
-    lines = [line.split("#")[0].strip() for line in text.splitlines()]
-    return [line for line in lines if line and _REQUIREMENT.match(line) and _is_torch(line)]
+    return _torch_requirements(line.split("#")[0].strip() for line in text.splitlines())
 
 
 _READERS = (
