@@ -19,6 +19,8 @@ A fix is withdrawn, with a note saying why, when its code:
 - is in a function that requires a CUDA-only library: imports it in its body (`import bitsandbytes as bnb`,
   or in an `if` whose other branch exits) or calls it there unconditionally, or in a block that calls one
   (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
+- is in a function that keeps CUDA graph code (a finding of a `Rule.cuda_design` rule left without a fix):
+  the function is ported as a whole when a person removes the capture (a to-do);
 - is in a test a decorator runs only with CUDA (`@skip_if_lt_x_gpu(2)`, `@onlyCUDA`), or in a function whose
   only callers are such tests (distributed_test's `_test_*` helpers; a method is matched by its name);
 - is in a function that calls other devices' own modules too (`torch.mps.manual_seed(seed)` after
@@ -310,6 +312,12 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             )
         if (library := mentions.required_library(function)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
+        if (design := _cuda_design_in(mentions.ctx, function, leftovers)) is not None:
+            return CudaOnly(
+                f"its function keeps CUDA graph code (`{design}`), which has no Trainium counterpart: port "
+                "the function as a whole when that code is removed",
+                True,
+            )
         if (other := mentions.other_device_call(function, _outermost_if(stack, start))) is not None:
             return CudaOnly(
                 f"its function also calls other devices' own modules, such as `{other}`: per-device code, "
@@ -367,6 +375,16 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     for leftover in leftovers:
         if leftover is not pending and leftover.node in stack and leftover.node is not pending.node:
             return CudaOnly("it is an argument of CUDA-only code that stays: no change needed")
+    return None
+
+
+def _cuda_design_in(ctx, function: cst.FunctionDef, leftovers: list) -> str | None:
+    """A finding left in `function` that is a CUDA design with no Trainium counterpart (`Rule.cuda_design`:
+    CUDA graph capture), as text: the stream and device code around a capture exists for it (torch's
+    symmetric memory checks `is_current_stream_capturing()` next to its stream calls)."""
+    for leftover in leftovers:
+        if getattr(leftover.rule, "cuda_design", False) and function in leftover.stack:
+            return shortened(ctx.code(leftover.node), 40)
     return None
 
 

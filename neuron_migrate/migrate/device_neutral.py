@@ -332,6 +332,17 @@ def _callee_fixed(call: cst.Call, covered: set[int]) -> bool:
     )
 
 
+def is_message(call: cst.Call) -> bool:
+    """`print(...)`, `logger.warning(...)`, `warnings.warn(...)`: a call that only tells the user a thing."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value == "print"
+    if not isinstance(func, cst.Attribute):
+        return False
+    owner = dotted(func.value) or ""
+    return func.attr.value in _LOG_METHODS and ("log" in owner.lower() or owner == "warnings")
+
+
 def _neutral(ctx, call: cst.Call) -> bool:
     name = ctx.call_name(call) or ""
     if _NEUTRAL_NAMES.fullmatch(name) or name in _BUILTINS or _EXCEPTION_NAME.search(name):
@@ -339,9 +350,6 @@ def _neutral(ctx, call: cst.Call) -> bool:
     func = call.func
     if not isinstance(func, cst.Attribute):
         return False
-    method, owner = func.attr.value, dotted(func.value) or ""
-    if method in _LOG_METHODS and ("log" in owner.lower() or owner == "warnings"):
+    if is_message(call) or _stream_call(ctx, func):
         return True
-    if _stream_call(ctx, func):
-        return True
-    return method in _NEUTRAL_METHODS
+    return func.attr.value in _NEUTRAL_METHODS

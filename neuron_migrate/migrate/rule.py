@@ -89,6 +89,9 @@ class Rule:
     cuda_setting: ClassVar[bool] = False
     #: its findings test whether a device is CUDA: a value that reaches one still answers it right
     device_test: ClassVar[bool] = False
+    #: its findings are a CUDA design with no Trainium counterpart (CUDA graph capture): a function that
+    #: keeps one is ported as a whole by a person, so its other fixes are withdrawn (`cuda_context`)
+    cuda_design: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -39,9 +39,9 @@ from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.device_literals import is_cuda_string
-from neuron_migrate.migrate.device_neutral import flag_side, widening_risk
+from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
-from neuron_migrate.migrate.guards import accelerator, without_accelerator_api
+from neuron_migrate.migrate.guards import accelerator, implies, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames, scope_of
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 
@@ -281,7 +281,10 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     owner = _precondition_of(check)
     exit_code = () if owner is None else (owner.body,) if isinstance(owner, cst.If) else (owner.msg,)
     scans = (
-        [(node, False) for node in check.region]
+        [
+            (check.region[0], False),
+            *((node, _warns_without_accelerator(ctx, check)) for node in check.region[1:]),
+        ]
         if owner is None
         else [
             (check.region[0], False),
@@ -297,6 +300,29 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     return None
 
 
+def _warns_without_accelerator(ctx, check) -> bool:
+    """Whether the check guards only messages that run when there is no accelerator (`if not
+    torch.cuda.is_available(): logger.warning("No CUDA device: running on the CPU")`, no `else`). Rewritten,
+    they still say something true where they run ("no CUDA device" on a machine without an accelerator), so
+    only strong mentions keep the check CUDA's; kept, the warning would tell a Trainium user that the model
+    runs on the CPU. Anything else in the body, or an `else`, may act on the answer elsewhere (torch's
+    checkpoint stager keeps a pin-memory flag for a CUDA-only call in another method): it stays."""
+    test = check.region[0]
+    owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is test), None)
+    if owner is None or owner.orelse is not None or owner.body not in check.region:
+        return False
+    if implies(ctx, test)[0] != "absent" or not isinstance(owner.body, cst.IndentedBlock):
+        return False
+    return all(
+        isinstance(statement, cst.SimpleStatementLine)
+        and all(
+            isinstance(s, cst.Expr) and isinstance(s.value, cst.Call) and is_message(s.value)
+            for s in statement.body
+        )
+        for statement in owner.body.body
+    )
+
+
 def _precondition_of(check) -> cst.If | cst.Assert | None:
     """The `if` when the check's region is "the code after `if <no accelerator>: <exit>`" rather than a
     body, or the `assert` whose test it is (the code after it)."""
@@ -304,7 +330,7 @@ def _precondition_of(check) -> cst.If | cst.Assert | None:
     owner = next((n for n in check.stack if isinstance(n, (cst.If, cst.Assert)) and n.test is test), None)
     if isinstance(owner, cst.Assert):
         return owner
-    return owner if owner is not None and owner.body not in check.region else None
+    return owner if owner is not None and owner.orelse is None and owner.body not in check.region else None
 
 
 def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:

@@ -112,6 +112,54 @@ def test_a_precondition_is_judged_by_the_code_it_protects_not_by_its_message():
     )
 
 
+def test_a_warning_that_only_runs_without_an_accelerator_does_not_keep_its_check_cuda():
+    """transformers' SINQ quantizer: kept CUDA's, the warning told a Trainium user that the model runs on the
+    CPU while the rewritten device choice next to it put it on neuron. Rewritten, it warns only where there is
+    no accelerator, where "no CUDA device" is still true."""
+    source = (
+        "import torch\ndef validate():\n    if not torch.cuda.is_available():\n"
+        "        logger.warning('No CUDA device is available. Inference will run on the CPU.')\n"
+    )
+    after = fixed(source)
+    assert "if not torch.accelerator.is_available():" in after, after
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the side with an accelerator says CUDA: on neuron it would print a wrong message
+        "import torch\nif torch.cuda.is_available():\n    print('Using CUDA')\n",
+        "import torch\nif not torch.cuda.is_available():\n    print('no GPU')\n"
+        "else:\n    print('CUDA ready')\n",
+        # more than a message: the flag it clears may feed CUDA-only code elsewhere (torch's checkpoint
+        # stager)
+        "import torch\nif pin and not torch.cuda.is_available():\n"
+        "    warnings.warn('pinning requires CUDA')\n    pin = False\n",
+        # a strong mention on the side without an accelerator (a CUDA-only library) still keeps it
+        "import torch\nif not torch.cuda.is_available():\n    import bitsandbytes\n",
+    ],
+)
+def test_a_message_on_the_accelerator_side_keeps_its_check_cuda(source):
+    assert fixed(source) == source
+
+
+def test_a_function_that_keeps_cuda_graph_code_is_ported_as_a_whole():
+    """The side stream and the waits around a capture exist for it: rewriting them while the capture stays
+    leaves a function half CUDA's that still cannot run on Trainium (torch's symmetric memory)."""
+    capture = (
+        "import torch\ndef capture(model, x):\n    s = torch.cuda.Stream()\n"
+        "    s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s):\n        model(x)\n"
+        "    g = torch.cuda.CUDAGraph()\n    with torch.cuda.graph(g):\n        y = model(x)\n"
+        "    return g, y\n"
+    )
+    source = capture + "def place(model):\n    return model.cuda()\n"
+    after = fixed(source)
+    assert after.startswith(capture), after
+    assert "model.cuda()" not in after  # another function is still fixed
+    notes = [f.message for f in findings(source) if f.code == "NM406"]
+    assert notes and all("keeps CUDA graph code (`torch.cuda.CUDAGraph()`)" in m for m in notes), notes
+
+
 def test_cuda_device_context_takes_the_device_index():
     after = fixed(
         "import torch\ndef f(q):\n    with torch.cuda.device(q.device):\n        pass\n", ("NM106",)

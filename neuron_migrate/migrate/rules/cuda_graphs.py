@@ -51,6 +51,7 @@ class CudaGraphs(QualifiedNameRule):
     )
     severity = "error"
     fix_safety = "none"
+    cuda_design = True
     triggers = ((b"cuda", b"graph"), (b"cuda", b"Graph"))
     names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
