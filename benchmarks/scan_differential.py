@@ -19,8 +19,9 @@ from pathlib import Path
 
 from neuron_migrate.migrate import analyzer, positions
 from neuron_migrate.migrate.cache import ScanCache
+from neuron_migrate.migrate.file_scan import scan_file, scan_text
 from neuron_migrate.migrate.rule import select_rules
-from neuron_migrate.migrate.scanner import ScanOptions, plan, scan_file, scan_text
+from neuron_migrate.migrate.scanner import ScanOptions, plan
 from neuron_migrate.migrate.sources import Selection
 
 
@@ -51,7 +52,9 @@ def compare(folders: list[Path], jobs: int = 2) -> tuple[int, int, float, float]
     items = []
     for folder in folders:
         options = ScanOptions(paths=(folder,), root=folder, selection=Selection(respect_gitignore=False))
-        items += [item for item in plan(options, rules, ScanCache(None, ""), []) if item.findings is None]
+        items += [
+            item for item in plan(options, lambda: rules, ScanCache(None, ""), []) if item.findings is None
+        ]
     tasks = [(item.source.path.as_posix(), item.text, item.active, item.style) for item in items]
     differ, fast_s, full_s = 0, 0.0, 0.0
     with ProcessPoolExecutor(max_workers=jobs) as pool:

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from neuron_migrate.migrate import analyzer, positions, scanner
+from neuron_migrate.migrate import analyzer, file_scan, positions, scanner
 from neuron_migrate.migrate.scanner import ScanOptions, scan
 from neuron_migrate.migrate.sources import Selection
 
@@ -43,10 +43,10 @@ def _timed(stage: str, function):
 
 def _instrument() -> None:
     scanner.plan = _timed("plan: discover, read, hash, decode, byte filter", scanner.plan)
-    scanner.candidates = _timed("pre-pass (lexicon + conditions)", scanner.candidates)
+    file_scan.candidates = _timed("pre-pass (lexicon + conditions)", file_scan.candidates)
     ast.parse = _timed("ast.parse", ast.parse)
-    scanner.parse = _timed("libcst parse", scanner.parse)
-    scanner.analyze_module = _timed("rules' walk (analyze_module)", scanner.analyze_module)
+    file_scan.parse = _timed("libcst parse", file_scan.parse)
+    file_scan.analyze_module = _timed("rules' walk (analyze_module)", file_scan.analyze_module)
     analyzer.settle = _timed("settle", analyzer.settle)
     positions.StatementPositions._resolve = _timed("positions", positions.StatementPositions._resolve)
     positions.StatementPositions._resolve_whole_file = _timed(

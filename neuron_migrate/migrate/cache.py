@@ -40,14 +40,17 @@ class ScanCache:
         self.file = None
         self.entries: dict[str, dict] = {}
         self.dirty = False
+        self.found = False  # whether a cache of this rule-set version and selection was read
         if directory is None:
             return
         key = hashlib.sha256(f"{ruleset_version()}\0{selection_key}".encode()).hexdigest()[:16]
         self.file = directory / f"scan-{key}.json"
         try:
-            self.entries = json.loads(self.file.read_text(encoding="utf-8"))
+            entries = json.loads(self.file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            self.entries = {}
+            return
+        if isinstance(entries, dict):
+            self.entries, self.found = entries, True
 
     def get(self, rel: str, digest: str) -> list[Finding] | None:
         entry = self.entries.get(rel)

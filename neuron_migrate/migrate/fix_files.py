@@ -17,11 +17,11 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from neuron_migrate.migrate.cache import ScanCache, content_hash
+from neuron_migrate.migrate.cache import content_hash
+from neuron_migrate.migrate.file_scan import scan_file
 from neuron_migrate.migrate.fixer import fix_text
 from neuron_migrate.migrate.fixes import FixStyle
-from neuron_migrate.migrate.rule import select_rules
-from neuron_migrate.migrate.scanner import ScanOptions, plan, run_tasks, scan_file
+from neuron_migrate.migrate.scanner import ScanOptions, open_cache, plan, run_tasks
 from neuron_migrate.migrate.sources import SourceFile, SourceText, decode, notebook_cells, read_bytes
 from neuron_migrate.model import FileError, Finding
 
@@ -81,8 +81,7 @@ def fix_file(source: SourceFile, codes: tuple[str, ...], style: FixStyle) -> Fil
 def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]:
     """`fix` on every selected file, through the scan's pipeline: files no rule can match, and files whose
     cached scan found nothing, are not parsed; the rest are fixed in the process pool."""
-    rules = select_rules(options.select, options.ignore)
-    cache = ScanCache(options.cache_dir, f"{','.join(rules)};torch {options.target_torch}")
+    cache, rules = open_cache(options)
     errors: list[FileError] = []
     fixes: list[FileFix] = []
     tasks, sizes = [], []
@@ -94,7 +93,7 @@ def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]
         if item.findings is not None and all(f.code.startswith("NM9") for f in item.findings):
             fixes.append(FileFix(item.source.rel, item.source.path, b"", error=item.findings[0].message))
             continue
-        codes = item.active or tuple(rules)
+        codes = item.active or tuple(rules())
         tasks.append((item.source, codes, replace(item.style, unsafe=unsafe)))
         sizes.append(len(item.text.text) if item.text is not None else 0)
     cache.save()

@@ -1,7 +1,8 @@
 """What a rule hands back as a fix, before positions are known: replacements, imports, safety.
 
-A leaf module (it imports only libcst and the shared records), so the rule base, the file context and the
-analyzer can all use it without importing each other.
+A leaf module (it imports only the shared records, and libcst only for its annotations), so the rule base,
+the file context and the analyzer can all use it without importing each other, and a scan whose results all
+come from the cache can use `FixStyle` without importing libcst.
 
 Replacement texts may hold two placeholders for the one device idiom, resolved per scope after the file's
 traversal (`naming.py`): `DEVICE` (the current accelerator, CPU when there is none) and `DEVICE_TYPE` (its
@@ -15,12 +16,14 @@ idiom (inside an f-string) sets `needs_name`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from neuron_migrate.migrate.layout import Layout
 from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH
 from neuron_migrate.model import FixSafety
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 #: the one device expression the rewrites use: an accelerator when there is one, else the CPU
 DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'

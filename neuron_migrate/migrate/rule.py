@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.fixes import FixSpec, Replacement
-from neuron_migrate.model import FixSafety, Severity
+from neuron_migrate.model import Finding, FixSafety, Severity
 
 if TYPE_CHECKING:
     from neuron_migrate.migrate.context import FileContext, PendingFinding
@@ -190,3 +190,14 @@ def select_rules(select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> 
 def file_rule(rules: dict[str, type[Rule]], kind: str) -> type[Rule] | None:
     """The rule among `rules` reported for files of `kind` (one of `FILE_KINDS`), None when not selected."""
     return next((rule for rule in rules.values() if rule.file_level == kind), None)
+
+
+def file_finding(
+    rules: dict[str, type[Rule]], kind: str, rel: str, message: str, line: int = 1, col: int = 0
+) -> list[Finding]:
+    """The finding of the file-level rule of `kind` for file `rel`, if that rule is selected."""
+    rule = file_rule(rules, kind)
+    if rule is None:
+        return []
+    line = max(line, 1)
+    return [Finding(rule.code, rule.severity, rule.category(), rel, line, col, line, col, message)]

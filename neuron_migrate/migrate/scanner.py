@@ -1,31 +1,24 @@
 """`scan`: find files, skip those that cannot match, reuse cached results, analyse the rest in a process pool.
 
-`scan_file` is the per-file runner: the pre-pass (`prepass.py`) drops the rules that cannot report in the
-file, and `scan_text` (the full libcst analysis) runs only when one is left. Neither raises: whatever goes
-wrong with one file becomes an NM9xx finding for that file and the run goes on.
+The per-file analysis (`file_scan.scan_file`) and the rules are imported only when a file needs analysis: a
+scan whose results all come from the cache imports neither libcst nor a rule.
 """
 
 from __future__ import annotations
 
-import ast
 import os
-import re
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from neuron_migrate import __version__
 from neuron_migrate.errors import UsageError
-from neuron_migrate.migrate.analyzer import analyze_module
 from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import layout_for
-from neuron_migrate.migrate.parsing import parse
-from neuron_migrate.migrate.prepass import candidates
-from neuron_migrate.migrate.rule import Rule, file_rule, load_rules, select_rules
 from neuron_migrate.migrate.sources import (
     Selection,
     SourceFile,
@@ -37,7 +30,13 @@ from neuron_migrate.migrate.sources import (
     read_bytes,
 )
 from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, torch_floor
-from neuron_migrate.model import Edit, FileError, Finding, Fix, ScanResult
+from neuron_migrate.model import FileError, Finding, ScanResult
+
+if TYPE_CHECKING:
+    from neuron_migrate.migrate.rule import Rule
+
+#: the selected rules, by code, imported on first call (`open_cache`)
+Rules = Callable[[], "dict[str, type[Rule]]"]
 
 #: below this many files to parse, a process pool costs more than it saves
 POOL_THRESHOLD = 24
@@ -91,7 +90,7 @@ def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
     )
 
 
-def plan(options: ScanOptions, rules: dict, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
+def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
     """The scan's front half, shared by `scan` and `fix`: every selected file, with what is known cheaply."""
     for path in options.paths:
         if not path.exists() and not path.is_symlink():
@@ -117,7 +116,7 @@ def plan(options: ScanOptions, rules: dict, cache: ScanCache, errors: list[FileE
             item.findings = _problem(source, text, rules, errors)
             cache.put(source.rel, item.key, item.findings)
             continue
-        item.active = tuple(code for code, rule in rules.items() if _triggered(rule, data))
+        item.active = tuple(code for code, rule in rules().items() if _triggered(rule, data))
         if not item.active:
             item.findings, item.prefiltered = [], True
             cache.put(source.rel, item.key, [])
@@ -128,16 +127,20 @@ def plan(options: ScanOptions, rules: dict, cache: ScanCache, errors: list[FileE
 
 def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = None) -> ScanResult:
     """Scan the files under `options.paths` and return every finding, sorted by path and position."""
-    rules = select_rules(options.select, options.ignore)
-    cache = ScanCache(options.cache_dir, f"{','.join(rules)};torch {options.target_torch}")
+    cache, rules = open_cache(options)
     errors: list[FileError] = []
     planned = plan(options, rules, cache, errors)
     work = [item for item in planned if item.findings is None]
     tasks = [(item.source.rel, item.text, item.active, item.style) for item in work]
     sizes = [len(item.text.text) for item in work]
-    for item, result in zip(work, run_tasks(_scan_task, tasks, options.jobs, progress, sizes), strict=True):
+    results = []
+    if work:  # imported here, before the pool starts, so that forked workers share it
+        from neuron_migrate.migrate.file_scan import scan_file
+
+        results = run_tasks(scan_file, tasks, options.jobs, progress, sizes)
+    for item, result in zip(work, results, strict=True):
         for finding in result:
-            if _kind(rules, finding) in ("unparsable", "analysis-failure"):
+            if _kind(rules(), finding) in ("unparsable", "analysis-failure"):
                 errors.append(FileError(item.source.rel, finding.message))
         cache.put(item.source.rel, item.key, result)
         item.findings = result
@@ -207,86 +210,24 @@ def _call(job: tuple[Callable, tuple]):
     return function(*task)
 
 
-def _scan_task(rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle) -> list[Finding]:
-    return scan_file(rel, text, codes, style)
+def open_cache(options: ScanOptions) -> tuple[ScanCache, Rules]:
+    """The scan cache of this selection of rules, and the selected rules, imported on first use.
 
+    The cache is keyed by the selection as given (and by the rule-set version, which covers every rule's
+    source), so a scan whose results all come from it needs no rule. A selection is checked (an unknown
+    code is an error) by the run that writes its cache; where there is no cache yet, it is checked now."""
 
-_DEFAULT_STYLE = FixStyle()
+    @cache
+    def rules() -> dict[str, type[Rule]]:
+        from neuron_migrate.migrate.rule import select_rules
 
+        return select_rules(options.select, options.ignore)
 
-def scan_file(
-    rel: str, text: SourceText, codes: tuple[str, ...], style: FixStyle = _DEFAULT_STYLE
-) -> list[Finding]:
-    """What `scan_text` returns, paying for libcst only for the rules the pre-pass keeps; never raises.
-
-    The pre-pass reasons about valid Python, so its verdict counts only when `ast` parses the file; a file
-    `ast` rejects (a syntax error, or syntax newer than this interpreter that libcst may still read) gets
-    the full analysis, which reports the error as before. The `ast` tree is reused for positions."""
-    try:
-        active = candidates(text.text, codes)
-    except Exception:  # a pre-pass bug must not lose findings: analyse as if it did not exist
-        return scan_text(rel, text, codes, style)
-    if active == tuple(codes):
-        return scan_text(rel, text, codes, style)
-    try:
-        tree = ast.parse(text.text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return scan_text(rel, text, codes, style)
-    return scan_text(rel, text, active, style, tree=tree) if active else []
-
-
-def scan_text(
-    rel: str,
-    text: SourceText,
-    codes: tuple[str, ...],
-    style: FixStyle = _DEFAULT_STYLE,
-    tree: ast.Module | None = None,
-) -> list[Finding]:
-    """Findings of the rules `codes` in one decoded file, their fixes shaped by `style`; never raises.
-
-    `tree`: the file's `ast` parse, when the caller has it (positions need it)."""
-    rules = load_rules()
-    try:
-        module = parse(text.text)
-    except cst.ParserSyntaxError as err:
-        hint = "; it looks like Python 2" if _looks_like_python2(text.text) else ""
-        # libcst's native parser reports the token after the error; its message has the real place
-        at = re.search(r"error at (\d+):(\d+)", str(err.message))
-        line, col = (int(at.group(1)), int(at.group(2))) if at else (err.editor_line, err.editor_column - 1)
-        return _internal(
-            rules, "unparsable", rel, f"cannot parse: syntax error at line {line}{hint}", line, col
-        )
-    except (RecursionError, MemoryError) as err:
-        return _internal(rules, "unparsable", rel, f"cannot parse: {type(err).__name__}")
-    try:
-        findings = analyze_module(
-            module,
-            rel,
-            [rules[code] for code in codes if code in rules],
-            text.bound_modules,
-            source=text.text,
-            style=style,
-            tree=tree,
-        )
-    except Exception as err:  # a rule bug must not lose the rest of the run
-        return _internal(rules, "analysis-failure", rel, f"analysis failed: {type(err).__name__}: {err}")
-    if text.cells is not None:
-        findings = [_to_cell(f, text.cells) for f in findings]
-    return findings
-
-
-def _looks_like_python2(text: str) -> bool:
-    return bool(re.search(r"^\s*print\s+[^(=\s]|^\s*exec\s+\"|except\s+\w+\s*,\s*\w+\s*:", text, re.M))
-
-
-def _internal(rules: dict, kind: str, rel: str, message: str, line: int = 1, col: int = 0) -> list[Finding]:
-    """The finding of the file-level rule of `kind` (`rule.FILE_KINDS`) for file `rel`, if that rule is
-    selected."""
-    rule = file_rule(rules, kind)
-    if rule is None:
-        return []
-    line = max(line, 1)
-    return [Finding(rule.code, rule.severity, rule.category(), rel, line, col, line, col, message)]
+    key = f"select={','.join(options.select)};ignore={','.join(options.ignore)};torch {options.target_torch}"
+    scan_cache = ScanCache(options.cache_dir, key)
+    if not scan_cache.found:
+        rules()
+    return scan_cache, rules
 
 
 def _kind(rules: dict, finding: Finding) -> str | None:
@@ -295,29 +236,16 @@ def _kind(rules: dict, finding: Finding) -> str | None:
 
 
 def _problem(
-    source: SourceFile, problem: SourceProblem, rules: dict, errors: list[FileError]
+    source: SourceFile, problem: SourceProblem, rules: Rules, errors: list[FileError]
 ) -> list[Finding]:
     errors.append(FileError(source.rel, problem.reason))
-    return _internal(rules, problem.kind, source.rel, problem.reason)
+    from neuron_migrate.migrate.rule import file_finding
+
+    return file_finding(rules(), problem.kind, source.rel, problem.reason)
 
 
-def _kernel_findings(source: SourceFile, rules: dict) -> list[Finding]:
-    rule = file_rule(rules, "kernel-source")
-    return _internal(rules, "kernel-source", source.rel, rule.message) if rule is not None else []
+def _kernel_findings(source: SourceFile, rules: Rules) -> list[Finding]:
+    from neuron_migrate.migrate.rule import file_finding, file_rule
 
-
-def _to_cell(finding: Finding, cells: list[tuple[int, int]]) -> Finding:
-    """Move a finding from virtual-module lines to (cell, line in cell)."""
-    cell, line = cells[min(finding.line, len(cells)) - 1]
-    end_cell, end_line = cells[min(finding.end_line, len(cells)) - 1]
-    fix = finding.fix
-    if fix is not None:
-        edits = []
-        for edit in fix.edits:
-            start, end = cells[min(edit.line, len(cells)) - 1], cells[min(edit.end_line, len(cells)) - 1]
-            if start[0] != end[0]:  # cannot happen for valid cells; drop the fix rather than guess
-                edits = None
-                break
-            edits.append(Edit(start[1], edit.col, end[1], edit.end_col, edit.text, cell=start[0]))
-        fix = Fix(fix.title, fix.safety, tuple(edits)) if edits is not None else None
-    return replace(finding, cell=cell, line=line, end_line=end_line if end_cell == cell else line, fix=fix)
+    rule = file_rule(rules(), "kernel-source")
+    return file_finding(rules(), "kernel-source", source.rel, rule.message) if rule is not None else []

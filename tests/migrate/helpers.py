@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from neuron_migrate.migrate.file_scan import scan_text
 from neuron_migrate.migrate.fix_files import fix_until_stable
 from neuron_migrate.migrate.fixer import fix_text
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import Layout
 from neuron_migrate.migrate.rule import load_rules
-from neuron_migrate.migrate.scanner import scan_text
 from neuron_migrate.migrate.sources import SourceText
 from neuron_migrate.model import Finding
 

@@ -6,10 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from neuron_migrate.migrate.file_scan import scan_file
 from neuron_migrate.migrate.fix_files import fix_file, write_fixed
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.rule import load_rules
-from neuron_migrate.migrate.scanner import scan_file
 from neuron_migrate.migrate.sources import SourceFile, SourceText
 
 SYNC = "import torch\ntorch.cuda.synchronize()\n"

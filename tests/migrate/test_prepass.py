@@ -9,13 +9,13 @@ from dataclasses import asdict
 
 import pytest
 
-from neuron_migrate.migrate import scanner
+from neuron_migrate.migrate import file_scan
+from neuron_migrate.migrate.file_scan import scan_file, scan_text
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.lexicon import lexicon
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.prepass import candidates
 from neuron_migrate.migrate.rule import Rule, load_rules
-from neuron_migrate.migrate.scanner import scan_file, scan_text
 from neuron_migrate.migrate.sources import SourceText
 
 from .helpers import EXAMPLE_LAYOUT
@@ -68,7 +68,7 @@ def test_words_in_comments_docstrings_and_messages_cost_no_libcst_parse(monkeypa
         "print('move the model with .cuda() first')\n"
     )
     assert candidates(source, CODES) == ()
-    monkeypatch.setattr(scanner, "parse", lambda text: pytest.fail("libcst parsed the file"))
+    monkeypatch.setattr(file_scan, "parse", lambda text: pytest.fail("libcst parsed the file"))
     assert scan_file("example.py", SourceText(source), CODES) == []
 
 
@@ -79,7 +79,7 @@ def test_code_the_rules_read_keeps_them():
 
 def test_a_prepass_failure_falls_back_to_the_full_analysis(monkeypatch):
     source = "import torch\ntorch.cuda.synchronize()\n"
-    monkeypatch.setattr(scanner, "candidates", lambda text, codes: 1 / 0)
+    monkeypatch.setattr(file_scan, "candidates", lambda text, codes: 1 / 0)
     assert [f.code for f in scan_file("example.py", SourceText(source), CODES)] == ["NM401"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,39 @@ def test_cache_key_includes_the_selection(tmp_path):
     (tmp_path / "t" / "a.py").write_text(SYNC)
     run(tmp_path / "t", cache_dir=tmp_path / "c")
     assert codes(run(tmp_path / "t", cache_dir=tmp_path / "c", select=("NM9",))) == []
+
+
+def test_a_scan_served_from_the_cache_imports_neither_libcst_nor_a_rule(tmp_path):
+    """Half of a warm run's time was importing libcst and the rules it did not use."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.py").write_text(SYNC)
+    program = (
+        "import sys\nfrom pathlib import Path\n"
+        "from neuron_migrate.migrate.scanner import ScanOptions, scan\n"
+        f"root, cache = Path({str(tmp_path / 't')!r}), Path({str(tmp_path / 'c')!r})\n"
+        "result = scan(ScanOptions(paths=(root,), root=root, jobs=1, cache_dir=cache))\n"
+        "print(result.files_from_cache, [f.code for f in result.findings],"
+        " sorted(m for m in sys.modules if m == 'libcst' or m.startswith('neuron_migrate.migrate.rules')))\n"
+    )
+
+    def fresh_process() -> str:
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    cold = fresh_process()
+    assert cold.startswith("0 ['NM401'] ['libcst'")
+    assert fresh_process() == "1 ['NM401'] []"
+
+
+def test_an_unknown_code_is_an_error_whether_or_not_a_cache_exists(tmp_path):
+    from neuron_migrate.errors import UsageError
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.py").write_text(SYNC)
+    run(tmp_path / "t", cache_dir=tmp_path / "c")
+    for cache_dir in (tmp_path / "c", None):
+        with pytest.raises(UsageError, match="no rule code starts with 'NM0'"):
+            run(tmp_path / "t", cache_dir=cache_dir, select=("NM0",))
 
 
 def test_suppressions_on_the_line_and_for_the_file(tmp_path):
