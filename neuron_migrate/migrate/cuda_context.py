@@ -36,7 +36,8 @@ A fix is withdrawn, with a note saying why, when its code:
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
 All but the last need no change (the finding becomes a note). "Mentions CUDA" means a name or attribute
-containing `cuda`, `nvidia`, `cublas`, `cudnn` or `nccl`, a call of a function whose name contains `gpu`, a
+containing `cuda`, `nvidia`, `cublas`, `cudnn`, `nccl` or NVIDIA's embedded CUDA platforms (`jetson`,
+`tegra`), a call of a function whose name contains `gpu`, a
 string containing `cuda`, `gpu`, `nvidia` or `nccl`, or a CUDA-only library or capability name
 (`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in this run replace.
 A *strong* mention (what keeps a precondition's check CUDA's, `settle`) leaves out what people also say of
@@ -69,8 +70,9 @@ from neuron_migrate.migrate.rules.libraries import library_of
 from neuron_migrate.migrate.walk import walk
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
-_NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl", re.IGNORECASE)
-_STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl", re.IGNORECASE)
+#: Jetson and Tegra are NVIDIA's embedded CUDA platforms (torch's `IS_JETSON`)
+_NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl|jetson|tegra", re.IGNORECASE)
+_STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|tegra", re.IGNORECASE)
 _STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
 _CUDA_ONLY_COMMENT = re.compile(
@@ -114,8 +116,9 @@ class CudaMentions:
         self.recorded_calls: dict[int, str | None] | None = None
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
 
-    def find(self, node: cst.CSTNode, strong: bool = False) -> str | None:
-        """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions."""
+    def find(self, node: cst.CSTNode, strong: bool = False, names_only: bool = False) -> str | None:
+        """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions; `names_only`:
+        only in names (`ProcessGroupNCCL`), not in strings (`mode="max-autotune-no-cudagraphs"`)."""
         found: list[str] = []
         covered, ctx = self.covered, self.ctx
         name_cue = _STRONG_NAME_CUE if strong else _NAME_CUE
@@ -149,8 +152,10 @@ class CudaMentions:
                     text = dotted(self.chain[0]) if self.chain else child.value  # `torch.cuda._sleep`
                 elif not strong and isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
                     text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
-                elif isinstance(child, (cst.SimpleString, cst.FormattedStringText)) and (
-                    string_cue.search(child.value) or (strong and CUDA_ONLY_CODE.search(child.value))
+                elif (
+                    not names_only
+                    and isinstance(child, (cst.SimpleString, cst.FormattedStringText))
+                    and (string_cue.search(child.value) or (strong and CUDA_ONLY_CODE.search(child.value)))
                 ):
                     text = child.value.strip("'\"")
                 if text is not None:

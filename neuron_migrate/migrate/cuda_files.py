@@ -22,9 +22,12 @@ from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.rules.libraries import library_of
 
 _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
-#: CUDA and its libraries, NVIDIA's (`nv_universal_gemm`, `nvmath`), ROCm (AMD's GPUs, driven through the same
-#: `torch.cuda` API) and Triton (GPU kernels: Trainium's are NKI)
-_CUDA_STEM = re.compile(r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|rocm|triton|(^|_)nv(_|$)")
+#: CUDA and its libraries, NVIDIA's (`nv_universal_gemm`, `nvmath`) and its embedded CUDA platforms (Jetson,
+#: Tegra), ROCm (AMD's GPUs, driven through the same `torch.cuda` API) and Triton (GPU kernels: Trainium's are
+#: NKI)
+_CUDA_STEM = re.compile(
+    r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|jetson|tegra|rocm|triton|(^|_)nv(_|$)"
+)
 
 
 def cuda_named(name: str) -> bool:

@@ -210,7 +210,14 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
             elif applies(pending, style) and (sibling := _cuda_sibling(ctx, pending, leftovers, mentions)):
                 withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
                 changed = True
-            elif applies(pending, style) and (sink := _cuda_sink(pending, sinks, positions, lines)):
+            elif applies(pending, style) and (kept := _guarded_leftover(ctx, pending, leftovers)):
+                withdraw(
+                    pending,
+                    f"its test guards CUDA-only code that stays, such as {kept}: keep this test CUDA's and "
+                    "give other devices their own path",
+                )
+                changed = True
+            elif applies(pending, style) and (sink := _cuda_sink(pending, sinks, mentions, positions, lines)):
                 withdraw(
                     pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together"
                 )
@@ -236,12 +243,35 @@ def _cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
     return None
 
 
-def _cuda_sink(pending, sinks: list, positions, lines: list[str]) -> str | None:
-    """The line of a CUDA-only finding or CUDA setting without a fix (`sinks`) that reads the name the
-    finding's value is assigned to, if any: `n = torch.cuda.device_count()` then
-    `os.environ["CUDA_VISIBLE_DEVICES"] = ... n ...` (torch's AOT minifier): the count would be the
-    accelerator's while it still picks CUDA devices. By the sink's line (its finding may be reported where
-    the setting is used, `run(env=env)`, so its stack is not where it is written)."""
+def _guarded_leftover(ctx, pending, leftovers: list) -> str | None:
+    """For a finding without a region of its own in the test of an `if`/`while` (`if torch.device("cuda") in
+    devices:`), the first CUDA-only finding left in the code the test guards, as text: rewritten, the test
+    would send other devices into it (torch's c10d, where that code fetches the NCCL backend)."""
+    if pending.region:
+        return None
+    for inner, outer in pairwise(reversed(pending.stack)):
+        if isinstance(outer, (cst.If, cst.While)) and inner is outer.test:
+            guarded = (outer.body,)
+            break
+        if isinstance(outer, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return None
+    else:
+        return None
+    for inner in leftovers:
+        if inner is not pending and _inside(inner, guarded):
+            return f"`{_first_line(ctx, inner.node)}`"
+    return None
+
+
+def _cuda_sink(pending, sinks: list, mentions: CudaMentions, positions, lines: list[str]) -> str | None:
+    """The line after the assignment of the finding's value to a name that reads the name and stays CUDA's,
+    if any: a CUDA-only finding or CUDA setting without a fix (`sinks`: `n = torch.cuda.device_count()` then
+    `os.environ["CUDA_VISIBLE_DEVICES"] = ... n ...`, torch's AOT minifier: the count would be the
+    accelerator's while it still picks CUDA devices), or a statement with a name that says NCCL or NVIDIA
+    in code no fix of this run replaces (`backend = pg._get_backend(torch.device("cuda"))` then
+    `if isinstance(backend, ProcessGroupNCCL):`, torch's c10d: the value is only ever NCCL's). By the
+    sink's line (a finding may be reported where the setting is used, `run(env=env)`, so its stack is not
+    where it is written)."""
     stack = pending.stack
     assign = next((n for n in reversed(stack) if isinstance(n, cst.Assign)), None)
     if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
@@ -255,7 +285,56 @@ def _cuda_sink(pending, sinks: list, positions, lines: list[str]) -> str | None:
         at = positions[sink.node].start.line
         if at > assigned_at and scope in sink.stack and reads.search(lines[at - 1]):  # after: the new value
             return shortened(lines[at - 1].strip(), 50)
+    for header in _headers_after(scope, assign):
+        if mentions.find(header, strong=True, names_only=True) and reads.search(
+            code := mentions.ctx.code(header)
+        ):
+            return shortened(code.strip().splitlines()[0], 50)
     return None
+
+
+def _headers_after(scope: cst.CSTNode, assign: cst.Assign) -> list[cst.CSTNode]:
+    """In source order, the simple statements and compound headers (an `if`'s test, a loop's iterable) of
+    `scope` that come after the statement holding `assign`; nested functions and classes are other scopes."""
+    found: list[cst.CSTNode] = []
+    passed = False
+
+    def visit(statements) -> None:
+        nonlocal passed
+        for statement in statements:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(statement, cst.SimpleStatementLine):
+                if passed:
+                    found.append(statement)
+                passed = passed or assign in statement.body
+                continue
+            header = getattr(statement, "test", None) or getattr(statement, "iter", None)
+            if passed and header is not None:
+                found.append(header)
+            for block in _blocks_of(statement):
+                visit(block)
+
+    visit(scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body)
+    return found
+
+
+def _blocks_of(statement: cst.CSTNode) -> list:
+    """The statement lists of a compound statement's bodies, `else`/`elif`, handlers and `finally`."""
+    blocks = []
+    for part in (statement, *getattr(statement, "handlers", ())):
+        body = getattr(part, "body", None)
+        if isinstance(body, cst.IndentedBlock):
+            blocks.append(body.body)
+    orelse = getattr(statement, "orelse", None)
+    if isinstance(orelse, cst.If):
+        blocks.append([orelse])
+    elif isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+        blocks.append(orelse.body.body)
+    final = getattr(statement, "finalbody", None)
+    if final is not None and isinstance(final.body, cst.IndentedBlock):
+        blocks.append(final.body.body)
+    return blocks
 
 
 def _cuda_devices(value: cst.BaseExpression) -> bool:

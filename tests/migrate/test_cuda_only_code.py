@@ -76,6 +76,8 @@ def test_a_check_around_cuda_only_code_stays_cuda(source, stays):
         # behind a test about CUDA that no rule rewrites
         "import torch\nif len(torch.cuda.default_generators) > 0:\n    i = torch.cuda.current_device()\n",
         "import torch\nif is_torch_cuda_available():\n    device = torch.device('cuda:0')\n",
+        # Jetson is NVIDIA's embedded CUDA platform (torch's `IS_JETSON`)
+        "import torch\nif IS_JETSON:\n    torch.cuda.empty_cache()\n",
         # an argument of CUDA-only code that stays
         "import torch\nmajor = torch.cuda.get_device_properties(torch.cuda.current_device()).major\n",
         # a per-device dispatch table: CUDA's entry stays CUDA's
@@ -158,6 +160,34 @@ def test_a_function_that_keeps_cuda_graph_code_is_ported_as_a_whole():
     assert "model.cuda()" not in after  # another function is still fixed
     notes = [f.message for f in findings(source) if f.code == "NM406"]
     assert notes and all("keeps CUDA graph code (`torch.cuda.CUDAGraph()`)" in m for m in notes), notes
+
+
+def test_a_value_only_an_nccl_test_reads_stays_cuda_and_so_does_the_test_around_it():
+    """torch's c10d: the backend fetched for CUDA is only ever checked for being NCCL's; rewriting the fetch
+    (and the `in devices` test around it) changes nothing on Trainium and leaves the function half CUDA's."""
+    source = (
+        "import torch\ndef timeouts(pg, devices, timeout):\n"
+        "    if torch.device('cuda') in devices:\n"
+        "        backend = pg._get_backend(torch.device('cuda'))\n"
+        "        if is_nccl_available() and isinstance(backend, ProcessGroupNCCL):\n"
+        "            backend._add_ephemeral_timeout(timeout)\n"
+    )
+    assert fixed(source) == source
+    messages = {f.line: f.message for f in findings(source) if f.code == "NM102"}
+    assert "its value goes to CUDA-only code that stays" in messages[4], messages
+    assert "its test guards CUDA-only code that stays" in messages[3], messages
+
+
+def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
+    """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
+    gets the device's own backend in the same run, so the device is rewritten too."""
+    source = (
+        "import torch\nimport torch.distributed as dist\ndef setup(rank):\n"
+        "    device = torch.device(f'cuda:{rank}')\n"
+        "    dist.init_process_group('nccl', device_id=device)\n"
+    )
+    after = fixed(source)
+    assert "'cuda" not in after and "nccl" not in after, after
 
 
 def test_cuda_device_context_takes_the_device_index():
