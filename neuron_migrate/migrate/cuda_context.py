@@ -71,8 +71,8 @@ from neuron_migrate.migrate.walk import walk
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
 #: Jetson and Tegra are NVIDIA's embedded CUDA platforms (torch's `IS_JETSON`)
-_NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl|jetson|tegra", re.IGNORECASE)
-_STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|tegra", re.IGNORECASE)
+_NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl|jetson|(?<![a-z])tegra", re.IGNORECASE)
+_STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|(?<![a-z])tegra", re.IGNORECASE)
 _STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
 _CUDA_ONLY_COMMENT = re.compile(

@@ -26,7 +26,7 @@ _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm",
 #: Tegra), ROCm (AMD's GPUs, driven through the same `torch.cuda` API) and Triton (GPU kernels: Trainium's are
 #: NKI)
 _CUDA_STEM = re.compile(
-    r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|jetson|tegra|rocm|triton|(^|_)nv(_|$)"
+    r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|jetson|(?<![a-z])tegra|rocm|triton|(^|_)nv(_|$)"
 )
 
 

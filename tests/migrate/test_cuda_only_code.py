@@ -940,3 +940,19 @@ def test_a_keyword_of_the_same_name_is_not_a_read_of_the_value():
         "    os.environ['CUDA_VISIBLE_DEVICES'] = make(n=0)\n    return n\n"
     )
     assert "torch.accelerator.device_count()" in fixed(source)
+
+
+@pytest.mark.parametrize(
+    ("name", "about_cuda"),
+    [
+        ("jetson_utils.py", True),
+        ("tegra_memory", True),
+        ("IS_TEGRA", True),
+        ("test_zero3_integration.py", False),  # "tegra" inside a word is not Tegra
+        ("integrate", False),
+    ],
+)
+def test_nvidia_embedded_platforms_are_about_cuda_by_name(name, about_cuda):
+    from neuron_migrate.migrate.cuda_files import cuda_named
+
+    assert cuda_named(name) is about_cuda
