@@ -8,6 +8,7 @@ from itertools import groupby
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from neuron_migrate.model import ScanResult
 from neuron_migrate.reports.words import plural
@@ -17,19 +18,26 @@ _FIX = {"safe": "[green]fixable[/]", "unsafe": "[yellow]fixable (unsafe)[/]", "n
 
 
 def render_scan_text(result: ScanResult, console: Console, show_source: bool = True) -> None:
-    """Print findings by file, then totals by category and severity."""
+    """Print findings by file, then totals by category and severity.
+
+    Each file's lines are rendered as `console.print` would render them one by one, and printed at once: a
+    print call costs far more than the text it prints (a warm scan of 140 findings spent a third of its time
+    here)."""
     for path, group in groupby(result.findings, key=lambda f: f.path):
-        console.print(f"[bold]{escape(path)}[/]")
+        lines = [console.render_str(f"[bold]{escape(path)}[/]")]
         for f in group:
             where = f"cell {f.cell}, " if f.cell is not None else ""
-            console.print(
-                f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  "
-                f"{_FIX[f.fix_safety]}"
+            lines.append(
+                console.render_str(
+                    f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  "
+                    f"{_FIX[f.fix_safety]}"
+                )
             )
             if show_source and f.source:
-                console.print(f"      [dim]{escape(f.source)}[/]", highlight=False)
+                lines.append(console.render_str(f"      [dim]{escape(f.source)}[/]", highlight=False))
             if f.guard:
-                console.print(f"      [dim]already guarded by `{escape(f.guard)}`[/]")
+                lines.append(console.render_str(f"      [dim]already guarded by `{escape(f.guard)}`[/]"))
+        console.print(Text("\n").join(lines))
     render_scan_summary(result, console)
 
 

@@ -125,3 +125,10 @@ def test_html_is_self_contained(example_report):
     assert html.count("<svg") >= 3 and "<style>" in html
     hrefs = re.findall(r'href="([^"]*)"', html)
     assert hrefs and all(h.startswith(("https://", "#")) for h in hrefs)  # links to docs only, no resources
+
+
+def test_scan_text_golden(example_scan):
+    """The terminal view of a scan, as plain text (`scan_text`: no colour, 120 columns)."""
+    from neuron_migrate.reports.scan_text import scan_text
+
+    check_golden("example_scan.txt", scan_text(example_scan))
