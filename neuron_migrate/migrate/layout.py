@@ -52,6 +52,7 @@ def layout_for(folder: Path) -> Layout:
     return Layout()
 
 
+@lru_cache(maxsize=1024)  # every file's search passes the same parent folders
 def _read_folder(directory: Path) -> Layout | None:
     pyproject = directory / "pyproject.toml"
     if pyproject.is_file():
