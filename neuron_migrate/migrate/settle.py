@@ -18,10 +18,9 @@ In order, for every finding with a fix:
    those findings become notes). A CUDA device-type test whose generic form would send other devices into
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
-   (`device_neutral`). A fix of one argument of a call whose other arguments stay CUDA's (a CUDA device
-   string, a finding left) is withdrawn: the call would be half CUDA's; so is the fix of a value assigned to
-   a name that a CUDA-only finding or CUDA setting without a fix reads (`CUDA_VISIBLE_DEVICES`). Repeated
-   until nothing changes, since
+   (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
+   call whose other arguments stay CUDA's, a test whose `if` body keeps a CUDA-only finding, a value that
+   CUDA-only code, a CUDA setting or NCCL-named code reads. Repeated until nothing changes, since
    withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -36,13 +35,12 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
-from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
-from neuron_migrate.migrate.device_literals import is_cuda_string
+from neuron_migrate.migrate.cuda_ties import cuda_sibling, cuda_sink, first_line, guarded_leftover, inside
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, implies, without_accelerator_api
-from neuron_migrate.migrate.naming import DeviceNames, scope_of
+from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
@@ -154,10 +152,6 @@ def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
     return any(isinstance(parent, cst.Param) and parent.default is child for parent, child in pairwise(stack))
 
 
-def _inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
-    return any(node in pending.stack or node is pending.node for node in region)
-
-
 def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: list[str]) -> None:
     """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
@@ -197,7 +191,7 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
                 continue
             guarded = (*check.region, *flag_side(ctx, check))  # `on_gpu = d.type == "cuda"`: `if on_gpu:` too
             for inner in pendings:
-                if inner is not check and inner.fix is not None and _inside(inner, guarded):
+                if inner is not check and inner.fix is not None and inside(inner, guarded):
                     withdraw(inner, _BEHIND_CHECK.format(_noun(check)), no_change=True)
                     changed = True
         for pending in pendings:
@@ -207,141 +201,21 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
             ):
                 withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
-            elif applies(pending, style) and (sibling := _cuda_sibling(ctx, pending, leftovers, mentions)):
+            elif applies(pending, style) and (sibling := cuda_sibling(ctx, pending, leftovers, mentions)):
                 withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
                 changed = True
-            elif applies(pending, style) and (kept := _guarded_leftover(ctx, pending, leftovers)):
+            elif applies(pending, style) and (kept := guarded_leftover(ctx, pending, leftovers)):
                 withdraw(
                     pending,
                     f"its test guards CUDA-only code that stays, such as {kept}: keep this test CUDA's and "
                     "give other devices their own path",
                 )
                 changed = True
-            elif applies(pending, style) and (sink := _cuda_sink(pending, sinks, mentions, positions, lines)):
+            elif applies(pending, style) and (sink := cuda_sink(pending, sinks, mentions, positions, lines)):
                 withdraw(
                     pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together"
                 )
                 changed = True
-
-
-def _cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
-    """Another argument of the call the finding is an argument of that stays CUDA's: a CUDA device string
-    (`devices=["cuda"]`) or a finding this run leaves (torch's `dump_chrome_trace(...,
-    [ProfilerActivity.CUDA], devices=["cuda"])`: rewriting one argument makes the call half CUDA's)."""
-    stack = pending.stack
-    for index in range(len(stack) - 1, 0, -1):
-        own, call = stack[index], stack[index - 1]
-        if isinstance(own, cst.Arg) and isinstance(call, cst.Call) and own in call.args:
-            break
-    else:
-        return None
-    for arg in call.args:
-        if arg is own or id(arg) in mentions.covered:
-            continue
-        if _cuda_devices(arg.value) or any(_inside(p, (arg,)) for p in leftovers):
-            return shortened(ctx.code(arg), 40)
-    return None
-
-
-def _guarded_leftover(ctx, pending, leftovers: list) -> str | None:
-    """For a finding without a region of its own in the test of an `if`/`while` (`if torch.device("cuda") in
-    devices:`), the first CUDA-only finding left in the code the test guards, as text: rewritten, the test
-    would send other devices into it (torch's c10d, where that code fetches the NCCL backend)."""
-    if pending.region:
-        return None
-    for inner, outer in pairwise(reversed(pending.stack)):
-        if isinstance(outer, (cst.If, cst.While)) and inner is outer.test:
-            guarded = (outer.body,)
-            break
-        if isinstance(outer, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-            return None
-    else:
-        return None
-    for inner in leftovers:
-        if inner is not pending and _inside(inner, guarded):
-            return f"`{_first_line(ctx, inner.node)}`"
-    return None
-
-
-def _cuda_sink(pending, sinks: list, mentions: CudaMentions, positions, lines: list[str]) -> str | None:
-    """The line after the assignment of the finding's value to a name that reads the name and stays CUDA's,
-    if any: a CUDA-only finding or CUDA setting without a fix (`sinks`: `n = torch.cuda.device_count()` then
-    `os.environ["CUDA_VISIBLE_DEVICES"] = ... n ...`, torch's AOT minifier: the count would be the
-    accelerator's while it still picks CUDA devices), or a statement with a name that says NCCL or NVIDIA
-    in code no fix of this run replaces (`backend = pg._get_backend(torch.device("cuda"))` then
-    `if isinstance(backend, ProcessGroupNCCL):`, torch's c10d: the value is only ever NCCL's). By the
-    sink's line (a finding may be reported where the setting is used, `run(env=env)`, so its stack is not
-    where it is written)."""
-    stack = pending.stack
-    assign = next((n for n in reversed(stack) if isinstance(n, cst.Assign)), None)
-    if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
-        return None
-    if assign.value not in stack and assign.value is not pending.node:
-        return None  # the finding is in the target, not the value
-    # the name as a value: not an attribute (`x.name`), a longer name, or a keyword (`f(name=...)`)
-    reads = re.compile(rf"(?<![\w.]){re.escape(assign.targets[0].target.value)}(?!\w)(?!\s*=(?!=))")
-    scope, assigned_at = scope_of(stack), positions[pending.node].end.line
-    for sink in sinks:
-        at = positions[sink.node].start.line
-        if at > assigned_at and scope in sink.stack and reads.search(lines[at - 1]):  # after: the new value
-            return shortened(lines[at - 1].strip(), 50)
-    for header in _headers_after(scope, assign):
-        if mentions.find(header, strong=True, names_only=True) and reads.search(
-            code := mentions.ctx.code(header)
-        ):
-            return shortened(code.strip().splitlines()[0], 50)
-    return None
-
-
-def _headers_after(scope: cst.CSTNode, assign: cst.Assign) -> list[cst.CSTNode]:
-    """In source order, the simple statements and compound headers (an `if`'s test, a loop's iterable) of
-    `scope` that come after the statement holding `assign`; nested functions and classes are other scopes."""
-    found: list[cst.CSTNode] = []
-    passed = False
-
-    def visit(statements) -> None:
-        nonlocal passed
-        for statement in statements:
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            if isinstance(statement, cst.SimpleStatementLine):
-                if passed:
-                    found.append(statement)
-                passed = passed or assign in statement.body
-                continue
-            header = getattr(statement, "test", None) or getattr(statement, "iter", None)
-            if passed and header is not None:
-                found.append(header)
-            for block in _blocks_of(statement):
-                visit(block)
-
-    visit(scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body)
-    return found
-
-
-def _blocks_of(statement: cst.CSTNode) -> list:
-    """The statement lists of a compound statement's bodies, `else`/`elif`, handlers and `finally`."""
-    blocks = []
-    for part in (statement, *getattr(statement, "handlers", ())):
-        body = getattr(part, "body", None)
-        if isinstance(body, cst.IndentedBlock):
-            blocks.append(body.body)
-    orelse = getattr(statement, "orelse", None)
-    if isinstance(orelse, cst.If):
-        blocks.append([orelse])
-    elif isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-        blocks.append(orelse.body.body)
-    final = getattr(statement, "finalbody", None)
-    if final is not None and isinstance(final.body, cst.IndentedBlock):
-        blocks.append(final.body.body)
-    return blocks
-
-
-def _cuda_devices(value: cst.BaseExpression) -> bool:
-    """A CUDA device string, or a list or tuple of them: `"cuda"`, `f"cuda:{rank}"`, `["cuda"]`."""
-    if isinstance(value, (cst.List, cst.Tuple)):
-        return bool(value.elements) and all(is_cuda_string(e.value) for e in value.elements)
-    return is_cuda_string(value)
 
 
 def _noun(check) -> str:
@@ -355,8 +229,8 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     without a fix) and strong mentions (NCCL, CUDA-only libraries, in the code or in the exit's message) keep
     it CUDA's, not names or messages that say CUDA or GPU ("needs a CUDA GPU" means any accelerator there)."""
     for inner in leftovers:
-        if inner is not check and _inside(inner, check.region):
-            return f"`{_first_line(ctx, inner.node)}`"
+        if inner is not check and inside(inner, check.region):
+            return f"`{first_line(ctx, inner.node)}`"
     owner = _precondition_of(check)
     exit_code = () if owner is None else (owner.body,) if isinstance(owner, cst.If) else (owner.msg,)
     scans = (
@@ -427,9 +301,3 @@ def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:
             and not any(r.node in removed for r in pending.fix.replacements)
         ):
             withdraw(pending, "the statement around it is removed by another fix")
-
-
-def _first_line(ctx, node: cst.CSTNode) -> str:
-    text = ctx.code(node).strip().splitlines()
-    line = text[0] if text else ""
-    return shortened(line, 60)

@@ -1,0 +1,155 @@
+"""Fixes that are tied to CUDA code that stays (used by `settle`, step 3): rewritten alone, they would leave
+code half CUDA's.
+
+- one argument of a call whose other arguments stay CUDA's (a CUDA device string, a finding left):
+  `trace(..., [ProfilerActivity.CUDA], devices=["cuda"])`;
+- a finding in the test of an `if`/`while` whose body keeps a CUDA-only finding: `if torch.device("cuda") in
+  devices:` around the NCCL backend's code;
+- a value assigned to a name that CUDA-only code without a fix, a CUDA setting, or a statement naming NCCL or
+  NVIDIA reads after it: `n = torch.cuda.device_count()` then `CUDA_VISIBLE_DEVICES`, `backend =
+  pg._get_backend(torch.device("cuda"))` then `isinstance(backend, ProcessGroupNCCL)`.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+
+import libcst as cst
+
+from neuron_migrate.migrate.context import shortened
+from neuron_migrate.migrate.cuda_context import CudaMentions
+from neuron_migrate.migrate.device_literals import is_cuda_string
+from neuron_migrate.migrate.naming import scope_of
+
+
+def inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the finding is one of the nodes of `region` or under one."""
+    return any(node in pending.stack or node is pending.node for node in region)
+
+
+def first_line(ctx, node: cst.CSTNode) -> str:
+    """The first line of a node's source, shortened for a message."""
+    text = ctx.code(node).strip().splitlines()
+    line = text[0] if text else ""
+    return shortened(line, 60)
+
+
+def cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
+    """Another argument of the call the finding is an argument of that stays CUDA's: a CUDA device string
+    (`devices=["cuda"]`) or a finding this run leaves (torch's `dump_chrome_trace(...,
+    [ProfilerActivity.CUDA], devices=["cuda"])`: rewriting one argument makes the call half CUDA's)."""
+    stack = pending.stack
+    for index in range(len(stack) - 1, 0, -1):
+        own, call = stack[index], stack[index - 1]
+        if isinstance(own, cst.Arg) and isinstance(call, cst.Call) and own in call.args:
+            break
+    else:
+        return None
+    for arg in call.args:
+        if arg is own or id(arg) in mentions.covered:
+            continue
+        if _cuda_devices(arg.value) or any(inside(p, (arg,)) for p in leftovers):
+            return shortened(ctx.code(arg), 40)
+    return None
+
+
+def guarded_leftover(ctx, pending, leftovers: list) -> str | None:
+    """For a finding without a region of its own in the test of an `if`/`while` (`if torch.device("cuda") in
+    devices:`), the first CUDA-only finding left in the code the test guards, as text: rewritten, the test
+    would send other devices into it (torch's c10d, where that code fetches the NCCL backend)."""
+    if pending.region:
+        return None
+    for inner, outer in pairwise(reversed(pending.stack)):
+        if isinstance(outer, (cst.If, cst.While)) and inner is outer.test:
+            guarded = (outer.body,)
+            break
+        if isinstance(outer, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return None
+    else:
+        return None
+    for inner in leftovers:
+        if inner is not pending and inside(inner, guarded):
+            return f"`{first_line(ctx, inner.node)}`"
+    return None
+
+
+def cuda_sink(pending, sinks: list, mentions: CudaMentions, positions, lines: list[str]) -> str | None:
+    """The line after the assignment of the finding's value to a name that reads the name and stays CUDA's,
+    if any: a CUDA-only finding or CUDA setting without a fix (`sinks`: `n = torch.cuda.device_count()` then
+    `os.environ["CUDA_VISIBLE_DEVICES"] = ... n ...`, torch's AOT minifier: the count would be the
+    accelerator's while it still picks CUDA devices), or a statement with a name that says NCCL or NVIDIA
+    in code no fix of this run replaces (`backend = pg._get_backend(torch.device("cuda"))` then
+    `if isinstance(backend, ProcessGroupNCCL):`, torch's c10d: the value is only ever NCCL's). By the
+    sink's line (a finding may be reported where the setting is used, `run(env=env)`, so its stack is not
+    where it is written)."""
+    stack = pending.stack
+    assign = next((n for n in reversed(stack) if isinstance(n, cst.Assign)), None)
+    if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    if assign.value not in stack and assign.value is not pending.node:
+        return None  # the finding is in the target, not the value
+    # the name as a value: not an attribute (`x.name`), a longer name, or a keyword (`f(name=...)`)
+    reads = re.compile(rf"(?<![\w.]){re.escape(assign.targets[0].target.value)}(?!\w)(?!\s*=(?!=))")
+    scope, assigned_at = scope_of(stack), positions[pending.node].end.line
+    for sink in sinks:
+        at = positions[sink.node].start.line
+        if at > assigned_at and scope in sink.stack and reads.search(lines[at - 1]):  # after: the new value
+            return shortened(lines[at - 1].strip(), 50)
+    for header in _headers_after(scope, assign):
+        if mentions.find(header, strong=True, names_only=True) and reads.search(
+            code := mentions.ctx.code(header)
+        ):
+            return shortened(code.strip().splitlines()[0], 50)
+    return None
+
+
+def _headers_after(scope: cst.CSTNode, assign: cst.Assign) -> list[cst.CSTNode]:
+    """In source order, the simple statements and compound headers (an `if`'s test, a loop's iterable) of
+    `scope` that come after the statement holding `assign`; nested functions and classes are other scopes."""
+    found: list[cst.CSTNode] = []
+    passed = False
+
+    def visit(statements) -> None:
+        nonlocal passed
+        for statement in statements:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(statement, cst.SimpleStatementLine):
+                if passed:
+                    found.append(statement)
+                passed = passed or assign in statement.body
+                continue
+            header = getattr(statement, "test", None) or getattr(statement, "iter", None)
+            if passed and header is not None:
+                found.append(header)
+            for block in _blocks_of(statement):
+                visit(block)
+
+    visit(scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body)
+    return found
+
+
+def _blocks_of(statement: cst.CSTNode) -> list:
+    """The statement lists of a compound statement's bodies, `else`/`elif`, handlers and `finally`."""
+    blocks = []
+    for part in (statement, *getattr(statement, "handlers", ())):
+        body = getattr(part, "body", None)
+        if isinstance(body, cst.IndentedBlock):
+            blocks.append(body.body)
+    orelse = getattr(statement, "orelse", None)
+    if isinstance(orelse, cst.If):
+        blocks.append([orelse])
+    elif isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+        blocks.append(orelse.body.body)
+    final = getattr(statement, "finalbody", None)
+    if final is not None and isinstance(final.body, cst.IndentedBlock):
+        blocks.append(final.body.body)
+    return blocks
+
+
+def _cuda_devices(value: cst.BaseExpression) -> bool:
+    """A CUDA device string, or a list or tuple of them: `"cuda"`, `f"cuda:{rank}"`, `["cuda"]`."""
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return bool(value.elements) and all(is_cuda_string(e.value) for e in value.elements)
+    return is_cuda_string(value)
