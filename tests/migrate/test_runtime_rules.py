@@ -84,9 +84,32 @@ def test_stream_context_is_safe_only_when_the_argument_is_always_a_stream():
     inline = "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
     assert _safety(made_here, "NM406") == ["safe", "safe"]
     assert _safety(attribute, "NM406") == ["safe", "safe"]
-    assert sorted(_safety(maybe_none, "NM406")) == ["safe", "unsafe"]
+    # a stream that may be None is not kept in a name only a stream is in: neither fix is safe
+    assert _safety(maybe_none, "NM406") == ["unsafe", "unsafe"]
     assert _safety(inline, "NM406") == ["safe", "safe"]
     assert _safety("import torch\nwith torch.cuda.stream(None):\n    pass\n", "NM406") == [None]
+
+
+def test_a_new_stream_is_safe_only_where_it_is_used_as_any_stream():
+    """`torch.Stream()` is not a `torch.cuda.Stream` on CUDA either: a stream returned or handed to other
+    code (torch's symmetric memory returns one from a function annotated `torch.cuda.Stream`) keeps an
+    unsafe fix; one a function or a class (a data prefetcher's `self.stream`) only uses as any stream is
+    safe."""
+    returned = "import torch\ndef backend_stream() -> torch.cuda.Stream:\n    return torch.cuda.Stream()\n"
+    handed = "import torch\ndef run(lib):\n    s = torch.cuda.Stream()\n    lib.launch(s)\n"
+    prefetcher = (
+        "import torch\nclass Prefetcher:\n    def __init__(self):\n"
+        "        self.stream = torch.cuda.Stream()\n"
+        "    def preload(self, x):\n        with torch.cuda.stream(self.stream):\n"
+        "            self.x = x.to(self.device, non_blocking=True)\n"
+        "    def next(self):\n        torch.cuda.current_stream().wait_stream(self.stream)\n"
+        "        self.x.record_stream(torch.cuda.current_stream())\n"
+    )
+    assert _safety(returned, "NM406") == ["unsafe"]
+    assert _safety(handed, "NM406") == ["unsafe"]
+    assert set(_safety(prefetcher, "NM406")) == {"safe"}
+    notes = [f.message for f in findings(returned) if f.code == "NM406"]
+    assert "`torch.Stream()` makes a `torch.Stream`, not a `torch.cuda.Stream`" in notes[0]
 
 
 def test_current_stream_is_safe_only_where_it_is_used_as_any_stream():

@@ -8,6 +8,7 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.context import PendingFinding
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
@@ -40,10 +41,13 @@ _STREAM_MAKERS = (
 #: what any `torch.Stream` does as a CUDA stream does: a current stream used only so keeps its fix safe
 _STREAM_METHODS = frozenset({"wait_stream", "wait_event", "record_event", "synchronize", "query"})
 _TAKES_A_STREAM = frozenset({"wait_stream", "record_stream"})
-_NOT_THE_CUDA_CLASS = (
-    "`torch.accelerator.current_stream()` returns a `torch.Stream`, not a `torch.cuda.Stream`: check that "
-    "what takes it needs no more than a stream's own methods"
-)
+#: why a stream fix is unsafe where the stream is kept or passed on (by what the fix writes)
+_NOT_THE_CUDA_CLASS = {
+    "current_stream": "`torch.accelerator.current_stream()` returns a `torch.Stream`, not a "
+    "`torch.cuda.Stream`: check that what takes it needs no more than a stream's own methods",
+    "Stream": "`torch.Stream()` makes a `torch.Stream`, not a `torch.cuda.Stream`: check that what takes it "
+    "needs no more than a stream's own methods",
+}
 #: event methods that raise without an accelerator -> the value they stand for there (None: statements only)
 _EVENT_METHODS = {"record": None, "wait": None, "synchronize": None, "elapsed_time": 'float("nan")'}
 #: the attribute of a CUDA stream that holds its raw `cudaStream_t`
@@ -86,10 +90,12 @@ class CudaStreamEvent(QualifiedNameRule):
     `torch.accelerator.is_available()` and makes `elapsed_time()` NaN without an accelerator (the timing
     code then runs on a CPU-only machine; on CUDA and `neuron` nothing changes). Events used any other way
     keep the plain constructor fix, and their timing still needs an accelerator.
-    `torch.accelerator.current_stream()` returns a `torch.Stream` where `torch.cuda.current_stream()` returned
-    a `torch.cuda.Stream`: safe where the stream is only used as any stream is (its own `wait_stream`,
-    `wait_event`, `record_event`, `synchronize`, `query`; passed to `record_stream` / `wait_stream`; entered
-    with `with`), unsafe where it is kept or passed on (code may need the CUDA class).
+    `torch.accelerator.current_stream()` and `torch.Stream()` give a `torch.Stream` where
+    `torch.cuda.current_stream()` and `torch.cuda.Stream()` gave a `torch.cuda.Stream`, on CUDA too: safe
+    where the stream is only used as any stream is (its own `wait_stream`, `wait_event`, `record_event`,
+    `synchronize`, `query`; passed to `record_stream` / `wait_stream`; entered with `with`), directly or
+    through a name bound once (`side = ...` in its function, `self.side = ...` in its class), unsafe where it
+    is returned, kept otherwise or passed on (code may need the CUDA class).
     `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
     stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Such a block that keeps
     CUDA-only code (`torch.cuda._sleep(...)`) only runs on CUDA: the context stays CUDA's, and so does the
@@ -232,7 +238,7 @@ class CudaStreamEvent(QualifiedNameRule):
             args = call_args(self, call, positional=("device",) if short == "current_stream" else ("stream",))
         if target is None or args is None:
             return None
-        generic = short != "current_stream" or self._used_as_any_stream(call)
+        generic = short not in _NOT_THE_CUDA_CLASS or self._used_as_any_stream(call)
         return FixSpec(
             f"Replace `{name}` with `{target}`",
             (Replacement(call, f"{target}{args}"),),
@@ -241,11 +247,12 @@ class CudaStreamEvent(QualifiedNameRule):
         )
 
     def _used_as_any_stream(self, call: cst.Call) -> bool:
-        """Whether the current stream `call` returns is only used as any stream is, right where it is made."""
+        """Whether the stream `call` returns is only used as any stream is, right where it is made."""
         return _as_any_stream(self.ctx, call, self.ctx.ancestor(2), self.ctx.ancestor(3))
 
     def _kept_as_any_stream(self, name: str, scope: cst.CSTNode) -> bool:
-        """Whether `name`, bound once to a current stream, is only used as any stream is in `scope`."""
+        """Whether `name` (`side`, or `self.side` in a class), bound once to a stream, is only used as any
+        stream is in `scope`."""
         if len(self.assigned.get(name, ())) != 1:
             return False
         ctx, stack, ok = self.ctx, [], [True]
@@ -255,9 +262,10 @@ class CudaStreamEvent(QualifiedNameRule):
                 parent, grand = (stack[-1] if stack else None), (stack[-2] if len(stack) > 1 else None)
                 stack.append(node)
                 if (
-                    isinstance(node, cst.Name)
-                    and node.value == name
+                    isinstance(node, (cst.Name, cst.Attribute))
+                    and dotted(node) == name
                     and not isinstance(parent, cst.AssignTarget)
+                    and not (isinstance(parent, cst.Attribute) and parent.attr is node)
                 ):
                     ok[0] = ok[0] and _as_any_stream(ctx, node, parent, grand)
                 return ok[0]
@@ -267,6 +275,19 @@ class CudaStreamEvent(QualifiedNameRule):
 
         walk(scope, Uses())
         return ok[0]
+
+    def _kept_in(self, assign: cst.CSTNode | None) -> tuple[str, cst.CSTNode] | None:
+        """The name a stream is kept in and the scope its uses are in: `side = ...` in its function,
+        `self.side = ...` in its class (a data prefetcher's stream, made in `__init__`, used in `preload`)."""
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+            return None
+        target, stack = assign.targets[0].target, tuple(self.ctx.stack)
+        if isinstance(target, cst.Name):
+            return target.value, scope_of(stack)
+        owner = next((n for n in reversed(stack) if isinstance(n, cst.ClassDef)), None)
+        if isinstance(target, cst.Attribute) and dotted(target.value) == "self" and owner is not None:
+            return dotted(target), owner
+        return None
 
     def _raw_handle(self, call: cst.Call) -> bool:
         """`torch.cuda.current_stream().cuda_stream`: the raw CUDA stream a CUDA library or kernel takes; the
@@ -307,15 +328,12 @@ class CudaStreamEvent(QualifiedNameRule):
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         super().on_use(node, call, name)
         pending = self.ctx.pending[-1]
-        current = name.endswith(".current_stream")
-        if current and call is not None and pending.fix is not None and pending.fix.safety == "unsafe":
-            pending.notes.append(_NOT_THE_CUDA_CLASS)
-            assign = self.ctx.ancestor(2)
-            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-                target = assign.targets[0].target
-                if isinstance(target, cst.Name):
-                    scope = scope_of(tuple(self.ctx.stack))
-                    self.kept_streams.append((pending, pending.fix, target.value, scope))
+        note = _NOT_THE_CUDA_CLASS.get(name.rsplit(".", 1)[-1])
+        if note and call is not None and pending.fix is not None and pending.fix.safety == "unsafe":
+            pending.notes.append(note)
+            kept = self._kept_in(self.ctx.ancestor(2))
+            if kept is not None:
+                self.kept_streams.append((pending, pending.fix, *kept))
         if call is not None and pending.fix is None and self._raw_handle(call):
             pending.notes.append(
                 f"its `.{_RAW_HANDLE}` is a raw CUDA stream for CUDA-only code: port what takes it, or keep "
@@ -344,7 +362,7 @@ class CudaStreamEvent(QualifiedNameRule):
         for pending, fix, name, scope in self.kept_streams:
             if self._kept_as_any_stream(name, scope):
                 pending.fix = replace(fix, safety="safe")
-                pending.notes.remove(_NOT_THE_CUDA_CLASS)
+                pending.notes[:] = [n for n in pending.notes if n not in _NOT_THE_CUDA_CLASS.values()]
         for pending, fix, call in self.events:
             guards = self._event_guards(call)
             if guards:
