@@ -5,6 +5,8 @@ code half CUDA's.
   `trace(..., [ProfilerActivity.CUDA], devices=["cuda"])`;
 - a finding in the test of an `if`/`while` whose body keeps a CUDA-only finding: `if torch.device("cuda") in
   devices:` around the NCCL backend's code;
+- a call that takes a name whose value comes from CUDA-only code that stays: `torch.cuda.set_rng_state(state)`
+  after `state = torch.cuda.get_rng_state()` kept CUDA's;
 - a value assigned to a name that CUDA-only code without a fix, a CUDA setting, or a statement naming NCCL or
   NVIDIA reads after it: `n = torch.cuda.device_count()` then `CUDA_VISIBLE_DEVICES`, `backend =
   pg._get_backend(torch.device("cuda"))` then `isinstance(backend, ProcessGroupNCCL)`.
@@ -71,6 +73,32 @@ def guarded_leftover(ctx, pending, leftovers: list) -> str | None:
     for inner in leftovers:
         if inner is not pending and inside(inner, guarded):
             return f"`{first_line(ctx, inner.node)}`"
+    return None
+
+
+def cuda_source(ctx, pending, leftovers: list) -> str | None:
+    """The CUDA-only code that stays and gives the value of a name the finding's call takes, as text, if
+    any: `cuda_rng_state = torch.cuda.get_rng_state()` kept CUDA's, then `torch.cuda.set_rng_state(
+    cuda_rng_state)` (torch's Dynamo): restoring generically what was saved from CUDA is half a migration."""
+    call = pending.node if isinstance(pending.node, cst.Call) else None
+    call = call or next((n for n in reversed(pending.stack) if isinstance(n, cst.Call)), None)
+    if call is None:
+        return None
+    names = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name)}
+    if not names:
+        return None
+    scope = scope_of(pending.stack)
+    for inner in leftovers:
+        assign = next((n for n in reversed(inner.stack) if isinstance(n, cst.Assign)), None)
+        if (
+            assign is not None
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and assign.targets[0].target.value in names
+            and (assign.value in inner.stack or assign.value is inner.node)
+            and scope_of(inner.stack) is scope
+        ):
+            return first_line(ctx, assign)
     return None
 
 

@@ -19,9 +19,9 @@ In order, for every finding with a fix:
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
    (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
-   call whose other arguments stay CUDA's, a test whose `if` body keeps a CUDA-only finding, a value that
-   CUDA-only code, a CUDA setting or NCCL-named code reads. Repeated until nothing changes, since
-   withdrawing one fix can keep the check around it;
+   call whose other arguments stay CUDA's, a call taking a value CUDA-only code gives, a test whose `if` body
+   keeps a CUDA-only finding, a value that CUDA-only code, a CUDA setting or NCCL-named code reads.
+   Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
@@ -36,7 +36,14 @@ import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
-from neuron_migrate.migrate.cuda_ties import cuda_sibling, cuda_sink, first_line, guarded_leftover, inside
+from neuron_migrate.migrate.cuda_ties import (
+    cuda_sibling,
+    cuda_sink,
+    cuda_source,
+    first_line,
+    guarded_leftover,
+    inside,
+)
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, implies, without_accelerator_api
@@ -203,6 +210,9 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
                 changed = True
             elif applies(pending, style) and (sibling := cuda_sibling(ctx, pending, leftovers, mentions)):
                 withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
+                changed = True
+            elif applies(pending, style) and (source := cuda_source(ctx, pending, leftovers)):
+                withdraw(pending, f"it takes a value CUDA-only code gives (`{source}`): change them together")
                 changed = True
             elif applies(pending, style) and (kept := guarded_leftover(ctx, pending, leftovers)):
                 withdraw(

@@ -178,6 +178,19 @@ def test_a_value_only_an_nccl_test_reads_stays_cuda_and_so_does_the_test_around_
     assert "its test guards CUDA-only code that stays" in messages[3], messages
 
 
+def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
+    """torch's Dynamo saves the CUDA RNG state under a CUDA check that stays; restoring it through the
+    accelerator's module would be half a migration."""
+    source = (
+        "import torch\ndef run(fn):\n    state = None\n    if torch.cuda.is_available():\n"
+        "        state = torch.cuda.get_rng_state()\n        print(torch.cuda.get_device_name())\n"
+        "    fn()\n    if state is not None:\n        torch.cuda.set_rng_state(state)\n"
+    )
+    assert fixed(source) == source
+    setter = next(f for f in findings(source) if f.line == 9)
+    assert "it takes a value CUDA-only code gives (`state = torch.cuda.get_rng_state()`)" in setter.message
+
+
 def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
     """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
     gets the device's own backend in the same run, so the device is rewritten too."""
