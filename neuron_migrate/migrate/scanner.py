@@ -99,8 +99,11 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     for source in discover(list(options.paths), options.root, options.selection):
         item = Planned(source, style_for(source, options))
         planned.append(item)
-        if source.kind == "kernel":
-            item.findings = _kernel_findings(source, rules)
+        if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
+            item.findings = cache.get(source.rel, "kernel")
+            if item.findings is None:
+                item.findings = _kernel_findings(source, rules)
+                cache.put(source.rel, "kernel", item.findings)
             continue
         data = read_bytes(source)
         if isinstance(data, SourceProblem):

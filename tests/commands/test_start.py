@@ -57,6 +57,7 @@ def test_a_scan_served_from_the_cache_loads_no_libcst(tmp_path, output_format):
     """A warm run reads every result from the cache: no file is parsed, so libcst is never imported (SARIF
     still imports the rules for their metadata)."""
     (tmp_path / "train.py").write_text("import torch\nx = torch.ones(2).cuda()\n")
+    (tmp_path / "kernel.cu").write_text("__global__ void k() {}\n")  # a kernel source's finding is kept too
     args = ["scan", ".", "--format", output_format, "--output", "out.txt", "--exit-zero"]
     assert "libcst" in _heavy_loaded(args, tmp_path)  # cold: the file is parsed
     assert "libcst" not in _heavy_loaded(args, tmp_path)
