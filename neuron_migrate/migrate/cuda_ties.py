@@ -3,6 +3,7 @@ code half CUDA's.
 
 - one argument of a call whose other arguments stay CUDA's (a CUDA device string, a finding left):
   `trace(..., [ProfilerActivity.CUDA], devices=["cuda"])`;
+- a use of a CUDA call in a function that keeps another use of the same call for a person;
 - a finding in the test of an `if`/`while` whose body keeps a CUDA-only finding: `if torch.device("cuda") in
   devices:` around the NCCL backend's code;
 - a call that takes a name whose value comes from CUDA-only code that stays: `torch.cuda.set_rng_state(state)`
@@ -22,6 +23,7 @@ import libcst as cst
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_context import CudaMentions
 from neuron_migrate.migrate.device_literals import is_cuda_string
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
 
 
@@ -35,6 +37,34 @@ def first_line(ctx, node: cst.CSTNode) -> str:
     text = ctx.code(node).strip().splitlines()
     line = text[0] if text else ""
     return shortened(line, 60)
+
+
+def same_call_left(ctx, pending, leftovers: list) -> str | None:
+    """Another use of the same CUDA call in the finding's function that stays for a person (a to-do, not
+    code that only runs on CUDA), as text: torch's symmetric memory rewrote two of a function's four
+    `torch.cuda.current_stream()` calls and kept the two whose stream is passed on. Module-level code is
+    left out: a script's top level is too large a unit to hold back."""
+    scope = scope_of(pending.stack)
+    if not isinstance(scope, cst.FunctionDef) or (api := _called(ctx, pending.node)) is None:
+        return None
+    for inner in leftovers:
+        if (
+            inner is not pending
+            and inner.rule is pending.rule
+            and not inner.no_change
+            and _called(ctx, inner.node) == api
+            and scope_of(inner.stack) is scope
+        ):
+            return first_line(ctx, inner.node)
+    return None
+
+
+def _called(ctx, node: cst.CSTNode) -> str | None:
+    """What a finding's node calls or names, as written: `torch.cuda.current_stream`, `.cuda` for a method."""
+    target = node.func if isinstance(node, cst.Call) else node
+    if isinstance(target, cst.Attribute) and dotted(target) is None:
+        return f".{target.attr.value}"  # a method of some value: `x.cuda()`
+    return dotted(target)
 
 
 def cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:

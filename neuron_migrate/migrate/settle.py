@@ -19,7 +19,8 @@ In order, for every finding with a fix:
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
    (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
-   call whose other arguments stay CUDA's, a call taking a value CUDA-only code gives, a test whose `if` body
+   call whose other arguments stay CUDA's, a call its function also makes for a person, a call taking a
+   value CUDA-only code gives, a test whose `if` body
    keeps a CUDA-only finding, a value that CUDA-only code, a CUDA setting or NCCL-named code reads.
    Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
@@ -43,6 +44,7 @@ from neuron_migrate.migrate.cuda_ties import (
     first_line,
     guarded_leftover,
     inside,
+    same_call_left,
 )
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
@@ -225,6 +227,9 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
                 withdraw(
                     pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together"
                 )
+                changed = True
+            elif applies(pending, style) and (same := same_call_left(ctx, pending, leftovers)):
+                withdraw(pending, f"its function keeps `{same}` for a person: change them together")
                 changed = True
 
 

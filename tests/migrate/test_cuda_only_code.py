@@ -191,6 +191,28 @@ def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
     assert "it takes a value CUDA-only code gives (`state = torch.cuda.get_rng_state()`)" in setter.message
 
 
+def test_a_function_that_keeps_a_call_for_a_person_keeps_its_other_uses_of_it():
+    """torch's symmetric memory: of one function's four `torch.cuda.current_stream()` calls, the two whose
+    stream is passed on are for a person, so the two used as any stream stay as well (one call, one way)."""
+    source = (
+        "import torch\ndef pipelined(side, work):\n"
+        "    side.wait_stream(torch.cuda.current_stream())\n"
+        "    work(torch.cuda.current_stream())\n"
+        "    torch.cuda.current_stream().wait_stream(side)\n"
+    )
+    assert fixed(source) == source
+    messages = {f.line: f.message for f in findings(source) if f.code == "NM406"}
+    assert "its function keeps `torch.cuda.current_stream()` for a person" in messages[3], messages
+    assert "its function keeps" in messages[5], messages
+    # code that only runs on CUDA is no to-do: it holds nothing back
+    guarded = (
+        "import torch\ndef step(side):\n    side.wait_stream(torch.cuda.current_stream())\n"
+        "    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9:\n"
+        "        hopper(torch.cuda.current_stream())\n"
+    )
+    assert "torch.accelerator.current_stream()" in fixed(guarded)
+
+
 def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
     """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
     gets the device's own backend in the same run, so the device is rewritten too."""
