@@ -2,7 +2,9 @@
 its users' torch lacks (as ruff's `target-version` follows `requires-python`).
 
 The project is the nearest folder at or above a source file that holds `pyproject.toml`, `setup.cfg` or
-`setup.py`. Its torch requirement is read, in this order, from the first place that names torch:
+`setup.py`, or that is an installed package with its `<name>-<version>.dist-info` beside it (a package in
+`site-packages`, or a copy of one: its `METADATA`'s `Requires-Dist` lines, required ones first, then its
+extras'). A source project's torch requirement is read, in this order, from the first place that names torch:
 `[project] dependencies`, then `[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`;
 `setup.cfg`'s `install_requires` and `extras_require`; requirement strings in `setup.py`; and last the
 project's own `requirements.txt` (often pinned for development rather than the range users get). The floor is
@@ -15,6 +17,7 @@ this.
 from __future__ import annotations
 
 import configparser
+import glob
 import re
 import sys
 from dataclasses import dataclass
@@ -54,9 +57,14 @@ def torch_floor(folder: Path) -> TorchFloor | None:
 
 @lru_cache(maxsize=256)
 def _project_folder(folder: Path) -> Path | None:
+    """The project folder, or the `.dist-info` folder of the installed package `folder` is in."""
     for directory in (folder, *folder.parents):
         if any((directory / name).is_file() for name in _PROJECT_FILES):
             return directory
+        if directory.parent != directory:
+            installed = sorted(directory.parent.glob(f"{glob.escape(directory.name)}-*.dist-info"))
+            if installed and (installed[0] / "METADATA").is_file():
+                return installed[0]
     return None
 
 
@@ -64,6 +72,12 @@ def _project_folder(folder: Path) -> Path | None:
 def _floor_of_project(project: Path | None) -> TorchFloor | None:
     if project is None:
         return None
+    if project.name.endswith(".dist-info"):
+        try:
+            requirements = _from_metadata((project / "METADATA").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return None
+        return floor_of(requirements, f"{project.name}/METADATA") if requirements else None
     for name, read in _READERS:
         path = project / name
         if not path.is_file():
@@ -150,6 +164,16 @@ def _from_setup_cfg(text: str) -> list[str]:
 
 def _from_setup_py(text: str) -> list[str]:
     return [match.group(1) for match in _QUOTED.finditer(text)]
+
+
+def _from_metadata(text: str) -> list[str]:
+    """An installed distribution's `Requires-Dist` torch requirements: those it always needs, else those of
+    its extras (`torch>=2.6; extra == "torch"`, as transformers declares it)."""
+    prefix = "Requires-Dist:"
+    lines = [line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)]
+    found = _torch_requirements(lines)
+    required = [r for r in found if "extra" not in r.partition(";")[2]]
+    return required or found
 
 
 def _from_requirements(text: str) -> list[str]:
