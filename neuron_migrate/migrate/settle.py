@@ -7,11 +7,12 @@ In order, for every finding with a fix:
    missing (an old-torch fallback branch) keeps its CUDA calls: the fix is withdrawn (a note); so does a
    device that is only reached without an accelerator
    (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
-2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version; so
-   is a fix of code a test expects to raise (the body of `with self.assertRaises...:` / `pytest.raises`: a
-   rewrite can change the error it checks; a note); a safe fix inside a parameter's default becomes unsafe
-   (the default is the function's interface, and the device would be looked up when the function is
-   defined, at import);
+2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version
+   (held back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only
+   runs on CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
+   self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
+   inside a parameter's default becomes unsafe (the default is the function's interface, and the device
+   would be looked up when the function is defined, at import);
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
@@ -89,6 +90,7 @@ def withdraw(pending, note: str, no_change: bool = False) -> None:
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
+    held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
             withdraw(pending, f"vendored code (`{vendored}/`): change it where it comes from, not here")
@@ -104,6 +106,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             pending.fix is not None and (version := needs_torch(pending.fix, style.target_torch)) is not None
         ):
             withdraw(pending, _too_new(version, style))
+            held_back.add(id(pending))
         elif pending.fix is not None and (check := _expected_to_raise(ctx, pending.stack)) is not None:
             withdraw(
                 pending,
@@ -114,7 +117,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(_DEFAULT)
-    _keep_cuda_checks(ctx, pendings, style, positions, lines)
+    _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back)
     _removals_take_inner_fixes(pendings, style)
 
     def overflow(pending, replacement, text: str) -> bool:
@@ -161,7 +164,9 @@ def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
     return any(isinstance(parent, cst.Param) and parent.default is child for parent, child in pairwise(stack))
 
 
-def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: list[str]) -> None:
+def _keep_cuda_checks(
+    ctx, pendings: list, style: FixStyle, positions, lines: list[str], held_back: set[int]
+) -> None:
     """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
     checks = [p for p in pendings if p.region]
@@ -181,9 +186,10 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
             and not p.rule.device_test
         ]
         for check in checks:
-            if check.fix is not None:
+            if check.fix is not None or id(check) in held_back:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
                 if reason is not None:
+                    _release(check, held_back)
                     withdraw(
                         check,
                         f"it guards CUDA-only code such as {reason}: keep this {_noun(check)} CUDA's and "
@@ -210,6 +216,14 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
             ):
                 withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
+            elif (
+                id(pending) in held_back
+                and (cuda_only := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
+                and not cuda_only.needs_change
+            ):  # code that only runs on CUDA needs no change, whatever torch the project declares
+                _release(pending, held_back)
+                withdraw(pending, cuda_only.reason, no_change=True)
+                changed = True
             elif applies(pending, style) and (sibling := cuda_sibling(ctx, pending, leftovers, mentions)):
                 withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
                 changed = True
@@ -231,6 +245,14 @@ def _keep_cuda_checks(ctx, pendings: list, style: FixStyle, positions, lines: li
             elif applies(pending, style) and (same := same_call_left(ctx, pending, leftovers)):
                 withdraw(pending, f"its function keeps `{same}` for a person: change them together")
                 changed = True
+
+
+def _release(pending, held_back: set[int]) -> None:
+    """A fix held back for the project's torch is withdrawn for another reason that holds whatever torch it
+    declares: it is no longer counted as held back (raising the minimum would not write it)."""
+    if id(pending) in held_back:
+        held_back.discard(id(pending))
+        pending.notes[:] = [note for note in pending.notes if HELD_BACK not in note]
 
 
 def _noun(check) -> str:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from neuron_migrate.migrate.torch_floor import lower_bound, torch_floor
@@ -103,6 +105,30 @@ def test_the_nearest_project_decides_and_the_search_stops_there(tmp_path):
     assert torch_floor(tmp_path).version == (2, 1)
 
 
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ("Requires-Dist: numpy\nRequires-Dist: torch>=2.0.0\n", (2, 0)),
+        # transformers declares torch only in extras; a required entry wins over them
+        ('Requires-Dist: torch>=2.6; extra == "torch"\nRequires-Dist: torch>=2.6; extra == "dev"\n', (2, 6)),
+        ('Requires-Dist: torch>=1.13\nRequires-Dist: torch>=2.4; extra == "fast"\n', (1, 13)),
+        ("Requires-Dist: torchvision>=0.20\n", None),
+    ],
+)
+def test_an_installed_package_declares_its_torch_in_its_dist_info(tmp_path, metadata, expected):
+    """A package in site-packages (or a copy of one with its `.dist-info`) has no pyproject.toml: its
+    METADATA is the declaration, as accelerate's `torch>=2.0.0`."""
+    package = tmp_path / "site-packages" / "somepkg" / "utils"
+    package.mkdir(parents=True)
+    info = tmp_path / "site-packages" / "somepkg-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.4\nName: somepkg\n{metadata}")
+    floor = torch_floor(package)
+    assert (floor.version if floor else None) == expected
+    if floor:
+        assert "somepkg-1.2.3.dist-info/METADATA" in floor.source
+
+
 MEMORY = "import torch\nfree, total = torch.cuda.mem_get_info()\n"
 SYNC = "import torch\ntorch.cuda.synchronize()\n"
 
@@ -125,6 +151,21 @@ def test_fix_holds_back_fixes_the_declared_torch_lacks_and_says_so(run_cli, tmp_
         "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n"
     ), proc.stderr
     assert "held back" not in proc.stderr
+
+
+def test_code_that_only_runs_on_cuda_needs_no_change_whatever_torch_is_declared(run_cli, tmp_path):
+    """Behind a CUDA check that stays, the code is right as it is: a note, not a fix held back for a newer
+    torch (accelerate's installed copy counted 57 held back where 23 were)."""
+    source = (
+        "import torch\nif torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9:\n"
+        "    torch.cuda.synchronize()\n"
+    )
+    (tmp_path / "a.py").write_text(source)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.4"]\n')
+    proc = run_cli("scan", "a.py", "--format", "json", "--exit-zero")
+    sync = next(f for f in json.loads(proc.stdout)["findings"] if f["code"] == "NM401")
+    assert sync["severity"] == "info" and "no change needed" in sync["message"], sync
+    assert "held back" not in run_cli("fix", "a.py").stderr
 
 
 def test_a_declared_newer_torch_allows_newer_apis_and_target_torch_wins(run_cli, tmp_path):
