@@ -17,7 +17,6 @@ this.
 from __future__ import annotations
 
 import configparser
-import glob
 import re
 import sys
 from dataclasses import dataclass
@@ -59,13 +58,26 @@ def torch_floor(folder: Path) -> TorchFloor | None:
 def _project_folder(folder: Path) -> Path | None:
     """The project folder, or the `.dist-info` folder of the installed package `folder` is in."""
     for directory in (folder, *folder.parents):
-        if any((directory / name).is_file() for name in _PROJECT_FILES):
-            return directory
-        if directory.parent != directory:
-            installed = sorted(directory.parent.glob(f"{glob.escape(directory.name)}-*.dist-info"))
-            if installed and (installed[0] / "METADATA").is_file():
-                return installed[0]
+        if (project := _project_at(directory)) is not None:
+            return project
     return None
+
+
+@lru_cache(maxsize=4096)  # every file's search passes the same parent folders
+def _project_at(directory: Path) -> Path | None:
+    if any((directory / name).is_file() for name in _PROJECT_FILES):
+        return directory
+    return _installed(directory.parent).get(directory.name) if directory.parent != directory else None
+
+
+@lru_cache(maxsize=256)
+def _installed(folder: Path) -> dict[str, Path]:
+    """The `<name>-<version>.dist-info` folders in `folder` that hold a METADATA, by package name."""
+    try:
+        entries = [entry for entry in folder.iterdir() if entry.name.endswith(".dist-info")]
+    except OSError:
+        return {}
+    return {entry.name.split("-", 1)[0]: entry for entry in sorted(entries) if (entry / "METADATA").is_file()}
 
 
 @lru_cache(maxsize=64)
