@@ -45,21 +45,21 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     `torch.cuda.current_stream()` calls and kept the two whose stream is passed on. Module-level code is
     left out: a script's top level is too large a unit to hold back."""
     scope = scope_of(pending.stack)
-    if not isinstance(scope, cst.FunctionDef) or (api := _called(ctx, pending.node)) is None:
+    if not isinstance(scope, cst.FunctionDef) or (api := _called(pending.node)) is None:
         return None
     for inner in leftovers:
         if (
             inner is not pending
             and inner.rule is pending.rule
             and not inner.no_change
-            and _called(ctx, inner.node) == api
+            and _called(inner.node) == api
             and scope_of(inner.stack) is scope
         ):
             return first_line(ctx, inner.node)
     return None
 
 
-def _called(ctx, node: cst.CSTNode) -> str | None:
+def _called(node: cst.CSTNode) -> str | None:
     """What a finding's node calls or names, as written: `torch.cuda.current_stream`, `.cuda` for a method."""
     target = node.func if isinstance(node, cst.Call) else node
     if isinstance(target, cst.Attribute) and dotted(target) is None:
