@@ -192,8 +192,8 @@ def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
 
 
 def test_a_function_that_keeps_a_call_for_a_person_keeps_its_other_uses_of_it():
-    """torch's symmetric memory: of one function's four `torch.cuda.current_stream()` calls, the two whose
-    stream is passed on are for a person, so the two used as any stream stay as well (one call, one way)."""
+    """torch's symmetric memory: one of a function's `torch.cuda.current_stream()` calls hands its stream on
+    and is for a person, so those used as any stream stay as well (one call, one way per function)."""
     source = (
         "import torch\ndef pipelined(side, work):\n"
         "    side.wait_stream(torch.cuda.current_stream())\n"
