@@ -178,6 +178,27 @@ def test_a_value_only_an_nccl_test_reads_stays_cuda_and_so_does_the_test_around_
     assert "its test guards CUDA-only code that stays" in messages[3], messages
 
 
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "    try:\n        ok = isinstance(backend, ProcessGroupNCCL)\n"
+        "    except RuntimeError:\n        ok = False\n",
+        "    try:\n        pass\n    finally:\n        nccl_timeout(backend)\n",
+        "    with lock:\n        for _ in range(2):\n            pass\n"
+        "        else:\n            nccl_timeout(backend)\n",
+        "    if flag:\n        pass\n    elif isinstance(backend, ProcessGroupNCCL):\n        pass\n",
+    ],
+)
+def test_nccl_code_that_reads_the_value_counts_in_any_block_after_it(reader):
+    source = (
+        "import torch\ndef fetch(pg, lock, flag):\n    backend = pg._get_backend(torch.device('cuda'))\n"
+        + reader
+    )
+    assert fixed(source) == source
+    plain = source.replace("ProcessGroupNCCL", "ProcessGroupGloo").replace("nccl_timeout", "set_timeout")
+    assert fixed(plain) != plain  # without the NCCL-named reader the fetch is rewritten
+
+
 def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
     """torch's Dynamo saves the CUDA RNG state under a CUDA check that stays; restoring it through the
     accelerator's module would be half a migration."""
