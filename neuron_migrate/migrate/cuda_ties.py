@@ -8,6 +8,8 @@ code half CUDA's.
   devices:` around the NCCL backend's code;
 - a call that takes a name whose value comes from CUDA-only code that stays: `torch.cuda.set_rng_state(state)`
   after `state = torch.cuda.get_rng_state()` kept CUDA's;
+- code a fix rewrites (or guards) that holds a CUDA-only finding left: the new event's guarded
+  `start.record(torch.cuda.current_stream())`;
 - a value assigned to a name that CUDA-only code without a fix, a CUDA setting, or a statement naming NCCL or
   NVIDIA reads after it: `n = torch.cuda.device_count()` then `CUDA_VISIBLE_DEVICES`, `backend =
   pg._get_backend(torch.device("cuda"))` then `isinstance(backend, ProcessGroupNCCL)`.
@@ -40,23 +42,38 @@ def first_line(ctx, node: cst.CSTNode) -> str:
 
 
 def same_call_left(ctx, pending, leftovers: list) -> str | None:
-    """Another use of the same CUDA call in the finding's function that stays for a person (a to-do, not
-    code that only runs on CUDA), as text: torch's symmetric memory rewrote two of a function's four
-    `torch.cuda.current_stream()` calls and kept the two whose stream is passed on. Module-level code is
-    left out: a script's top level is too large a unit to hold back."""
+    """Another use of the same CUDA call, or of another call of the same timing machinery (streams, events,
+    `synchronize`), in the finding's function that stays for a person (a to-do, not code that only runs on
+    CUDA), as text: torch's symmetric memory rewrote two of a function's four `torch.cuda.current_stream()`
+    calls and kept the two whose stream is passed on; its runtime estimator would have synchronized the
+    accelerator around CUDA events that stay. Module-level code is left out: a script's top level is too
+    large a unit to hold back."""
     scope = scope_of(pending.stack)
-    if not isinstance(scope, cst.FunctionDef) or (api := _called(pending.node)) is None:
+    if not isinstance(scope, cst.FunctionDef) or (api := _kind(_called(pending.node))) is None:
         return None
     for inner in leftovers:
         if (
             inner is not pending
-            and inner.rule is pending.rule
             and not inner.no_change
-            and _called(inner.node) == api
+            and _kind(_called(inner.node)) == api
+            and (inner.rule is pending.rule or api == _TIMING)
             and scope_of(inner.stack) is scope
         ):
             return first_line(ctx, inner.node)
     return None
+
+
+_TIMING = "CUDA timing"
+#: the CUDA calls that time or order work on the device: one function keeps them all CUDA's, or none
+_TIMING_CALLS = re.compile(
+    r"torch\.cuda\.(?:synchronize|Event|Stream|current_stream|default_stream|stream|set_stream|"
+    r"ExternalStream)"
+)
+
+
+def _kind(api: str | None) -> str | None:
+    """What a call is, for `same_call_left`: the timing machinery as one, any other call as itself."""
+    return _TIMING if api is not None and _TIMING_CALLS.fullmatch(api) else api
 
 
 def _called(node: cst.CSTNode) -> str | None:
@@ -102,6 +119,18 @@ def guarded_leftover(ctx, pending, leftovers: list) -> str | None:
         return None
     for inner in leftovers:
         if inner is not pending and inside(inner, guarded):
+            return f"`{first_line(ctx, inner.node)}`"
+    return None
+
+
+def rewritten_leftover(ctx, pending, leftovers: list) -> str | None:
+    """The first CUDA-only finding left inside the code the finding's fix replaces, as text: the text the
+    fix writes keeps it verbatim. torch's runtime estimator made `torch.cuda.Event` a `torch.Event` and
+    guarded its `start_event.record(torch.cuda.current_stream())` with an accelerator check: on another
+    accelerator the guard now lets it reach the CUDA stream that stays."""
+    replaced = tuple(replacement.node for replacement in pending.fix.replacements)
+    for inner in leftovers:
+        if inner is not pending and inside(inner, replaced):
             return f"`{first_line(ctx, inner.node)}`"
     return None
 

@@ -22,7 +22,8 @@ In order, for every finding with a fix:
    (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
    call whose other arguments stay CUDA's, a call its function also makes for a person, a call taking a
    value CUDA-only code gives, a test whose `if` body
-   keeps a CUDA-only finding, a value that CUDA-only code, a CUDA setting or NCCL-named code reads.
+   keeps a CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only
+   code, a CUDA setting or NCCL-named code reads.
    Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -45,6 +46,7 @@ from neuron_migrate.migrate.cuda_ties import (
     first_line,
     guarded_leftover,
     inside,
+    rewritten_leftover,
     same_call_left,
 )
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
@@ -235,6 +237,11 @@ def _keep_cuda_checks(
                     pending,
                     f"its test guards CUDA-only code that stays, such as {kept}: keep this test CUDA's and "
                     "give other devices their own path",
+                )
+                changed = True
+            elif applies(pending, style) and (kept := rewritten_leftover(ctx, pending, leftovers)):
+                withdraw(
+                    pending, f"what it rewrites keeps CUDA-only code that stays, {kept}: change them together"
                 )
                 changed = True
             elif applies(pending, style) and (sink := cuda_sink(pending, sinks, mentions, positions, lines)):

@@ -234,6 +234,30 @@ def test_a_function_that_keeps_a_call_for_a_person_keeps_its_other_uses_of_it():
     assert "torch.accelerator.current_stream()" in fixed(guarded)
 
 
+def test_timing_code_that_keeps_a_cuda_stream_for_a_person_stays_cuda_as_a_whole():
+    """torch's runtime estimator records its events on `torch.cuda.current_stream()`, which is for a person
+    (its stream is passed on): the events' guarded `record(...)` would keep that CUDA stream behind an
+    accelerator check, and a generic synchronize beside CUDA events is half a migration."""
+    source = (
+        "import torch\ndef estimate(func):\n"
+        "    start = torch.cuda.Event(enable_timing=True)\n"
+        "    end = torch.cuda.Event(enable_timing=True)\n"
+        "    start.record(torch.cuda.current_stream())\n    func()\n"
+        "    end.record(torch.cuda.current_stream())\n    torch.cuda.synchronize()\n"
+        "    return start.elapsed_time(end)\n"
+    )
+    assert fixed(source) == source
+    messages = {f.line: f.message for f in findings(source)}
+    assert "what it rewrites keeps CUDA-only code that stays, `torch.cuda.current_stream()`" in messages[3]
+    assert "its function keeps `torch.cuda.current_stream()` for a person" in messages[8], messages
+    # with the stream fixed too (`fix --unsafe-fixes`), the function moves as a whole
+    after = fixed_until_stable(source, unsafe=True)
+    assert "torch.cuda" not in after, after
+    # timing elsewhere in the module is not held back by it
+    other = source + "def sync():\n    torch.cuda.synchronize()\n"
+    assert "torch.accelerator.synchronize()" in fixed(other)
+
+
 def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
     """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
     gets the device's own backend in the same run, so the device is rewritten too."""
