@@ -147,7 +147,10 @@ class DeviceNames:
     def _use(self, pending) -> Use:
         fix: FixSpec = pending.fix
         types_only = not any(DEVICE in r.text or DEVICE_ATOM in r.text for r in fix.replacements)
-        long = any(self.overflow(pending, r, _inline(r.text)) for r in fix.replacements if _holds(r.text))
+        # too long for the line as the inline idiom would be written there (shorter where an accelerator is
+        # certain: `torch.zeros(1, device=torch.accelerator.current_accelerator())` needs no name)
+        written = inline_certain if accelerator(self.ctx, pending.stack) == "certain" else _inline
+        long = any(self.overflow(pending, r, written(r.text)) for r in fix.replacements if _holds(r.text))
         return Use(pending, pending.stack, self.applies(pending), types_only, long, _names_itself(pending))
 
     # --- per scope ---------------------------------------------------------------------------------------

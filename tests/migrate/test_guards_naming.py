@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from neuron_migrate.migrate.layout import Layout
+
 from .helpers import findings, fixed
 
 SYNC = ("NM401",)
@@ -159,7 +161,8 @@ def test_a_binding_goes_above_the_first_use_this_run_rewrites():
         "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
         "    return torch.tensor(values, device=device)\n\n\n"
         "if torch.cuda.is_available():\n"
-        "    print('staged', stage(torch.ones(2), torch.device('cuda'), non_blocking=True).device.type)\n"
+        "    print('staged', stage_to_device(torch.ones(2), torch.device('cuda'), non_blocking=True, "
+        "copy=True).device)\n"
     )
     after = (
         "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
@@ -167,7 +170,8 @@ def test_a_binding_goes_above_the_first_use_this_run_rewrites():
         "if torch.accelerator.is_available():\n"
         "    accelerator = torch.accelerator.current_accelerator(check_available=True) or "
         'torch.device("cpu")\n'
-        "    print('staged', stage(torch.ones(2), accelerator, non_blocking=True).device.type)\n"
+        "    print('staged', stage_to_device(torch.ones(2), accelerator, non_blocking=True, "
+        "copy=True).device)\n"
     )
     assert fixed(before) == after
 
@@ -190,6 +194,17 @@ def test_where_an_accelerator_is_certain_the_idiom_has_no_cpu_fallback():
     assert "(check_available=True)" in fixed(
         "import torch\nif torch.cuda.is_available():\n    device = 'cuda'\n"
     )
+
+
+def test_the_short_certain_idiom_needs_no_name_where_the_long_one_would():
+    """torch's autotune worker: `torch.zeros(1, device="cuda")` under an availability check fits the line with
+    the certain idiom; judging its length by the idiom with a CPU fallback bound a name for one use."""
+    after = fixed(
+        "import torch\ndef warm():\n    if torch.cuda.is_available():\n"
+        "        torch.zeros(1, device='cuda')\n",
+        layout=Layout(line_length=88),
+    )
+    assert after.endswith("        torch.zeros(1, device=torch.accelerator.current_accelerator())\n"), after
 
 
 def test_a_function_every_call_of_which_is_certain_needs_no_guard():
