@@ -288,7 +288,8 @@ def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
 
 def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:
     """Delete a statement: with the `if` around it when it is all that `if` (an availability check, no
-    `else`) holds; as `pass` when it is the only statement of another block; else just its line."""
+    `else`) holds; with its `else:` when it is all that `else` holds; as `pass` when it is the only
+    statement of another block; else just its line."""
     from neuron_migrate.migrate.guards import implies
 
     index = next(i for i in range(len(ctx.stack) - 1, -1, -1) if ctx.stack[i] is statement)
@@ -308,6 +309,8 @@ def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:
         ):
             return Replacement(owner, "")
         return Replacement(owner, "pass")
+    if alone and isinstance(owner, cst.Else):
+        return Replacement(owner, "")
     if alone:
         return Replacement(statement.body[0], "pass")
     return Replacement(statement, "")

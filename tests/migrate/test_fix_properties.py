@@ -69,8 +69,12 @@ def test_fix_invariants(source, unsafe):
             inserted = (
                 edit.line == edit.end_line and edit.col == edit.end_col == 0 and edit.text.endswith("\n")
             )
+            # a deletion may take the comments above the statement, and the `else:` or the availability
+            # check it was all of
             above = edit.text == "" and all(
-                lines[n - 1].strip().startswith("#") for n in range(edit.line, finding.line)
+                lines[n - 1].strip().startswith("#")
+                or lines[n - 1].strip() in ("else:", f"if {finding.guard}:")
+                for n in range(edit.line, finding.line)
             )
             if above:
                 removed_comments.update(range(edit.line, finding.line))

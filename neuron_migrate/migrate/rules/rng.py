@@ -50,10 +50,11 @@ class CudaManualSeed(QualifiedNameRule):
     Safe. When the same block already calls `torch.manual_seed` with the same seed and only other seeding
     statements sit in between (the usual "seed everything" function), that call already seeds CUDA and every
     other accelerator: the CUDA call is removed (with the `if torch.cuda.is_available():` around it when it is
-    all that check guards). Otherwise it becomes the accelerator's own seeding function,
-    `torch.get_device_module().manual_seed(_all)(seed)`, run only when there is an accelerator (as the
-    CUDA call did nothing without CUDA): the same call on CUDA, and it leaves the CPU generator alone, where
-    `torch.manual_seed` would reseed it and change every CPU random number drawn afterwards.
+    all that check guards, with its `else:` when it is all that `else` holds). Otherwise it becomes the
+    accelerator's own seeding function, `torch.get_device_module().manual_seed(_all)(seed)`, run only when
+    there is an accelerator (as the CUDA call did nothing without CUDA): the same call on CUDA, and it leaves
+    the CPU generator alone, where `torch.manual_seed` would reseed it and change every CPU random number
+    drawn afterwards.
     """
 
     code = "NM404"
@@ -81,6 +82,12 @@ class CudaManualSeed(QualifiedNameRule):
             "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n"
             "    if torch.cuda.is_available():\n        torch.cuda.manual_seed_all(s)\n",
             "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n",
+        ),
+        Invalid(
+            "import torch\ndef seed_all(s, on_xpu=False):\n    torch.manual_seed(s)\n    if on_xpu:\n"
+            "        torch.xpu.manual_seed_all(s)\n    else:\n        torch.cuda.manual_seed_all(s)\n",
+            "import torch\ndef seed_all(s, on_xpu=False):\n    torch.manual_seed(s)\n    if on_xpu:\n"
+            "        torch.xpu.manual_seed_all(s)\n",
         ),
         Invalid(
             "from torch.cuda import manual_seed\nmanual_seed(1234)\n",
@@ -127,8 +134,12 @@ class CudaManualSeed(QualifiedNameRule):
                         return True
                     if not _is_seeding(stmt):
                         return False
-            elif isinstance(parent, cst.If) and child is parent.body:
-                continue  # `if torch.cuda.is_available():` draws no random numbers: look before the `if`
+            elif (isinstance(parent, cst.If) and child in (parent.body, parent.orelse)) or isinstance(
+                parent, cst.Else
+            ):
+                # `if torch.cuda.is_available():` draws no random numbers: look before the `if` (from its
+                # `elif` or `else` too: diffusers' `if is_torch_npu_available(): ... else:` seeds CUDA there)
+                continue
             elif not isinstance(parent, (cst.SimpleStatementLine, cst.Expr, cst.Call, cst.IndentedBlock)):
                 return False
         return False
