@@ -75,8 +75,12 @@ _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl|jetson|(?<![a-z])tegra", 
 _STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|(?<![a-z])tegra", re.IGNORECASE)
 _STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
+#: "only on CUDA", "CUDA-only", and CUDA named with ROCm's HIP, its one other backend ("makes sure this is
+#: CUDA or HIP": torch's SVD meta function conjugates for what cuSOLVER and hipSOLVER return)
 _CUDA_ONLY_COMMENT = re.compile(
-    r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b", re.IGNORECASE
+    r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b"
+    r"|\bcuda\s*(?:or|/)\s*(?:hip|rocm)\b",
+    re.IGNORECASE,
 )
 #: names of test decorators that run a test only with CUDA: `onlyCUDA`, `requires_nccl`, `require_torch_gpu`,
 #: `skip_if_lt_x_gpu`, `skipIfNoCuda`, `skip_if_no_gpu`

@@ -434,6 +434,8 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    return 'cuda' if state.type == XLA and is_torch_xla_available(check_is_gpu=True) else 'cpu'\n",
         "import torch\ndef collect(weight):\n    # right now, only CUDA is implemented\n"
         "    device = torch.device('cuda', torch.cuda.current_device())\n    return weight.to(device)\n",
+        "import torch\ndef svd_meta(A, Vh):\n    # Also makes sure this is CUDA or HIP:\n"
+        "    if Vh.is_complex() and torch.cuda.is_available():\n        Vh = Vh.conj()\n    return Vh\n",
         # a function that requires a CUDA-only library (imported unconditionally, or with a raise otherwise)
         "import torch\ndef dequantize(qweight, weight):\n    import bitsandbytes as bnb\n\n"
         "    compute_device = 'xpu' if is_xpu_available() else 'cuda'\n"
