@@ -63,6 +63,7 @@ from neuron_migrate.migrate.cuda_files import (
     requires_cuda,
 )
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
+from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.guards import exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
@@ -347,7 +348,9 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is not parent.test:
             in_true_branch = child is parent.body
             if in_true_branch != negative(ctx, parent.test) and (
-                cue := mentions.find(parent.test) or _gpu_among_devices(ctx, stack, index)
+                cue := mentions.find(parent.test)
+                or _gpu_among_devices(ctx, stack, index)
+                or _kept_cuda_test(ctx, parent.test, mentions.covered, leftovers)
             ):
                 return CudaOnly(f"it only runs when a CUDA test holds (`{cue}`): no change needed")
             if isinstance(parent, cst.If) and _in_chain_with_neuron(ctx, stack, index, in_true_branch):
@@ -433,6 +436,30 @@ def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression) -> bo
     if negated != (name == "skipIf"):
         return False  # skipIf(TEST_CUDA) and skipUnless(not TEST_CUDA) run without CUDA
     return mentions.find(condition.expression if negated else condition) is not None
+
+
+def _kept_cuda_test(ctx, test: cst.BaseExpression, covered: set[int], leftovers: list) -> str | None:
+    """A test that a value is a CUDA string (`"cuda" in device_types`, `kind == "cuda"`, alone or `and`-ed)
+    that is no finding of this run, as text. What it guards runs only when the value names CUDA: torch's
+    checkpoint returns `"cuda"` when `"cuda" in device_types_set`, the device its tensors are on. A test
+    that is a finding is rewritten (then what it guards is too) or left for a person (held back for the
+    project's torch, say: what it guards is then held back with it, not code that needs no change)."""
+    parts = [test]
+    while parts and isinstance(parts[-1], cst.BooleanOperation) and isinstance(parts[-1].operator, cst.And):
+        last = parts.pop()
+        parts += [last.left, last.right]
+    for part in parts:
+        if (
+            isinstance(part, cst.Comparison)
+            and id(part) not in covered
+            and len(part.comparisons) == 1
+            and isinstance(part.comparisons[0].operator, (cst.Equal, cst.In))
+            and any(is_cuda_string(side) for side in (part.left, part.comparisons[0].comparator))
+            and not any(id(node) in covered for node in (part.left, part.comparisons[0].comparator))
+            and not any(part in pending.stack or part is pending.node for pending in leftovers)
+        ):
+            return shortened(ctx.code(part), 40)
+    return None
 
 
 def _gpu_among_devices(ctx, stack, index: int) -> str | None:

@@ -258,6 +258,15 @@ def test_timing_code_that_keeps_a_cuda_stream_for_a_person_stays_cuda_as_a_whole
     assert "torch.accelerator.synchronize()" in fixed(other)
 
 
+def test_a_kept_cuda_test_holds_back_only_what_it_alone_guards():
+    """`"cuda" in types or wanted` also runs its body without CUDA: the body is ported as before."""
+    source = (
+        "import torch\ndef pick_device_type(types, wanted):\n    if 'cuda' in types or wanted:\n"
+        "        return 'cuda'\n"
+    )
+    assert "'cuda'\n" not in fixed(source).split("wanted:")[1]
+
+
 def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
     """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
     gets the device's own backend in the same run, so the device is rewritten too."""
@@ -434,6 +443,9 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    return 'cuda' if state.type == XLA and is_torch_xla_available(check_is_gpu=True) else 'cpu'\n",
         "import torch\ndef collect(weight):\n    # right now, only CUDA is implemented\n"
         "    device = torch.device('cuda', torch.cuda.current_device())\n    return weight.to(device)\n",
+        # behind a test that a value names CUDA, a test no fix rewrites: torch's checkpoint device inference
+        "import torch\ndef infer_device_type(types):\n    if not types:\n        return 'cpu'\n"
+        "    elif 'cuda' in set(types):\n        return 'cuda'\n    return types[0]\n",
         "import torch\ndef svd_meta(A, Vh):\n    # Also makes sure this is CUDA or HIP:\n"
         "    if Vh.is_complex() and torch.cuda.is_available():\n        Vh = Vh.conj()\n    return Vh\n",
         # a function that requires a CUDA-only library (imported unconditionally, or with a raise otherwise)
