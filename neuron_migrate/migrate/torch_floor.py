@@ -4,14 +4,15 @@ its users' torch lacks (as ruff's `target-version` follows `requires-python`).
 The project is the nearest folder at or above a source file that holds `pyproject.toml`, `setup.cfg` or
 `setup.py`, or that is an installed package with its `<name>-<version>.dist-info` beside it (a package in
 `site-packages`, or a copy of one: its `METADATA`'s `Requires-Dist` lines, required ones first, then its
-extras'). A source project's torch requirement is read, in this order, from the first place that names torch:
-`[project] dependencies`, then `[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`;
-`setup.cfg`'s `install_requires` and `extras_require`; requirement strings in `setup.py`; and last the
-project's own `requirements.txt` (often pinned for development rather than the range users get). The floor is
-the requirement's lower bound (`>=2.1`, `~=2.1`, `==2.1.*`, `>2.1`, poetry's `^2.1`) to the minor release;
-when torch is listed several times (per Python version), the lowest. A requirement without a lower bound, or
-no requirement, says nothing: the default target applies. An explicit `target-torch` setting wins over all of
-this.
+extras'; an installed package that names no torch needs the highest floor of the installed packages it
+requires: trl needs what accelerate and transformers declare). A source project's torch requirement is read,
+in this order, from the first place that names torch: `[project] dependencies`, then
+`[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`; `setup.cfg`'s `install_requires`
+and `extras_require`; requirement strings in `setup.py`; and last the project's own `requirements.txt` (often
+pinned for development rather than the range users get). The floor is the requirement's lower bound (`>=2.1`,
+`~=2.1`, `==2.1.*`, `>2.1`, poetry's `^2.1`) to the minor release; when torch is listed several times (per
+Python version), the lowest. A requirement without a lower bound, or no requirement, says nothing: the default
+target applies. An explicit `target-torch` setting wins over all of this.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 _REQUIREMENT = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*\(?\s*([^;#)]*)", re.IGNORECASE)
 _CLAUSE = re.compile(r"^\s*(===|==|~=|>=|>|\^|~|<=|<|!=)?\s*v?(\d+)(?:\.(\d+|\*))?")
 #: a quoted requirement string for torch in setup.py (`"torch>=2.0"`, `'torch (>=2.1)'`)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _QUOTED = re.compile(r"""["'](torch\s*(?:\[[^\]'"]*\])?\s*\(?\s*(?:===|==|~=|>=|>|<=|<|!=)[^"']*)["']""")
 
 
@@ -86,10 +88,13 @@ def _floor_of_project(project: Path | None) -> TorchFloor | None:
         return None
     if project.name.endswith(".dist-info"):
         try:
-            requirements = _from_metadata((project / "METADATA").read_text(encoding="utf-8"))
+            metadata = (project / "METADATA").read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             return None
-        return floor_of(requirements, f"{project.name}/METADATA") if requirements else None
+        requirements = _from_metadata(metadata)
+        if requirements:
+            return floor_of(requirements, f"{project.name}/METADATA")
+        return _floor_of_dependencies(project, metadata)
     for name, read in _READERS:
         path = project / name
         if not path.is_file():
@@ -101,6 +106,45 @@ def _floor_of_project(project: Path | None) -> TorchFloor | None:
         if requirements:
             return floor_of(requirements, name)
     return None
+
+
+def _floor_of_dependencies(project: Path, metadata: str) -> TorchFloor | None:
+    """For an installed package whose METADATA names no torch: the highest torch floor among the installed
+    packages beside it that it requires (one level). Its users need all of them: trl requires accelerate
+    (`torch>=2.0.0`) and transformers (`torch>=2.6` for its torch extra), so trl runs on torch 2.6."""
+    siblings = {_normalized(name): path for name, path in _installed(project.parent).items()}
+    floors = []
+    for name in _required_names(metadata):
+        dependency = siblings.get(name)
+        if dependency is None or dependency == project:
+            continue
+        try:
+            requirements = _from_metadata((dependency / "METADATA").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+        if requirements and (floor := floor_of(requirements, f"{dependency.name}/METADATA")) is not None:
+            floors.append(floor)
+    if not floors:
+        return None
+    highest = max(floors, key=lambda floor: floor.version)
+    package = project.name.split("-", 1)[0]
+    return TorchFloor(highest.version, f"{highest.source}, which {package} requires")
+
+
+def _required_names(metadata: str) -> list[str]:
+    """The normalized names of the distributions a METADATA's `Requires-Dist` lines always need."""
+    names = []
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist:"):
+            requirement = line[len("Requires-Dist:") :].strip()
+            if "extra" not in requirement.partition(";")[2] and (name := _NAME.match(requirement)):
+                names.append(_normalized(name.group(0)))
+    return names
+
+
+def _normalized(name: str) -> str:
+    """A distribution name as the packaging specifications compare it (`Foo.Bar-baz` == `foo_bar_baz`)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def floor_of(requirements: list[str], where: str) -> TorchFloor | None:

@@ -129,6 +129,38 @@ def test_an_installed_package_declares_its_torch_in_its_dist_info(tmp_path, meta
         assert "somepkg-1.2.3.dist-info/METADATA" in floor.source
 
 
+def test_an_installed_package_that_names_no_torch_needs_what_its_requirements_declare(tmp_path):
+    """trl names no torch in its METADATA, but requires accelerate (`torch>=2.0.0`) and transformers
+    (`torch>=2.6` for its torch extra): its users run torch 2.6 or newer, the highest of those floors.
+    Extras it only offers do not count."""
+    site = tmp_path / "site-packages"
+    package = site / "trl" / "trainer"
+    package.mkdir(parents=True)
+    for name, metadata in (
+        (
+            "trl-1.0.dist-info",
+            "Requires-Dist: Accelerate>=1.4\nRequires-Dist: transformers>=4.56\n"
+            'Requires-Dist: fancy; extra == "fancy"\n',
+        ),
+        ("accelerate-1.15.0.dist-info", "Requires-Dist: torch>=2.0.0\n"),
+        ("transformers-5.0.dist-info", 'Requires-Dist: torch>=2.6; extra == "torch"\n'),
+        ("fancy-1.0.dist-info", "Requires-Dist: torch>=2.12\n"),
+    ):
+        (site / name).mkdir()
+        (site / name / "METADATA").write_text(f"Metadata-Version: 2.4\n{metadata}")
+    floor = torch_floor(package)
+    assert floor.version == (2, 6)
+    assert floor.source == (
+        '`torch>=2.6; extra == "torch"` in transformers-5.0.dist-info/METADATA, which trl requires'
+    )
+    # without its requirements installed beside it, it declares nothing: the default target applies
+    lone = tmp_path / "elsewhere"
+    (lone / "trl").mkdir(parents=True)
+    (lone / "trl-1.0.dist-info").mkdir()
+    (lone / "trl-1.0.dist-info" / "METADATA").write_text("Requires-Dist: accelerate>=1.4\n")
+    assert torch_floor(lone / "trl") is None
+
+
 MEMORY = "import torch\nfree, total = torch.cuda.mem_get_info()\n"
 SYNC = "import torch\ntorch.cuda.synchronize()\n"
 
