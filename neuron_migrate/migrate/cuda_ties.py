@@ -27,6 +27,7 @@ from neuron_migrate.migrate.cuda_context import CudaMentions
 from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
+from neuron_migrate.migrate.walk import walk
 
 
 def inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
@@ -46,8 +47,8 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     `synchronize`), in the finding's function that stays for a person (a to-do, not code that only runs on
     CUDA), as text: torch's symmetric memory rewrote two of a function's four `torch.cuda.current_stream()`
     calls and kept the two whose stream is passed on; its runtime estimator would have synchronized the
-    accelerator around CUDA events that stay. Module-level code is left out: a script's top level is too
-    large a unit to hold back."""
+    accelerator around CUDA events that stay; its `get_cycles_per_ms` times `torch.cuda._sleep` with events.
+    Module-level code is left out: a script's top level is too large a unit to hold back."""
     scope = scope_of(pending.stack)
     if not isinstance(scope, cst.FunctionDef) or (api := _kind(_called(pending.node))) is None:
         return None
@@ -60,10 +61,28 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
             and scope_of(inner.stack) is scope
         ):
             return first_line(ctx, inner.node)
+    if api == _TIMING:
+        return _timing_helper_in(scope)
     return None
 
 
+def _timing_helper_in(function: cst.FunctionDef) -> str | None:
+    """A call of a CUDA-only timing helper that no rule rewrites in `function`, as text: torch's
+    `get_cycles_per_ms` times `torch.cuda._sleep(cycles)` with events."""
+    found: list[str] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if not found and (name := dotted(node.func)) is not None and _TIMING_HELPERS.fullmatch(name):
+                found.append(f"{name}(...)")
+
+    walk(function, Finder())
+    return found[0] if found else None
+
+
 _TIMING = "CUDA timing"
+#: CUDA-only helpers that time work on the device and have no generic counterpart
+_TIMING_HELPERS = re.compile(r"torch\.cuda\._sleep")
 #: the CUDA calls that time or order work on the device: one function keeps them all CUDA's, or none
 _TIMING_CALLS = re.compile(
     r"torch\.cuda\.(?:synchronize|Event|Stream|current_stream|default_stream|stream|set_stream|"

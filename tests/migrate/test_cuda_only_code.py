@@ -256,6 +256,14 @@ def test_timing_code_that_keeps_a_cuda_stream_for_a_person_stays_cuda_as_a_whole
     # timing elsewhere in the module is not held back by it
     other = source + "def sync():\n    torch.cuda.synchronize()\n"
     assert "torch.accelerator.synchronize()" in fixed(other)
+    # nor is CUDA's own sleep kernel, timed with events (torch's get_cycles_per_ms), ported halfway
+    sleeps = (
+        "import torch\ndef measure(cycles):\n    start = torch.cuda.Event(enable_timing=True)\n"
+        "    end = torch.cuda.Event(enable_timing=True)\n    start.record()\n    torch.cuda._sleep(cycles)\n"
+        "    end.record()\n    end.synchronize()\n    return cycles / start.elapsed_time(end)\n"
+    )
+    assert fixed(sleeps) == sleeps
+    assert "its function keeps `torch.cuda._sleep(...)` for a person" in findings(sleeps)[0].message
 
 
 def test_a_kept_cuda_test_holds_back_only_what_it_alone_guards():
