@@ -198,6 +198,13 @@ def _keep_cuda_checks(
                         "give other devices their own path",
                     )
                     changed = True
+                elif (twin := _warning_twin(ctx, check, leftovers)) is not None:
+                    withdraw(
+                        check,
+                        f"its warning tells where the code runs, which `{first_line(ctx, twin.node)}` still "
+                        "decides for CUDA: change them together",
+                    )
+                    changed = True
             if check.fix is not None and check.widens_test and _safety(check) == "safe":
                 risk = widening_risk(ctx, check, libraries, mentions.covered)
                 if risk is not None:
@@ -276,12 +283,10 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
         if inner is not check and inside(inner, check.region):
             return f"`{first_line(ctx, inner.node)}`"
     owner = _precondition_of(check)
+    warns = owner is None and _warns_without_accelerator(ctx, check)
     exit_code = () if owner is None else (owner.body,) if isinstance(owner, cst.If) else (owner.msg,)
     scans = (
-        [
-            (check.region[0], False),
-            *((node, _warns_without_accelerator(ctx, check)) for node in check.region[1:]),
-        ]
+        [(check.region[0], False), *((node, warns) for node in check.region[1:])]
         if owner is None
         else [
             (check.region[0], False),
@@ -295,6 +300,29 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
         return f"`{cue}`"
     return None
+
+
+def _warning_twin(ctx, check, leftovers: list):
+    """For a check that only warns when there is no accelerator: another finding of its rule in its class (in
+    its module outside a class) that stays for a person, if any. transformers' SINQ quantizer warns
+    "quantization will run on the CPU" where its `update_device_map` still picks the CPU unless
+    `torch.cuda.is_available()`; rewritten alone, the warning would go quiet on Trainium while the model
+    still lands on the CPU."""
+    if _precondition_of(check) is not None or not _warns_without_accelerator(ctx, check):
+        return None
+    owner = next((n for n in reversed(check.stack) if isinstance(n, cst.ClassDef)), None)
+    twins = [
+        inner
+        for inner in leftovers
+        if inner is not check
+        and inner.rule is check.rule
+        and not inner.no_change
+        and (owner is None or owner in inner.stack)
+    ]
+    same = [
+        inner for inner in twins if ctx.code(inner.node) == ctx.code(check.node)
+    ]  # the check itself first
+    return (same or twins or [None])[0]
 
 
 def _warns_without_accelerator(ctx, check) -> bool:

@@ -126,6 +126,21 @@ def test_a_warning_that_only_runs_without_an_accelerator_does_not_keep_its_check
     assert "if not torch.accelerator.is_available():" in after, after
 
 
+def test_a_warning_stays_with_the_device_choice_it_describes():
+    """The same quantizer where its device choice stays CUDA's (held back, or guarding CUDA-only code): the
+    model still lands on the CPU on Trainium, so the warning that says so stays true only as it is."""
+    source = (
+        "import torch\nclass Quantizer:\n    def update_device_map(self, device_map):\n"
+        "        if torch.cuda.is_available():\n            print(torch.cuda.get_device_name())\n"
+        "            return {'': 0}\n        return {'': 'cpu'}\n\n"
+        "    def validate(self):\n        if not torch.cuda.is_available():\n"
+        "            logger.warning('No CUDA device is available. Inference will run on the CPU.')\n"
+    )
+    assert fixed(source) == source
+    warning = next(f for f in findings(source) if f.line == 10)
+    assert "its warning tells where the code runs, which `torch.cuda.is_available()`" in warning.message
+
+
 @pytest.mark.parametrize(
     "source",
     [
