@@ -74,7 +74,9 @@ _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
 #: Jetson and Tegra are NVIDIA's embedded CUDA platforms (torch's `IS_JETSON`)
 _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl|jetson|(?<![a-z])tegra", re.IGNORECASE)
 _STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|(?<![a-z])tegra", re.IGNORECASE)
-_STRONG_STRING_CUE = re.compile(r"nccl", re.IGNORECASE)
+#: in a message, what only CUDA has: NCCL, and CUDA's capabilities (compute capability, its device
+#: properties: "Roofline estimation needs to access CUDA capabilities", torch's runtime estimator)
+_STRONG_STRING_CUE = re.compile(r"nccl|cuda\s+capabilit", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
 #: "only on CUDA", "CUDA-only", and CUDA named with ROCm's HIP, its one other backend ("makes sure this is
 #: CUDA or HIP": torch's SVD meta function conjugates for what cuSOLVER and hipSOLVER return)

@@ -455,6 +455,10 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    model = torch.nn.Linear(2, 2).to('cuda')\n",
         "import torch\ndef f(x):\n    for part in x:\n        if 'cuda' not in str(part.device):\n"
         "            raise ValueError('fused kernels need CUDA')\n        torch.cuda.synchronize()\n",
+        # a precondition whose message says the code needs CUDA's capabilities (torch's roofline estimate)
+        "import torch\ndef roofline(func):\n    if not torch.cuda.is_available():\n"
+        "        raise AssertionError('Roofline estimation needs to access CUDA capabilities')\n"
+        "    torch.cuda.synchronize()\n    return func()\n",
         "import torch\ndef g():\n    if not is_torch_cuda_available():\n        return None\n"
         "    return torch.cuda.current_device()\n",
         # `GPU` in a test that tells devices apart is CUDA, and so is code a comment says is CUDA-only
