@@ -23,7 +23,8 @@ In order, for every finding with a fix:
    call whose other arguments stay CUDA's, a call its function also makes for a person, a call taking a
    value CUDA-only code gives, a test whose `if` body
    keeps a CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only
-   code, a CUDA setting or NCCL-named code reads.
+   code, a CUDA setting or NCCL-named code reads; so is a check that only warns without an accelerator
+   while the same check stays CUDA's in its class or module (the warning describes that one's choice).
    Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
 5. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -319,9 +320,8 @@ def _warning_twin(ctx, check, leftovers: list):
         and not inner.no_change
         and (owner is None or owner in inner.stack)
     ]
-    same = [
-        inner for inner in twins if ctx.code(inner.node) == ctx.code(check.node)
-    ]  # the check itself first
+    # the same test first (`torch.cuda.is_available()`), then any other call of the rule
+    same = [inner for inner in twins if ctx.code(inner.node) == ctx.code(check.node)]
     return (same or twins or [None])[0]
 
 

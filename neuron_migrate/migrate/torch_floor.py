@@ -37,8 +37,9 @@ _PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 #: `torch`, optional extras, then a specifier list up to the end of the requirement (a marker starts at `;`)
 _REQUIREMENT = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*\(?\s*([^;#)]*)", re.IGNORECASE)
 _CLAUSE = re.compile(r"^\s*(===|==|~=|>=|>|\^|~|<=|<|!=)?\s*v?(\d+)(?:\.(\d+|\*))?")
-#: a quoted requirement string for torch in setup.py (`"torch>=2.0"`, `'torch (>=2.1)'`)
+#: the distribution name a requirement starts with (`accelerate>=1.4` -> `accelerate`)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: a quoted requirement string for torch in setup.py (`"torch>=2.0"`, `'torch (>=2.1)'`)
 _QUOTED = re.compile(r"""["'](torch\s*(?:\[[^\]'"]*\])?\s*\(?\s*(?:===|==|~=|>=|>|<=|<|!=)[^"']*)["']""")
 
 
