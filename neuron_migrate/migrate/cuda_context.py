@@ -357,6 +357,12 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
                 return CudaOnly(f"it only runs when a CUDA test holds (`{cue}`): no change needed")
             if isinstance(parent, cst.If) and _in_chain_with_neuron(ctx, stack, index, in_true_branch):
                 return CudaOnly(CHAIN_NOTE)
+        elif (
+            isinstance(parent, cst.For)
+            and child is parent.body
+            and (chosen := _chosen_for_cuda(ctx, stack, index))
+        ):
+            return CudaOnly(f"it loops over what `{chosen}` chose for CUDA: no change needed")
         elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
             if isinstance(parent, cst.IndentedBlock) and (library := mentions.block_library(parent)):
                 return CudaOnly(f"its block drives `{library}`, a CUDA-only library: no change needed")
@@ -438,6 +444,31 @@ def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression) -> bo
     if negated != (name == "skipIf"):
         return False  # skipIf(TEST_CUDA) and skipUnless(not TEST_CUDA) run without CUDA
     return mentions.find(condition.expression if negated else condition) is not None
+
+
+def _chosen_for_cuda(ctx, stack, index: int) -> str | None:
+    """For the `for` loop at `stack[index]` over a plain name: the call named after CUDA that gives the name
+    its value in the nearest function that binds it (its other values empty containers), as text. torch's
+    compiled autograd moves `for i in runtime_inputs_to_move:` to CUDA, a list only
+    `self.move_graph_nodes_to_cuda(...)` fills: the loop only ever runs for CUDA."""
+    loop = stack[index]
+    if not isinstance(loop.iter, cst.Name):
+        return None
+    for scope in reversed([node for node in stack[:index] if isinstance(node, cst.FunctionDef)]):
+        values = [binding.value for binding in ctx.bindings.in_scope(loop.iter.value, scope)]
+        if not values:
+            continue
+        calls = [v for v in values if isinstance(v, cst.Call)]
+        empty = [v for v in values if isinstance(v, (cst.List, cst.Tuple)) and not v.elements]
+        callees = [dotted(call.func) or "" for call in calls]
+        if (
+            calls
+            and len(calls) + len(empty) == len(values)
+            and all(cuda_named(c.rsplit(".", 1)[-1]) for c in callees)
+        ):
+            return f"{callees[0]}(...)"
+        return None
+    return None
 
 
 def _kept_cuda_test(ctx, test: cst.BaseExpression, covered: set[int], leftovers: list) -> str | None:

@@ -290,6 +290,15 @@ def test_a_kept_cuda_test_holds_back_only_what_it_alone_guards():
     assert "'cuda'\n" not in fixed(source).split("wanted:")[1]
 
 
+def test_a_loop_over_values_that_are_not_only_cuda_choices_is_ported():
+    """A list that other code fills too (here a plain call) is no CUDA choice: its loop body is rewritten."""
+    source = (
+        "import torch\ndef run(inputs, graph):\n    to_move = pick_inputs(graph)\n    for i in to_move:\n"
+        "        inputs[i] = inputs[i].cuda()\n"
+    )
+    assert ".cuda()" not in fixed(source)
+
+
 def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
     """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
     gets the device's own backend in the same run, so the device is rewritten too."""
@@ -470,6 +479,13 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    return 'cuda' if state.type == XLA and is_torch_xla_available(check_is_gpu=True) else 'cpu'\n",
         "import torch\ndef collect(weight):\n    # right now, only CUDA is implemented\n"
         "    device = torch.device('cuda', torch.cuda.current_device())\n    return weight.to(device)\n",
+        # a loop over what a function named after CUDA chose: torch's compiled autograd (cudagraph inputs)
+        "import torch\nclass Compiler:\n    def end_capture(self, graph, cudagraphs):\n"
+        "        to_move = []\n        if cudagraphs:\n"
+        "            to_move = self.move_graph_nodes_to_cuda(graph)\n\n"
+        "        def run(inputs):\n            for i in to_move:\n"
+        "                inputs[i] = inputs[i].pin_memory().cuda(non_blocking=True)\n"
+        "            return inputs\n\n        return run\n",
         # behind a test that a value names CUDA, a test no fix rewrites: torch's checkpoint device inference
         "import torch\ndef infer_device_type(types):\n    if not types:\n        return 'cpu'\n"
         "    elif 'cuda' in set(types):\n        return 'cuda'\n    return types[0]\n",
