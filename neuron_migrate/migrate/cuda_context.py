@@ -226,7 +226,7 @@ class CudaMentions:
     def _gate_of(self, function: cst.FunctionDef | None, owner: cst.ClassDef | None) -> str | None:
         for holder in (h for h in (function, owner) if h is not None):
             for decorator in holder.decorators:
-                if _gates_on_cuda(self, decorator.decorator):
+                if _gates_on_cuda(self, decorator.decorator) or _registers_cuda_function(decorator.decorator):
                     return self.ctx.excerpt(decorator.decorator)
         return None
 
@@ -342,8 +342,14 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         )
     if (gate := _cuda_gate(mentions, stack)) is not None:
         return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
-    if function is not None and (gate := mentions.callers_gate(function)) is not None:
-        return CudaOnly(f"only tests that run with CUDA call its function (`@{gate}`): no change needed")
+    if (handled := _cuda_handler(stack)) is not None:
+        return CudaOnly(
+            f"it is registered as the handler of a CUDA function (`@{handled}`): no change needed"
+        )
+    # the named function around a lambda too (Dynamo's cleanup hook `lambda: torch.cuda.set_device(prev)`)
+    named = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)
+    if named is not None and (gate := mentions.callers_gate(named)) is not None:
+        return CudaOnly(f"only code that runs with CUDA calls its function (`@{gate}`): no change needed")
     ctx = mentions.ctx
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
@@ -430,6 +436,29 @@ def _cuda_gate(mentions: CudaMentions, stack) -> str | None:
             if _gates_on_cuda(mentions, expression):
                 return mentions.ctx.excerpt(expression)
     return None
+
+
+def _cuda_handler(stack) -> str | None:
+    """A decorator of a function around the code that registers it for CUDA functions only, as text:
+    Dynamo's `@register(torch.cuda._exchange_device)` handler traces CUDA's own device switch."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, cst.FunctionDef) and child is parent.body:
+            for decorator in parent.decorators:
+                if _registers_cuda_function(decorator.decorator):
+                    return shortened(cst.Module([]).code_for_node(decorator.decorator), 60)
+    return None
+
+
+def _registers_cuda_function(expression: cst.BaseExpression) -> bool:
+    """`@register(torch.cuda._exchange_device, ...)`: a decorator call whose arguments are all functions of
+    `torch.cuda` (named, not called)."""
+    return (
+        isinstance(expression, cst.Call)
+        and bool(expression.args)
+        and all(
+            (dotted(arg.value) or "").startswith("torch.cuda.") and not arg.keyword for arg in expression.args
+        )
+    )
 
 
 def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression) -> bool:

@@ -299,6 +299,15 @@ def test_a_loop_over_values_that_are_not_only_cuda_choices_is_ported():
     assert ".cuda()" not in fixed(source)
 
 
+def test_a_handler_registered_for_other_devices_too_is_ported():
+    """`@register(torch.cuda.synchronize, torch.xpu.synchronize)` serves more than CUDA: no gate."""
+    source = (
+        "import torch\n@register(torch.cuda.synchronize, torch.xpu.synchronize)\ndef sync(tx):\n"
+        "    torch.cuda.synchronize()\n"
+    )
+    assert "torch.accelerator.synchronize()" in fixed(source)
+
+
 def test_a_value_read_where_nccl_is_rewritten_away_is_still_fixed():
     """The NCCL that keeps a value CUDA's is NCCL that stays: `init_process_group("nccl", device_id=device)`
     gets the device's own backend in the same run, so the device is rewritten too."""
@@ -479,6 +488,11 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    return 'cuda' if state.type == XLA and is_torch_xla_available(check_is_gpu=True) else 'cpu'\n",
         "import torch\ndef collect(weight):\n    # right now, only CUDA is implemented\n"
         "    device = torch.device('cuda', torch.cuda.current_device())\n    return weight.to(device)\n",
+        # Dynamo's handlers of CUDA's own functions, and a helper only they call (from a lambda in it)
+        "import torch\ndef handlers(register):\n    def helper(tx, prev):\n"
+        "        tx.add_cleanup_hook(lambda: torch.cuda.set_device(prev))\n\n"
+        "    @register(torch.cuda._exchange_device)\n    def exchange(tx, prev):\n"
+        "        torch.cuda.synchronize()\n        return helper(tx, prev)\n",
         # a loop over what a function named after CUDA chose: torch's compiled autograd (cudagraph inputs)
         "import torch\nclass Compiler:\n    def end_capture(self, graph, cudagraphs):\n"
         "        to_move = []\n        if cudagraphs:\n"
@@ -991,7 +1005,7 @@ def test_a_helper_that_only_cuda_gated_tests_call_is_cudas():
         "    @skip_if_lt_x_gpu(2)\n    def test_ddp(self):\n        self._test_ddp(self.rank)\n"
     )
     assert fixed(source) == source
-    assert "only tests that run with CUDA call" in findings(source)[0].message
+    assert "only code that runs with CUDA calls its function" in findings(source)[0].message
     also_elsewhere = source + "T()._test_ddp(0)\n"  # a call outside a gated test: no longer CUDA's alone
     assert "set_device_index" in fixed(also_elsewhere)
 
