@@ -132,6 +132,10 @@ def bench_tree(name: str, jobs: int, peers: Path | None) -> dict:
 
 def print_row(row: dict) -> None:
     def ratio(a: str, b: str) -> str:
+        if (
+            b == "warm" and row["warm_from_cache"] == 0
+        ):  # the cache missed: the rule sources changed between runs
+            return f"{'no cache':>10}"
         return f"{row[a] / row[b]:>10.1f}" if a in row and b in row else f"{'-':>10}"
 
     peers = f"{row['torchfix']:>9.1f}{row['ruff']:>7.2f}" if "torchfix" in row else f"{'-':>9}{'-':>7}"
