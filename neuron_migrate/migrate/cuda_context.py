@@ -64,7 +64,7 @@ from neuron_migrate.migrate.cuda_files import (
 )
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.device_literals import is_cuda_string
-from neuron_migrate.migrate.guards import exits, implies
+from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import library_of
@@ -342,7 +342,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         )
     if (gate := _cuda_gate(mentions, stack)) is not None:
         return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
-    if (handled := _cuda_handler(stack)) is not None:
+    if (handled := _cuda_handler(mentions.ctx, stack)) is not None:
         return CudaOnly(
             f"it is registered as the handler of a CUDA function (`@{handled}`): no change needed"
         )
@@ -428,25 +428,28 @@ def _cuda_gate(mentions: CudaMentions, stack) -> str | None:
     `unittest.skipUnless(TEST_CUDA, ...)`), as source text. `skipCUDAIf...` (skip on CUDA when ...) and
     `skipIfRocm` are not gates; a gate the run rewrites (`skipIf(not torch.cuda.is_available())`) is no
     longer CUDA's and does not count."""
-    for parent, child in pairwise(stack):
-        if not (isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and child is parent.body):
-            continue
-        for decorator in parent.decorators:
-            expression = decorator.decorator
-            if _gates_on_cuda(mentions, expression):
-                return mentions.ctx.excerpt(expression)
+    for _, expression in _decorators_around(stack):
+        if _gates_on_cuda(mentions, expression):
+            return mentions.ctx.excerpt(expression)
     return None
 
 
-def _cuda_handler(stack) -> str | None:
+def _cuda_handler(ctx, stack) -> str | None:
     """A decorator of a function around the code that registers it for CUDA functions only, as text:
     Dynamo's `@register(torch.cuda._exchange_device)` handler traces CUDA's own device switch."""
-    for parent, child in pairwise(stack):
-        if isinstance(parent, cst.FunctionDef) and child is parent.body:
-            for decorator in parent.decorators:
-                if _registers_cuda_function(decorator.decorator):
-                    return shortened(cst.Module([]).code_for_node(decorator.decorator), 60)
+    for holder, expression in _decorators_around(stack):
+        if isinstance(holder, cst.FunctionDef) and _registers_cuda_function(expression):
+            return ctx.excerpt(expression, 60)
     return None
+
+
+def _decorators_around(stack):
+    """(function or class, decorator expression) for every decorated definition whose body holds the code
+    at the end of `stack`, outermost first."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and child is parent.body:
+            for decorator in parent.decorators:
+                yield parent, decorator.decorator
 
 
 def _registers_cuda_function(expression: cst.BaseExpression) -> bool:
@@ -506,11 +509,7 @@ def _kept_cuda_test(ctx, test: cst.BaseExpression, covered: set[int], leftovers:
     checkpoint returns `"cuda"` when `"cuda" in device_types_set`, the device its tensors are on. A test
     that is a finding is rewritten (then what it guards is too) or left for a person (held back for the
     project's torch, say: what it guards is then held back with it, not code that needs no change)."""
-    parts = [test]
-    while parts and isinstance(parts[-1], cst.BooleanOperation) and isinstance(parts[-1].operator, cst.And):
-        last = parts.pop()
-        parts += [last.left, last.right]
-    for part in parts:
+    for part in conjuncts(test):
         if (
             isinstance(part, cst.Comparison)
             and id(part) not in covered

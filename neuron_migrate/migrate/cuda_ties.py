@@ -22,12 +22,12 @@ from itertools import pairwise
 
 import libcst as cst
 
+from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_context import CudaMentions
 from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
-from neuron_migrate.migrate.walk import walk
 
 
 def inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
@@ -62,27 +62,23 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
         ):
             return first_line(ctx, inner.node)
     if api == _TIMING:
-        return _timing_helper_in(scope)
+        return _timing_helper_in(ctx, scope)
     return None
 
 
-def _timing_helper_in(function: cst.FunctionDef) -> str | None:
+def _timing_helper_in(ctx, function: cst.FunctionDef) -> str | None:
     """A call of a CUDA-only timing helper that no rule rewrites in `function`, as text: torch's
     `get_cycles_per_ms` times `torch.cuda._sleep(cycles)` with events."""
-    found: list[str] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if not found and (name := dotted(node.func)) is not None and _TIMING_HELPERS.fullmatch(name):
-                found.append(f"{name}(...)")
-
-    walk(function, Finder())
-    return found[0] if found else None
+    for helper in _TIMING_HELPERS:
+        for site in calls_in(ctx).sites.get(helper.rsplit(".", 1)[-1], ()):
+            if function in site.stack and dotted(site.stack[-1].func) == helper:
+                return f"{helper}(...)"
+    return None
 
 
 _TIMING = "CUDA timing"
 #: CUDA-only helpers that time work on the device and have no generic counterpart
-_TIMING_HELPERS = re.compile(r"torch\.cuda\._sleep")
+_TIMING_HELPERS = ("torch.cuda._sleep",)
 #: the CUDA calls that time or order work on the device: one function keeps them all CUDA's, or none
 _TIMING_CALLS = re.compile(
     r"torch\.cuda\.(?:synchronize|Event|Stream|current_stream|default_stream|stream|set_stream|"

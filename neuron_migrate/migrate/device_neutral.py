@@ -14,7 +14,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.migrate.guards import implies
+from neuron_migrate.migrate.guards import conjuncts, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.walk import walk
 
@@ -176,7 +176,7 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 
     def pick(test, body, orelse) -> None:
         value = holds(test)
-        if value is None and any(holds(part) == on_cuda for part in _conjuncts(test)):
+        if value is None and any(holds(part) == on_cuda for part in conjuncts(test)):
             selected.append(body)  # `if name and x:` runs its body only where `name` holds
         elif value is not None:
             branch = body if value == on_cuda else orelse
@@ -259,12 +259,6 @@ def _negated_below(value: cst.CSTNode, stack: tuple[cst.CSTNode, ...]) -> bool:
     """Whether a `not` stands between `value` and the node at the end of `stack` (which it holds)."""
     below = stack[stack.index(value) :]
     return any(isinstance(n, cst.UnaryOperation) and isinstance(n.operator, cst.Not) for n in below)
-
-
-def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return [*_conjuncts(test.left), *_conjuncts(test.right)]
-    return [test]
 
 
 def first_unknown_call(ctx, nodes: tuple[cst.CSTNode, ...], covered: set[int]) -> str | None:

@@ -429,3 +429,10 @@ def without_accelerator_api(ctx, stack=None) -> bool:
                 ):
                     return True
     return False
+
+
+def conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The parts of an `and` chain (`a and b and c` -> [a, b, c]); any other test is its own one part."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*conjuncts(test.left), *conjuncts(test.right)]
+    return [test]
