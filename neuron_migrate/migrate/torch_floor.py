@@ -88,14 +88,10 @@ def _floor_of_project(project: Path | None) -> TorchFloor | None:
     if project is None:
         return None
     if project.name.endswith(".dist-info"):
-        try:
-            metadata = (project / "METADATA").read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        metadata = _metadata(project)
+        if metadata is None:
             return None
-        requirements = _from_metadata(metadata)
-        if requirements:
-            return floor_of(requirements, f"{project.name}/METADATA")
-        return _floor_of_dependencies(project, metadata)
+        return _declared_in(project, metadata) or _floor_of_dependencies(project, metadata)
     for name, read in _READERS:
         path = project / name
         if not path.is_file():
@@ -117,19 +113,29 @@ def _floor_of_dependencies(project: Path, metadata: str) -> TorchFloor | None:
     floors = []
     for name in _required_names(metadata):
         dependency = siblings.get(name)
-        if dependency is None or dependency == project:
+        if dependency is None or dependency == project or (theirs := _metadata(dependency)) is None:
             continue
-        try:
-            requirements = _from_metadata((dependency / "METADATA").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-        if requirements and (floor := floor_of(requirements, f"{dependency.name}/METADATA")) is not None:
+        if (floor := _declared_in(dependency, theirs)) is not None:
             floors.append(floor)
     if not floors:
         return None
     highest = max(floors, key=lambda floor: floor.version)
     package = project.name.split("-", 1)[0]
     return TorchFloor(highest.version, f"{highest.source}, which {package} requires")
+
+
+def _metadata(info: Path) -> str | None:
+    """The text of a `.dist-info` folder's METADATA, or None when it cannot be read (it declares nothing)."""
+    try:
+        return (info / "METADATA").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _declared_in(info: Path, metadata: str) -> TorchFloor | None:
+    """The floor a distribution's own `Requires-Dist` lines declare for torch, if any."""
+    requirements = _from_metadata(metadata)
+    return floor_of(requirements, f"{info.name}/METADATA") if requirements else None
 
 
 def _required_names(metadata: str) -> list[str]:
