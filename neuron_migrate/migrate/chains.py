@@ -9,6 +9,7 @@ its branches needs a change for Trainium.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 import libcst as cst
@@ -24,6 +25,15 @@ _OTHER_DEVICES = re.compile(
 #: `neuron`, and the PrivateUse1 backend `neuron` registers as (`_is_privateuse1_backend_available()`,
 #: torch's `custom_device_mod` for `torch._C._get_privateuse1_backend_name()`)
 _NEURON = re.compile(r"(?<![a-z])(neuronx?|privateuse1|custom_(?:device|backend)\w*)(?![a-z])", re.IGNORECASE)
+
+#: code that names another accelerator as a device: its type as a string (`"mps"`, `'xpu:0'`), its torch
+#: module (`torch.xpu.`, `torch.backends.mps.`), an availability function (`is_torch_npu_available`)
+_OTHER_DEVICE_NAMED = re.compile(
+    r"""["'](xpu|npu|mlu|hpu|mps|musa|xla|mtia|sdaa)(?::\d*)?["']"""
+    r"|\btorch\.(?:backends\.)?(xpu|npu|mlu|hpu|mps|musa|mtia)\."
+    r"|\bis_(?:torch_)?(xpu|npu|mlu|hpu|mps|musa|xla|sdaa)_available\b"
+)
+_NAMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 #: what a branch of a per-device chain is told: the other devices' branches come first or after it
 CHAIN_TODO = (
@@ -101,3 +111,14 @@ def _chain_top(stack, index: int) -> int:
     while index > 0 and isinstance(stack[index - 1], cst.If) and stack[index - 1].orelse is stack[index]:
         index -= 1
     return index
+
+
+def other_device_named(ctx) -> str | None:
+    """The first other accelerator the module names as a device (`"mps"`, `torch.xpu.`,
+    `is_torch_npu_available`), or None: a module that does treats the devices apart, so a CUDA test made
+    generic there changes what they do too (`include_half=device.startswith("cuda")` beside an `"mps"`
+    case)."""
+    if ctx not in _NAMED:
+        match = _OTHER_DEVICE_NAMED.search(ctx.code(ctx.module))
+        _NAMED[ctx] = next(g for g in match.groups() if g) if match else None
+    return _NAMED[ctx]

@@ -635,6 +635,31 @@ def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
     assert "!= 'cpu'" in fixed(source, unsafe=True).replace('"', "'")
 
 
+@pytest.mark.parametrize(
+    ("other", "cue"),
+    [
+        ("def small(device):\n    return device == 'mps'\n", "mps"),
+        ("HAS_MPS = torch.backends.mps.is_available()\n", "mps"),
+        ("from transformers import is_torch_xpu_available\n", "xpu"),
+    ],
+)
+def test_a_module_that_names_other_accelerators_keeps_its_cuda_tests(other, cue):
+    """torch's `include_half=device.startswith("cuda")` beside an `"mps"` case, transformers' pinning for
+    `device.type == "cuda"` where MPS is told apart: made generic, MPS and XPU would take the CUDA choice too
+    (a change for them, nothing for Trainium that a person should not decide)."""
+    source = (
+        "import torch\n" + other + "def dtypes(device):\n    return device.startswith('cuda')\n"
+        "def pin(x):\n    if x.device.type == 'cuda':\n        x = x.pin_memory()\n    return x\n"
+    )
+    assert fixed(source) == source
+    checks = [f for f in findings(source) if f.code == "NM105"]
+    assert len(checks) == 2
+    assert all(c.fix.safety == "unsafe" and f"apart (`{cue}`)" in c.message for c in checks)
+    assert fixed(source, unsafe=True).replace('"', "'").count("!= 'cpu'") == 2
+    alone = source.replace(other, "")  # without the other device, plumbing and kept values are safe
+    assert fixed(alone).replace('"', "'").count("!= 'cpu'") == 2
+
+
 # --- what is left for a person, and what needs no change ---------------------------------------------------
 
 

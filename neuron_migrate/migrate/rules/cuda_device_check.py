@@ -58,10 +58,11 @@ class CudaDeviceCheck(Rule):
     other devices would now follow too), around other code (a torch op with a
     CUDA-only argument, the project's own kernels), around code that sets the tested name itself
     (`if device_map == "cuda": device_map = f"cuda:{rank}"` would replace `"mps"` too), in a file that uses a
-    CUDA-only library or Triton, and for `.type == 'cuda'` on something not known to be a device it is
-    unsafe, and the message names what to check. A test that is only a part of a flag's value
-    (`(d.type == "cuda" and gqa) or masked`) is judged by what the flag selects. No fix for a test that
-    guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay
+    CUDA-only library or Triton, in a module that names other accelerators (`"mps"`, `torch.xpu.`: it tells
+    them apart, and a generic test would change what they do), and for `.type == 'cuda'` on something not
+    known to be a device it is unsafe, and the message names what to check. A test that is only a part of a
+    flag's value (`(d.type == "cuda" and gqa) or masked`) is judged by what the flag selects. No fix for a
+    test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay
     CUDA-only), for a comparison with an indexed string, or for membership in a list of device types.
     """
 
