@@ -8,6 +8,9 @@ code half CUDA's.
   devices:` around the NCCL backend's code;
 - a call that takes a name whose value comes from CUDA-only code that stays: `torch.cuda.set_rng_state(state)`
   after `state = torch.cuda.get_rng_state()` kept CUDA's;
+- a statement that calls a function of the module that keeps CUDA-only code:
+  `_get_backend_stream().wait_stream(torch.cuda.current_stream())` where `_get_backend_stream()` makes a
+  `torch.cuda.Stream`;
 - code a fix rewrites (or guards) that holds a CUDA-only finding left: the new event's guarded
   `start.record(torch.cuda.current_stream())`;
 - a value assigned to a name that CUDA-only code without a fix, a CUDA setting, or a statement naming NCCL or
@@ -28,6 +31,7 @@ from neuron_migrate.migrate.cuda_context import CudaMentions
 from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
+from neuron_migrate.migrate.walk import find
 
 
 def inside(pending, region: tuple[cst.CSTNode, ...]) -> bool:
@@ -174,6 +178,42 @@ def cuda_source(ctx, pending, leftovers: list) -> str | None:
         ):
             return first_line(ctx, assign)
     return None
+
+
+def cuda_maker(ctx, pending, leftovers: list) -> tuple[str, str] | None:
+    """(`f()`, the CUDA-only code it keeps), as text, when the finding's statement calls a function `f` of
+    the module that returns what CUDA-only code left for a person makes: torch's symmetric memory made
+    `_get_backend_stream().wait_stream(torch.cuda.current_stream())` wait on the accelerator's stream while
+    `_get_backend_stream()` still makes a `torch.cuda.Stream` (one stream API per statement: change the
+    maker and its users together). What `f` returns is the CUDA code's value: the code is in a `return`, or
+    assigned to what a `return` gives (`cache[key] = torch.cuda.Stream()` ... `return cache[key]`)."""
+    statement = next((n for n in reversed(pending.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+    if statement is None:
+        return None
+    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    for node in find(statement, cst.Call):
+        function = functions.get(node.func.value) if isinstance(node.func, cst.Name) else None
+        if function is None or function in pending.stack:
+            continue
+        returns = find(function, cst.Return, skip=cst.FunctionDef)  # not a nested function's
+        returned = {ctx.code(r.value).strip() for r in returns if r.value is not None}
+        for inner in leftovers:
+            if function in inner.stack and _gives(ctx, inner.stack, returned):
+                return f"{node.func.value}()", first_line(ctx, inner.node)
+    return None
+
+
+def _gives(ctx, stack, returned: set[str]) -> bool:
+    """Whether the code at the end of `stack` is returned: inside a `return`, or assigned to an expression
+    that a `return` of `returned` gives."""
+    for node in reversed(stack):
+        if isinstance(node, cst.Return):
+            return True
+        if isinstance(node, cst.Assign):
+            return any(ctx.code(target.target).strip() in returned for target in node.targets)
+        if isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef)):
+            return False
+    return False
 
 
 def cuda_sink(pending, sinks: list, mentions: CudaMentions, positions, lines: list[str]) -> str | None:

@@ -41,6 +41,7 @@ import libcst as cst
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.cuda_ties import (
+    cuda_maker,
     cuda_sibling,
     cuda_sink,
     cuda_source,
@@ -239,6 +240,13 @@ def _keep_cuda_checks(
                 changed = True
             elif applies(pending, style) and (source := cuda_source(ctx, pending, leftovers)):
                 withdraw(pending, f"it takes a value CUDA-only code gives (`{source}`): change them together")
+                changed = True
+            elif applies(pending, style) and (maker := cuda_maker(ctx, pending, leftovers)):
+                withdraw(
+                    pending,
+                    f"its statement works with what `{maker[0]}` makes, which stays CUDA's (`{maker[1]}`): "
+                    "change them together",
+                )
                 changed = True
             elif applies(pending, style) and (kept := guarded_leftover(ctx, pending, leftovers)):
                 withdraw(

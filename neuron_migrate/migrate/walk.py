@@ -94,3 +94,22 @@ def walk(node: cst.CSTNode, visitor, kinds: frozenset[type] = SEMANTIC) -> None:
                     if type(item) in kinds:
                         walk(item, visitor, kinds)
     visitor.on_leave(node)
+
+
+def find(node: cst.CSTNode, kind: type, skip: type | None = None) -> list:
+    """The nodes of class `kind` at or under `node`, in source order; below `node`, nodes of class `skip` are
+    not searched (`find(function, cst.Return, skip=cst.FunctionDef)`: a nested function's returns are its
+    own)."""
+    found: list = []
+
+    class Find(cst.CSTVisitor):
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            if isinstance(visited, kind):
+                found.append(visited)
+            return visited is node or skip is None or not isinstance(visited, skip)
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            pass
+
+    walk(node, Find())
+    return found

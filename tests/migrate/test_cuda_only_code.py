@@ -227,6 +227,31 @@ def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
     assert "it takes a value CUDA-only code gives (`state = torch.cuda.get_rng_state()`)" in setter.message
 
 
+_MAKER = (
+    "import torch\n_streams = {}\ndef _side_stream(priority=0):\n    if priority not in _streams:\n"
+    "        _streams[priority] = torch.cuda.Stream(priority=priority)\n    return _streams[priority]\n"
+    "def _log():\n    print(torch.cuda.get_device_name())\n    return None\n"
+    "def reduce(tensor):\n    _side_stream().wait_stream(torch.cuda.current_stream())\n"
+    "def count():\n    return _log() or torch.cuda.device_count()\n"
+)
+
+
+def test_a_statement_that_uses_what_a_cuda_maker_returns_stays_with_it():
+    """torch's symmetric memory: `_get_backend_stream()` makes a `torch.cuda.Stream` (for a person, it has a
+    priority); waiting on it from the accelerator's stream would mix two stream APIs in one statement. A call
+    to a function whose CUDA code is not what it returns (`_log()`) ties nothing."""
+    assert "torch.cuda.current_stream()" in fixed(_MAKER)
+    assert "_log() or torch.accelerator.device_count()" in fixed(_MAKER)  # not what `_log()` returns
+    waiter = next(f for f in findings(_MAKER) if f.line == 11)
+    assert (
+        "works with what `_side_stream()` makes, which stays CUDA's "
+        "(`torch.cuda.Stream(priority=priority)`)" in waiter.message
+    )
+    reviewed = fixed(_MAKER, unsafe=True)  # the maker rewritten too: both go
+    assert "torch.Stream(priority=priority)" in reviewed
+    assert "_side_stream().wait_stream(torch.accelerator.current_stream())" in reviewed
+
+
 def test_a_function_that_keeps_a_call_for_a_person_keeps_its_other_uses_of_it():
     """torch's symmetric memory: one of a function's `torch.cuda.current_stream()` calls hands its stream on
     and is for a person, so those used as any stream stay as well (one call, one way per function)."""
