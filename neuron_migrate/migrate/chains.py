@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
+from itertools import pairwise
 
 import libcst as cst
 
@@ -26,13 +27,14 @@ _OTHER_DEVICES = re.compile(
 #: torch's `custom_device_mod` for `torch._C._get_privateuse1_backend_name()`)
 _NEURON = re.compile(r"(?<![a-z])(neuronx?|privateuse1|custom_(?:device|backend)\w*)(?![a-z])", re.IGNORECASE)
 
-#: code that names another accelerator as a device: its type as a string (`"mps"`, `'xpu:0'`), its torch
-#: module (`torch.xpu.`, `torch.backends.mps.`), an availability function (`is_torch_npu_available`)
+#: code that chooses by another accelerator: its type as a string (`"mps"`, `'xpu:0'`), or an availability
+#: function (`is_torch_npu_available`, `is_xpu_available`)
 _OTHER_DEVICE_NAMED = re.compile(
     r"""["'](xpu|npu|mlu|hpu|mps|musa|xla|mtia|sdaa)(?::\d*)?["']"""
-    r"|\btorch\.(?:backends\.)?(xpu|npu|mlu|hpu|mps|musa|mtia)\."
     r"|\bis_(?:torch_)?(xpu|npu|mlu|hpu|mps|musa|xla|sdaa)_available\b"
 )
+#: a module that names `neuron`, or the PrivateUse1 backend it registers as
+_NEURON_NAMED = re.compile(r"(?<![a-z])(neuronx?|privateuse1)(?![a-z])", re.IGNORECASE)
 _NAMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 #: what a branch of a per-device chain is told: the other devices' branches come first or after it
@@ -114,11 +116,26 @@ def _chain_top(stack, index: int) -> int:
 
 
 def other_device_named(ctx) -> str | None:
-    """The first other accelerator the module names as a device (`"mps"`, `torch.xpu.`,
-    `is_torch_npu_available`), or None: a module that does treats the devices apart, so a CUDA test made
-    generic there changes what they do too (`include_half=device.startswith("cuda")` beside an `"mps"`
-    case)."""
+    """The first other accelerator the module chooses by (`"mps"`, `is_torch_npu_available`), or None: a
+    module that does treats the devices apart, so its CUDA code made generic changes what they do too
+    (`include_half=device.startswith("cuda")` beside an `"mps"` case). None too where the module names
+    `neuron` (or the PrivateUse1 backend) as well: it already has a part for Trainium, or serves every
+    device (`if device not in ("cpu", "xpu", "neuron"): raise`)."""
     if ctx not in _NAMED:
-        match = _OTHER_DEVICE_NAMED.search(ctx.code(ctx.module))
-        _NAMED[ctx] = next(g for g in match.groups() if g) if match else None
+        text = ctx.code(ctx.module)
+        match = _OTHER_DEVICE_NAMED.search(text)
+        named = next(g for g in match.groups() if g) if match else None
+        _NAMED[ctx] = None if named is None or _NEURON_NAMED.search(text) else named
     return _NAMED[ctx]
+
+
+def after_device_branches(ctx, stack) -> bool:
+    """Whether the node at the end of `stack` is in a later branch (an `elif` or the `else`) of a chain that
+    tests other accelerators first: they took their own branches, so this one only serves the rest
+    (`if is_xpu_available(): torch.xpu.manual_seed_all(s) else: torch.cuda.manual_seed_all(s)`)."""
+    return any(
+        isinstance(parent, cst.If)
+        and child is parent.orelse
+        and chain_of_tests(ctx, chain_tests(stack, index)) is not None
+        for index, (parent, child) in enumerate(pairwise(stack))
+    )

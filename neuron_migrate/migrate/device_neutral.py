@@ -14,7 +14,6 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.migrate.chains import other_device_named
 from neuron_migrate.migrate.guards import conjuncts, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.walk import walk
@@ -45,9 +44,8 @@ _EXCEPTION_NAME = re.compile(r"(Error|Exception|Warning|Exit)$")
 
 def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     """Why making the CUDA device-type test `check` generic could send other devices into code they may not
-    run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), the code the
-    test selects for CUDA makes a call that is neither device plumbing nor fixed in this run, or the module
-    names other accelerators (a per-device choice the generic test would change for them)."""
+    run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
+    test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
     side, rest = cuda_side(ctx, check), and_rest(check)
     if (subject := _tested_name(check.node)) and _assigns(side, subject):
         return (
@@ -64,11 +62,6 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
         return (
             f"what it {what} CUDA (`{first}`) does no device work: a choice made for CUDA, which other "
             "devices would now make too"
-        )
-    if (other := other_device_named(ctx)) is not None:
-        return (
-            f"the module treats other accelerators apart (`{other}`): a generic test would change what they "
-            "do too; add `neuron` to this test where Trainium suits what it selects"
         )
     if libraries:
         used = ctx.code(libraries[0].node).strip().splitlines()[0]

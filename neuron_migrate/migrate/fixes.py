@@ -15,6 +15,7 @@ idiom (inside an f-string) sets `needs_name`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,8 @@ DEVICE = "\ue000device\ue001"
 DEVICE_ATOM = "\ue000(device)\ue001"  # the device where an `or` expression needs parentheses
 DEVICE_TYPE = "\ue000device_type\ue001"
 PLACEHOLDERS = (DEVICE, DEVICE_ATOM, DEVICE_TYPE)
+#: what only accelerator-generic code writes (see `FixSpec.generalizes`)
+_GENERIC = re.compile(r"torch\.accelerator\.|torch\.(?:Event|Stream)\b|[\"']cpu[\"']|\ue000")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,13 @@ class FixSpec:
     def uses_device(self) -> bool:
         """Whether any replacement names the device (holds a placeholder)."""
         return any(p in r.text for r in self.replacements for p in PLACEHOLDERS)
+
+    @property
+    def generalizes(self) -> bool:
+        """Whether the new code serves any accelerator where the old served CUDA: it calls
+        `torch.accelerator`, names the device, makes a `torch.Event` / `torch.Stream`, or tests against the
+        CPU (`!= "cpu"`). Not so a removal, or a rewrite that keeps CUDA (`torch.amp.GradScaler("cuda")`)."""
+        return any(_GENERIC.search(part.text) for part in (*self.replacements, *self.insertions))
 
 
 def inline(text: str) -> str:

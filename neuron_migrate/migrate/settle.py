@@ -12,7 +12,10 @@ In order, for every finding with a fix:
    runs on CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
    inside a parameter's default becomes unsafe (the default is the function's interface, and the device
-   would be looked up when the function is defined, at import);
+   would be looked up when the function is defined, at import), and so does a safe fix that makes code
+   generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not one
+   that names `neuron` too, nor code in a branch after theirs): that module keeps the devices apart, and its
+   CUDA code is CUDA's part;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
@@ -39,6 +42,7 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
+from neuron_migrate.migrate.chains import after_device_branches, other_device_named
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.cuda_ties import (
     cuda_maker,
@@ -75,6 +79,12 @@ def applies(pending, style: FixStyle) -> bool:
     """Whether this run applies the finding's fix (safe ones always, unsafe ones with --unsafe-fixes)."""
     safety = _safety(pending)
     return safety == "safe" or (safety == "unsafe" and style.unsafe)
+
+
+_PER_DEVICE = (
+    "the module treats other accelerators apart (`{other}`): its CUDA code is CUDA's part, and a generic "
+    "rewrite changes what they do too; review it, or add a `neuron` part"
+)
 
 
 def _safety(pending) -> str | None:
@@ -121,6 +131,15 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(_DEFAULT)
+        elif (
+            pending.fix is not None
+            and _safety(pending) == "safe"
+            and pending.fix.generalizes
+            and (other := other_device_named(ctx)) is not None
+            and not after_device_branches(ctx, pending.stack)
+        ):
+            pending.fix = replace(pending.fix, safety="unsafe")
+            pending.notes.append(_PER_DEVICE.format(other=other))
     _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back)
     _removals_take_inner_fixes(pendings, style)
 

@@ -664,25 +664,48 @@ def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
     ("other", "cue"),
     [
         ("def small(device):\n    return device == 'mps'\n", "mps"),
-        ("HAS_MPS = torch.backends.mps.is_available()\n", "mps"),
+        ("ORDER = {'cuda': 0, 'mps:0': 1}\n", "mps"),
         ("from transformers import is_torch_xpu_available\n", "xpu"),
     ],
 )
-def test_a_module_that_names_other_accelerators_keeps_its_cuda_tests(other, cue):
+def test_a_module_that_chooses_by_other_accelerators_keeps_its_cuda_code_for_review(other, cue):
     """torch's `include_half=device.startswith("cuda")` beside an `"mps"` case, transformers' pinning for
-    `device.type == "cuda"` where MPS is told apart: made generic, MPS and XPU would take the CUDA choice too
-    (a change for them, nothing for Trainium that a person should not decide)."""
+    `device.type == "cuda"` where MPS is told apart, a cache emptied where CUDA is available: made generic,
+    MPS and XPU would take the CUDA path too (a change for them, which their authors kept apart). The fixes
+    become unsafe; a removal that serves no device (a CUDA seed after `torch.manual_seed`) stays safe."""
     source = (
         "import torch\n" + other + "def dtypes(device):\n    return device.startswith('cuda')\n"
         "def pin(x):\n    if x.device.type == 'cuda':\n        x = x.pin_memory()\n    return x\n"
+        "def tidy():\n    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
+        "def seed(s):\n    torch.manual_seed(s)\n    torch.cuda.manual_seed(s)\n"
     )
-    assert fixed(source) == source
-    checks = [f for f in findings(source) if f.code == "NM105"]
-    assert len(checks) == 2
-    assert all(c.fix.safety == "unsafe" and f"apart (`{cue}`)" in c.message for c in checks)
-    assert fixed(source, unsafe=True).replace('"', "'").count("!= 'cpu'") == 2
-    alone = source.replace(other, "")  # without the other device, plumbing and kept values are safe
-    assert fixed(alone).replace('"', "'").count("!= 'cpu'") == 2
+    after = fixed(source)
+    assert after == source.replace("    torch.cuda.manual_seed(s)\n", "")
+    told = [f for f in findings(source) if f"apart (`{cue}`)" in f.message]
+    lines = source.splitlines()
+    where = {
+        n
+        for n, line in enumerate(lines, 1)
+        if ("'cuda'" in line or "is_available" in line) and line not in other
+    }
+    assert {f.line for f in told} == where  # the two tests, and the availability check
+    assert all(f.fix is None or f.fix.safety == "unsafe" for f in told)
+    reviewed = fixed(source, unsafe=True).replace('"', "'")
+    assert reviewed.count("!= 'cpu'") == 2 and "torch.accelerator.empty_cache()" in reviewed
+    alone = fixed(source.replace(other, "")).replace('"', "'")  # no other device: all safe
+    assert alone.count("!= 'cpu'") == 2 and "torch.accelerator.empty_cache()" in alone
+
+
+def test_a_module_that_chooses_by_neuron_too_or_serves_the_rest_after_them_is_fixed():
+    """A module that names `neuron` already has a part for it, or serves every device; an `else` after other
+    devices' branches only serves the devices without one."""
+    named = "import torch\nDEVICES = ('xpu', 'neuron')\ndef f():\n    torch.cuda.synchronize()\n"
+    assert "torch.accelerator.synchronize()" in fixed(named)
+    after_them = (
+        "import torch\ndef f():\n    if is_xpu_available():\n        torch.xpu.empty_cache()\n"
+        "    else:\n        torch.cuda.empty_cache()\n"
+    )
+    assert "torch.accelerator.empty_cache()" in fixed(after_them)
 
 
 # --- what is left for a person, and what needs no change ---------------------------------------------------
