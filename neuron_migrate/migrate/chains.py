@@ -115,14 +115,15 @@ def _chain_top(stack, index: int) -> int:
     return index
 
 
-def other_device_named(ctx) -> str | None:
+def other_device_named(ctx, lines: list[str]) -> str | None:
     """The first other accelerator the module chooses by (`"mps"`, `is_torch_npu_available`), or None: a
     module that does treats the devices apart, so its CUDA code made generic changes what they do too
     (`include_half=device.startswith("cuda")` beside an `"mps"` case). None too where the module names
     `neuron` (or the PrivateUse1 backend) as well: it already has a part for Trainium, or serves every
-    device (`if device not in ("cpu", "xpu", "neuron"): raise`)."""
+    device (`if device not in ("cpu", "xpu", "neuron"): raise`). `lines`: the module's source lines (read
+    once per file, on first need)."""
     if ctx not in _NAMED:
-        text = ctx.code(ctx.module)
+        text = "\n".join(lines)
         match = _OTHER_DEVICE_NAMED.search(text)
         named = next(g for g in match.groups() if g) if match else None
         _NAMED[ctx] = None if named is None or _NEURON_NAMED.search(text) else named

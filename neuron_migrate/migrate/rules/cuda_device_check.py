@@ -49,21 +49,21 @@ class CudaDeviceCheck(Rule):
     Fix safety
     Safe: `'cuda' if torch.cuda.is_available() else 'cpu'` becomes the accelerator's type, which is `cuda` on
     a CUDA machine and `cpu` without an accelerator, as before; with another condition only the `'cuda'`
-    string is replaced, so the condition still decides. A test on a value that clearly holds a device
-    becomes `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
-    `torch.device(s).type`. That is safe when the code the test selects for CUDA is device plumbing (moving
-    or pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
+    string is replaced, so the condition still decides. A test on a value that clearly holds a device becomes
+    `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
+    `torch.device(s).type`. That is safe when the code the test selects for CUDA is device plumbing (moving or
+    pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
     device-agnostic, or when the test's value is kept (`use_amp = ...`); around a plain choice with no device
     work (a memory format, a list of LAPACK drivers, a sample the test makes CUDA skip: a fact about CUDA that
-    other devices would now follow too), around other code (a torch op with a
-    CUDA-only argument, the project's own kernels), around code that sets the tested name itself
-    (`if device_map == "cuda": device_map = f"cuda:{rank}"` would replace `"mps"` too), in a file that uses a
-    CUDA-only library or Triton, in a module that names other accelerators (`"mps"`, `torch.xpu.`: it tells
-    them apart, and a generic test would change what they do), and for `.type == 'cuda'` on something not
-    known to be a device it is unsafe, and the message names what to check. A test that is only a part of a
-    flag's value (`(d.type == "cuda" and gqa) or masked`) is judged by what the flag selects. No fix for a
-    test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay
-    CUDA-only), for a comparison with an indexed string, or for membership in a list of device types.
+    other devices would now follow too), around other code (a torch op with a CUDA-only argument, the
+    project's own kernels), around code that sets the tested name itself (`if device_map == "cuda": device_map
+    = f"cuda:{rank}"` would replace `"mps"` too), in a file that uses a CUDA-only library or Triton, in a
+    module that chooses by other accelerators (a `"mps"` string, `is_torch_xpu_available()`: it keeps them
+    apart, and a generic test would change what they do), and for `.type == 'cuda'` on something not known to
+    be a device it is unsafe, and the message names what to check. A test that is only a part of a flag's
+    value (`(d.type == "cuda" and gqa) or masked`) is judged by what the flag selects. No fix for a test that
+    guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay CUDA-only), for a comparison
+    with an indexed string, or for membership in a list of device types.
     """
 
     code = "NM105"
