@@ -78,11 +78,13 @@ _STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|(?<![a-z])tegra", re.I
 #: properties: "Roofline estimation needs to access CUDA capabilities", torch's runtime estimator)
 _STRONG_STRING_CUE = re.compile(r"nccl|cuda\s+capabilit", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
-#: "only on CUDA", "CUDA-only", and CUDA named with ROCm's HIP, its one other backend ("makes sure this is
-#: CUDA or HIP": torch's SVD meta function conjugates for what cuSOLVER and hipSOLVER return)
+#: "only on CUDA", "CUDA-only", CUDA named with ROCm's HIP, its one other backend ("makes sure this is
+#: CUDA or HIP": torch's SVD meta function conjugates for what cuSOLVER and hipSOLVER return), and NVIDIA's
+#: kernel templates, CUDA's by nature (a "CuTe-DSL kernel", CUTLASS)
 _CUDA_ONLY_COMMENT = re.compile(
     r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b"
-    r"|\bcuda\s*(?:or|/)\s*(?:hip|rocm)\b",
+    r"|\bcuda\s*(?:or|/)\s*(?:hip|rocm)\b"
+    r"|(?-i:\bCuTe\b)|\bcutlass\b",
     re.IGNORECASE,
 )
 #: names of test decorators that run a test only with CUDA: `onlyCUDA`, `requires_nccl`, `require_torch_gpu`,

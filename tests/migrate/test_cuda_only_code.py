@@ -530,6 +530,9 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    elif 'cuda' in set(types):\n        return 'cuda'\n    return types[0]\n",
         "import torch\ndef svd_meta(A, Vh):\n    # Also makes sure this is CUDA or HIP:\n"
         "    if Vh.is_complex() and torch.cuda.is_available():\n        Vh = Vh.conj()\n    return Vh\n",
+        # a comment that names NVIDIA's kernel templates: transformers' MSA attention (a CuTe-DSL kernel)
+        "import torch\ndef attend(msa, q):\n    # CuTe-DSL kernel launches on the ambient current_device\n"
+        "    with torch.cuda.device(q.device):\n        return msa.build(q)\n",
         # a function that requires a CUDA-only library (imported unconditionally, or with a raise otherwise)
         "import torch\ndef dequantize(qweight, weight):\n    import bitsandbytes as bnb\n\n"
         "    compute_device = 'xpu' if is_xpu_available() else 'cuda'\n"
