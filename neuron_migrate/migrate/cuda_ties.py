@@ -190,16 +190,18 @@ def cuda_maker(ctx, pending, leftovers: list) -> tuple[str, str] | None:
     statement = next((n for n in reversed(pending.stack) if isinstance(n, cst.SimpleStatementLine)), None)
     if statement is None:
         return None
-    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
-    for node in find(statement, cst.Call):
-        function = functions.get(node.func.value) if isinstance(node.func, cst.Name) else None
+    functions = {id(s) for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    for inner in leftovers:
+        function = next((n for n in inner.stack if id(n) in functions), None)
         if function is None or function in pending.stack:
+            continue
+        sites = calls_in(ctx).sites.get(function.name.value, ())
+        if not any(site.by_name and statement in site.stack for site in sites):
             continue
         returns = find(function, cst.Return, skip=cst.FunctionDef)  # not a nested function's
         returned = {ctx.code(r.value).strip() for r in returns if r.value is not None}
-        for inner in leftovers:
-            if function in inner.stack and _gives(ctx, inner.stack, returned):
-                return f"{node.func.value}()", first_line(ctx, inner.node)
+        if _gives(ctx, inner.stack, returned):
+            return f"{function.name.value}()", first_line(ctx, inner.node)
     return None
 
 
