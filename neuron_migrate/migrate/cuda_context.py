@@ -402,7 +402,13 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
     for leftover in leftovers:
         if leftover is not pending and leftover.node in stack and leftover.node is not pending.node:
-            return CudaOnly("it is an argument of CUDA-only code that stays: no change needed")
+            if leftover.no_change:
+                return CudaOnly("it is an argument of CUDA-only code that stays: no change needed")
+            return CudaOnly(
+                f"it is an argument of CUDA-only code left for a person (`{ctx.excerpt(leftover.node)}`): "
+                "change them together",
+                True,
+            )
     return None
 
 

@@ -54,13 +54,13 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     accelerator around CUDA events that stay; its `get_cycles_per_ms` times `torch.cuda._sleep` with events.
     Module-level code is left out: a script's top level is too large a unit to hold back."""
     scope = scope_of(pending.stack)
-    if not isinstance(scope, cst.FunctionDef) or (api := _kind(_called(pending.node))) is None:
+    if not isinstance(scope, cst.FunctionDef) or (api := _kind(_called(ctx, pending.node))) is None:
         return None
     for inner in leftovers:
         if (
             inner is not pending
             and not inner.no_change
-            and _kind(_called(inner.node)) == api
+            and _kind(_called(ctx, inner.node)) == api
             and (inner.rule is pending.rule or api == _TIMING)
             and scope_of(inner.stack) is scope
         ):
@@ -95,11 +95,15 @@ def _kind(api: str | None) -> str | None:
     return _TIMING if api is not None and _TIMING_CALLS.fullmatch(api) else api
 
 
-def _called(node: cst.CSTNode) -> str | None:
-    """What a finding's node calls or names, as written: `torch.cuda.current_stream`, `.cuda` for a method."""
+def _called(ctx, node: cst.CSTNode) -> str | None:
+    """What a finding's node calls or names: a torch API by its qualified name (`torch.cuda.current_stream`,
+    however imported), `.cuda` for a method of some value (`x.cuda()`, `model.cuda(rank)`)."""
     target = node.func if isinstance(node, cst.Call) else node
-    if isinstance(target, cst.Attribute) and dotted(target) is None:
-        return f".{target.attr.value}"  # a method of some value: `x.cuda()`
+    qualified = ctx.qualified_name(target)
+    if qualified is not None and qualified.startswith("torch."):
+        return qualified
+    if isinstance(target, cst.Attribute):
+        return f".{target.attr.value}"
     return dotted(target)
 
 

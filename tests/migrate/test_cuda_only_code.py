@@ -252,6 +252,22 @@ def test_a_statement_that_uses_what_a_cuda_maker_returns_stays_with_it():
     assert "_side_stream().wait_stream(torch.accelerator.current_stream())" in reviewed
 
 
+def test_a_model_placed_for_cuda_code_left_for_a_person_keeps_its_inputs_with_it():
+    """torch's DDP tests: `DistributedDataParallel(model.cuda(rank), device_ids=[rank])` is for a person (the
+    `device_ids` fix is unsafe), so the model stays on CUDA; moving the inputs to the accelerator alone would
+    be half a migration (on neuron the model still fails). With `--unsafe-fixes` all of it moves."""
+    source = (
+        "import torch\nfrom torch import nn\ndef run(model, x, rank):\n"
+        "    ddp = nn.parallel.DistributedDataParallel(model.cuda(rank), device_ids=[rank])\n"
+        "    x = x.cuda(rank)\n    return ddp(x)\n"
+    )
+    assert fixed(source) == source
+    messages = {f.line: f.message for f in findings(source) if f.code == "NM103"}
+    assert "argument of CUDA-only code left for a person" in messages[4]
+    assert "its function keeps `model.cuda(rank)` for a person" in messages[5]
+    assert ".cuda(" not in fixed(source, unsafe=True)
+
+
 def test_a_function_that_keeps_a_call_for_a_person_keeps_its_other_uses_of_it():
     """torch's symmetric memory: one of a function's `torch.cuda.current_stream()` calls hands its stream on
     and is for a person, so those used as any stream stay as well (one call, one way per function)."""
