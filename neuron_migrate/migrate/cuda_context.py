@@ -87,6 +87,9 @@ _CUDA_ONLY_COMMENT = re.compile(
     r"|(?-i:\bCuTe\b)|\bcutlass\b",
     re.IGNORECASE,
 )
+#: callee names that query NVIDIA's driver or interconnect: NVLink, NVSwitch, NVML, nvidia-smi (not a
+#: capability predicate such as `is_nvidia_sm100_or_later()`, which gates one path of a generic function)
+_NVIDIA_QUERY = re.compile(r"nvlink|nvswitch|nvml|nvidia_?smi", re.IGNORECASE)
 #: names of test decorators that run a test only with CUDA: `onlyCUDA`, `requires_nccl`, `require_torch_gpu`,
 #: `skip_if_lt_x_gpu`, `skipIfNoCuda`, `skip_if_no_gpu`
 _GATE_NAME = re.compile(
@@ -249,6 +252,16 @@ class CudaMentions:
         return self.libraries[key]
 
 
+def _nvidia_query(ctx, function: cst.FunctionDef) -> str | None:
+    """The name of a function `function` calls itself (not in a nested function) that queries NVIDIA's
+    driver or interconnect (`_has_nvlink()`, `pynvml.nvmlInit()`, `nvidia_smi(...)`), if any: torch's
+    `detect_interconnect` models NVLink and InfiniBand topologies from the GPU count it asks CUDA for."""
+    for name, sites in calls_in(ctx).sites.items():
+        if _NVIDIA_QUERY.search(name) and any(site.caller()[0] is function for site in sites):
+            return name
+    return None
+
+
 def covered_nodes(pendings: list, applies) -> set[int]:
     """ids of every node inside the replacement nodes of the fixes this run applies."""
     covered: set[int] = set()
@@ -326,6 +339,11 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             )
         if (library := mentions.required_library(function)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
+        if (query := _nvidia_query(mentions.ctx, function)) is not None:
+            return CudaOnly(
+                f"its function asks NVIDIA's driver or topology (`{query}()`), which Trainium does not have: "
+                "no change needed"
+            )
         if (design := _cuda_design_in(mentions.ctx, function, leftovers)) is not None:
             return CudaOnly(
                 f"its function keeps CUDA graph code (`{design}`), which has no Trainium counterpart: port "

@@ -546,6 +546,10 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         "    elif 'cuda' in set(types):\n        return 'cuda'\n    return types[0]\n",
         "import torch\ndef svd_meta(A, Vh):\n    # Also makes sure this is CUDA or HIP:\n"
         "    if Vh.is_complex() and torch.cuda.is_available():\n        Vh = Vh.conj()\n    return Vh\n",
+        # a function that asks NVIDIA's interconnect: torch's inductor models NVLink/InfiniBand topologies
+        "import torch\ndef detect_interconnect(group_size):\n"
+        "    per_node = torch.cuda.device_count() if torch.cuda.is_available() else 8\n"
+        "    if group_size <= per_node and _has_nvlink():\n        return 'nvlink'\n    return 'ib'\n",
         # a comment that names NVIDIA's kernel templates: transformers' MSA attention (a CuTe-DSL kernel)
         "import torch\ndef attend(msa, q):\n    # CuTe-DSL kernel launches on the ambient current_device\n"
         "    with torch.cuda.device(q.device):\n        return msa.build(q)\n",
