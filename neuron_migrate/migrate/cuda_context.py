@@ -15,7 +15,9 @@ A fix is withdrawn, with a note saying why, when its code:
   function is CUDA's (anywhere else it ends in the `raise`);
 - is in a branch of a per-device `if`/`elif` chain that has a branch for `neuron` (Trainium takes that one),
   or in the `GPU` branch of a test that tells devices apart (`DistributedType.MULTI_GPU` next to `MULTI_XPU`);
-- is under a comment that says it is CUDA-only ("right now, only CUDA is implemented");
+- is under a comment that says it is CUDA-only ("right now, only CUDA is implemented") or names NVIDIA's
+  kernel templates ("CuTe-DSL kernel", CUTLASS);
+- is in a function that itself asks NVIDIA's driver or interconnect (`_has_nvlink()`, NVML, nvidia-smi);
 - is in a function that requires a CUDA-only library: imports it in its body (`import bitsandbytes as bnb`,
   or in an `if` whose other branch exits) or calls it there unconditionally, or in a block that calls one
   (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
@@ -29,13 +31,16 @@ A fix is withdrawn, with a note saying why, when its code:
 - is in, or after, a statement of its block that calls a function of the module that requires CUDA by its
   precondition (`client.init_communicator(device="cuda")`, matched by name);
 - is an argument of CUDA-only code that stays
-  (`torch.cuda.get_device_properties(torch.cuda.current_device())`);
+  (`torch.cuda.get_device_properties(torch.cuda.current_device())`), or of CUDA code left for a person
+  (`DistributedDataParallel(model.cuda(rank), device_ids=[rank])` while its unsafe `device_ids` fix waits:
+  a to-do, changed together);
 - is CUDA's by what its call pairs it with: CUDA-only facts, a process-group backend, other device types
   given to the same function; or is a CUDA function stored in a table, not called (`cuda_neighbours`);
 - is the function under a `"cuda"` key of a dict (a per-device dispatch table,
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
-All but the last need no change (the finding becomes a note). "Mentions CUDA" means a name or attribute
+All but the last, the per-device functions, CUDA graph code and arguments of code left for a person need
+no change (the finding becomes a note). "Mentions CUDA" means a name or attribute
 containing `cuda`, `nvidia`, `cublas`, `cudnn`, `nccl` or NVIDIA's embedded CUDA platforms (`jetson`,
 `tegra`), a call of a function whose name contains `gpu`, a
 string containing `cuda`, `gpu`, `nvidia` or `nccl`, or a CUDA-only library or capability name
