@@ -329,7 +329,8 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly("the file is about CUDA by its name: leave it, or port it by hand")
     if (library := mentions.library_module()) is not None:
         return CudaOnly(
-            f"the module drives `{library}`, a CUDA-only library (it is named after it): no change needed"
+            f"the module drives `{library}`, a CUDA-only library (it or its folder is named after it): no "
+            "change needed"
         )
     if mentions.requires_cuda():
         return CudaOnly("the module's docstring says it requires CUDA: no change needed")

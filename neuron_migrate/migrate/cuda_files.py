@@ -57,8 +57,11 @@ def requires_cuda(module: cst.Module) -> bool:
 
 def library_module(module: cst.Module, path: str) -> str | None:
     """The CUDA-only library a module is the integration of (it imports it at its top level and its file is
-    named after it), if any."""
-    stem = path.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    named after it, or it is in a folder named after it: diffusers' `quantizers/bitsandbytes/`), if any."""
+    *folders, stem = path.replace("\\", "/").lower().split("/")
+    for folder in folders:
+        if library_of(folder) == folder:
+            return folder
     for statements in _top_level_blocks(module):
         library = imported_library(statements)
         if library is not None and library.split(".")[0].lower() in stem:

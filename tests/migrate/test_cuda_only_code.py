@@ -867,6 +867,12 @@ def test_a_cuda_function_stored_in_a_table_is_left_alone():
             "import torch\nif is_megatron_lm_available():\n    from megatron.core import mpu\n\n\n"
             "def get_batch(data):\n    return send_to_device(data, torch.cuda.current_device())\n",
         ),
+        # a module in a folder named after a CUDA-only library: diffusers' bitsandbytes quantizer
+        (
+            "diffusers/quantizers/bitsandbytes/bnb_quantizer.py",
+            "import torch\ndef update_device_map(device_map):\n"
+            "    return {'': f'cuda:{torch.cuda.current_device()}'}\n",
+        ),
         # ROCm drives AMD GPUs through torch.cuda; Triton and NVIDIA's libraries are GPU kernels
         ("torch/_inductor/codegen/rocm/bench.py", "import torch\nn = torch.cuda.device_count()\n"),
         ("ops/bmm/triton_impl.py", "import torch\nn = torch.cuda.device_count()\n"),
