@@ -69,7 +69,8 @@ class FixSpec:
     """A fix before positions are known: replacements plus the imports the new code needs (`"torch"`, …).
 
     `safety` None means the rule's declared `fix_safety`. `needs_name`: the device placeholders in this fix
-    must become a name (the inline idiom cannot go where they stand)."""
+    must become a name (the inline idiom cannot go where they stand). `caution`: what a person must check
+    before applying an unsafe fix (said in the finding's message)."""
 
     title: str
     replacements: tuple[Replacement, ...]
@@ -77,6 +78,7 @@ class FixSpec:
     safety: FixSafety | None = None
     needs_name: bool = False
     insertions: tuple[Insertion, ...] = ()
+    caution: str = ""
 
     @property
     def uses_device(self) -> bool:

@@ -7,6 +7,7 @@ table (data, not if-chains) says what each name becomes and the rule builds the 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import cache
 from typing import ClassVar
 
@@ -74,7 +75,10 @@ class QualifiedNameRule(Rule):
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         """Report a use of `name`; `call` is the call when the use is `name(...)`."""
-        self.report(call or node, self.message_for(name), self.fix_for(node, call, name))
+        fix = self.fix_for(node, call, name)
+        pending = self.report(call or node, self.message_for(name), fix)
+        if fix is not None and fix.caution:
+            pending.notes.append(fix.caution)
 
     def message_for(self, name: str) -> str:
         return self.message.format(name=name, short=name.rsplit(".", 1)[-1])
@@ -197,6 +201,33 @@ def guarded_fix(
     guarded = fit(f"{new_call} if {AVAILABLE} else {cpu_value}", parent_of(ctx, call))
     return FixSpec(
         f"{title}, {cpu_value} without an accelerator", (Replacement(call, guarded),), imports=("torch",)
+    )
+
+
+def cautious_about_device(rule: Rule, call: cst.Call, fix: FixSpec | None) -> FixSpec | None:
+    """`fix`, made unsafe when `call` takes its device by a value that may be the CPU's (`synchronize(device)`
+    with `device = tensor.device`; not an index, a device string or a `torch.cuda` / `torch.accelerator`
+    call): `torch.accelerator` raises for a CPU device, where under a CUDA check on a host with another
+    accelerator the CUDA call was skipped (torch's PowerSGD hook on a gloo process group)."""
+    arg = keyword(call, "device") or positional(call, 0)
+    value = arg.value if arg is not None else None
+    if (
+        fix is None
+        or value is None
+        or isinstance(value, (cst.Integer, cst.SimpleString, cst.FormattedString))
+    ):
+        return fix
+    if isinstance(value, cst.Name) and value.value == "None":
+        return fix
+    called = rule.ctx.call_name(value) if isinstance(value, cst.Call) else None
+    if called is not None and called.startswith(("torch.cuda.", "torch.accelerator.")):
+        return fix
+    device = rule.ctx.excerpt(value, 30)
+    return replace(
+        fix,
+        safety="unsafe",
+        caution=f"`{device}` may be the CPU's device, for which `torch.accelerator` raises on a host with "
+        f'another accelerator: call it only for an accelerator device (`if {device}.type != "cpu":`)',
     )
 
 

@@ -1209,3 +1209,20 @@ def test_nvidia_embedded_platforms_are_about_cuda_by_name(name, about_cuda):
     from neuron_migrate.migrate.cuda_files import cuda_named
 
     assert cuda_named(name) is about_cuda
+
+
+def test_a_device_passed_by_value_that_may_be_the_cpus_makes_the_accelerator_call_unsafe():
+    """torch's PowerSGD hook: `if torch.cuda.is_available(): torch.cuda.synchronize(device)` with the
+    bucket's device, the CPU's on a gloo process group. On a Trainium host the CUDA check skipped the call;
+    `torch.accelerator.synchronize(cpu)` would raise there. An index or a CUDA call stays safe."""
+    source = (
+        "import torch\ndef hook(bucket):\n    device = bucket.buffer().device\n"
+        "    used = torch.cuda.memory_allocated(device)\n    torch.cuda.synchronize(device=device)\n"
+        "    return used\n"
+    )
+    assert fixed(source) == source
+    risky = [f for f in findings(source) if f.code in ("NM401", "NM403")]
+    assert len(risky) == 2
+    assert all(f.fix.safety == "unsafe" and "`device` may be the CPU's device" in f.message for f in risky)
+    plain = "import torch\ntorch.cuda.synchronize(0)\ntorch.cuda.synchronize(torch.cuda.current_device())\n"
+    assert fixed(plain).count("torch.accelerator.synchronize(") == 2

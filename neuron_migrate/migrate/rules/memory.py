@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
+from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, cautious_about_device, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
 
@@ -142,9 +142,11 @@ class CudaMemoryStats(QualifiedNameRule):
     functions raised without CUDA; guarded, they are skipped there. `mem_get_info` becomes
     `torch.accelerator.get_memory_info` and `memory_summary` the device module's `memory_summary` without a
     guard, since both raised without CUDA and still do. A `device=` keyword becomes positional (the
-    `torch.accelerator` functions take it positionally only). `memory_snapshot`, `_record_memory_history`,
-    `set_per_process_memory_fraction`, `list_gpu_processes` and `memory_stats_as_nested_dict` have no
-    device-agnostic equivalent and get no fix.
+    `torch.accelerator` functions take it positionally only). A guarded call given its device by a value that
+    may be the CPU's (`memory_allocated(tensor.device)`, not an index or a device string) is unsafe: the
+    `torch.accelerator` version raises for a CPU device on a host with another accelerator. `memory_snapshot`,
+    `_record_memory_history`, `set_per_process_memory_fraction`, `list_gpu_processes` and
+    `memory_stats_as_nested_dict` have no device-agnostic equivalent and get no fix.
     """
 
     code = "NM403"
@@ -208,5 +210,7 @@ class CudaMemoryStats(QualifiedNameRule):
             return None
         title = f"Replace `{name}` with `{target}`"
         if how == "guard":
-            return guarded_fix(self, call, f"{target}{args}", title, cpu_value)
+            return cautious_about_device(
+                self, call, guarded_fix(self, call, f"{target}{args}", title, cpu_value)
+            )
         return FixSpec(title, (Replacement(call, f"{target}{args}"),), imports=("torch",))

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, guarded_fix
+from neuron_migrate.migrate.patterns import QualifiedNameRule, call_args, cautious_about_device, guarded_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid
 
 
@@ -33,7 +33,10 @@ class CudaSynchronize(QualifiedNameRule):
     Safe: on CUDA the call is the same (a `device=` keyword becomes positional: `torch.accelerator.synchronize`
     takes it positionally only); without an accelerator the guard skips it, since
     `torch.accelerator.synchronize()` raises there. Where an accelerator is certain (inside an availability
-    check, after an early exit without one) no guard is added.
+    check, after an early exit without one) no guard is added. A device given by a value that may be the
+    CPU's (`synchronize(device)` with a tensor's device; not an index, a device string or a
+    `torch.cuda`/`torch.accelerator` call) makes the fix unsafe: `torch.accelerator.synchronize` raises for a
+    CPU device on a host with another accelerator, where a CUDA check around the call had skipped it.
     """  # noqa: E501 - rendered verbatim into docs/rules.md
 
     code = "NM401"
@@ -103,6 +106,7 @@ class CudaSynchronize(QualifiedNameRule):
         if args is None:
             return None
         target = self.NAMES[name]
-        return guarded_fix(
+        fix = guarded_fix(
             self, call, f"{target}{args}", f"Replace `{name}` with `{target}`", cpu_value="None"
         )
+        return cautious_about_device(self, call, fix)
