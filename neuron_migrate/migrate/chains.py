@@ -33,8 +33,8 @@ _OTHER_DEVICE_NAMED = re.compile(
     r"""["'](xpu|npu|mlu|hpu|mps|musa|xla|mtia|sdaa)(?::\d*)?["']"""
     r"|\bis_(?:torch_)?(xpu|npu|mlu|hpu|mps|musa|xla|sdaa)_available\b"
 )
-#: a module that names `neuron`, or the PrivateUse1 backend it registers as
-_NEURON_NAMED = re.compile(r"(?<![a-z])(neuronx?|privateuse1)(?![a-z])", re.IGNORECASE)
+#: CUDA's or neuron's device type, listed with others' (`["cuda", "xpu", "neuron"]`)
+_TOGETHER = re.compile(r"""["'](?:cuda|neuron)(?::\d*)?["']""")
 _NAMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 #: what a branch of a per-device chain is told: the other devices' branches come first or after it
@@ -118,16 +118,32 @@ def _chain_top(stack, index: int) -> int:
 def other_device_named(ctx, lines: list[str]) -> str | None:
     """The first other accelerator the module chooses by (`"mps"`, `is_torch_npu_available`), or None: a
     module that does treats the devices apart, so its CUDA code made generic changes what they do too
-    (`include_half=device.startswith("cuda")` beside an `"mps"` case). None too where the module names
-    `neuron` (or the PrivateUse1 backend) as well: it already has a part for Trainium, or serves every
-    device (`if device not in ("cpu", "xpu", "neuron"): raise`). `lines`: the module's source lines (read
-    once per file, on first need)."""
+    (`include_half=device.startswith("cuda")` beside an `"mps"` case). A device type listed with CUDA's or
+    neuron's (`device.type in ["cuda", "xpu", "neuron"]`, `if device not in ("cpu", "xpu", "neuron"):
+    raise`) treats them together, and does not count. `lines`: the module's source lines (read once per
+    file, on first need)."""
     if ctx not in _NAMED:
         text = "\n".join(lines)
-        match = _OTHER_DEVICE_NAMED.search(text)
-        named = next(g for g in match.groups() if g) if match else None
-        _NAMED[ctx] = None if named is None or _NEURON_NAMED.search(text) else named
+        _NAMED[ctx] = next(
+            (
+                next(g for g in m.groups() if g)
+                for m in _OTHER_DEVICE_NAMED.finditer(text)
+                if not _listed(text, m)
+            ),
+            None,
+        )
     return _NAMED[ctx]
+
+
+def _listed(text: str, match: re.Match) -> bool:
+    """Whether the device string `match` stands in a list, tuple or set that also names CUDA or neuron (the
+    text between the brackets around it)."""
+    if not match.group(0).startswith(("'", '"')):
+        return False
+    start = max(text.rfind(bracket, 0, match.start()) for bracket in "[({")
+    ends = [i for i in (text.find(bracket, match.end()) for bracket in "])}") if i >= 0]
+    inside = text[start + 1 : min(ends, default=len(text))]
+    return "," in inside and _TOGETHER.search(inside) is not None
 
 
 def after_device_branches(ctx, stack) -> bool:

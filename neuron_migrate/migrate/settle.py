@@ -13,9 +13,9 @@ In order, for every finding with a fix:
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
    inside a parameter's default becomes unsafe (the default is the function's interface, and the device
    would be looked up when the function is defined, at import), and so does a safe fix that makes code
-   generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not one
-   that names `neuron` too, nor code in a branch after theirs): that module keeps the devices apart, and its
-   CUDA code is CUDA's part;
+   generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
+   listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
+   apart, and its CUDA code is CUDA's part;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:

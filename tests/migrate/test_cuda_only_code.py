@@ -687,7 +687,7 @@ def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
     ("other", "cue"),
     [
         ("def small(device):\n    return device == 'mps'\n", "mps"),
-        ("ORDER = {'cuda': 0, 'mps:0': 1}\n", "mps"),
+        ("FALLBACK = 'mps:0'\n", "mps"),
         ("from transformers import is_torch_xpu_available\n", "xpu"),
     ],
 )
@@ -719,11 +719,16 @@ def test_a_module_that_chooses_by_other_accelerators_keeps_its_cuda_code_for_rev
     assert alone.count("!= 'cpu'") == 2 and "torch.accelerator.empty_cache()" in alone
 
 
-def test_a_module_that_chooses_by_neuron_too_or_serves_the_rest_after_them_is_fixed():
-    """A module that names `neuron` already has a part for it, or serves every device; an `else` after other
-    devices' branches only serves the devices without one."""
-    named = "import torch\nDEVICES = ('xpu', 'neuron')\ndef f():\n    torch.cuda.synchronize()\n"
-    assert "torch.accelerator.synchronize()" in fixed(named)
+def test_a_module_that_lists_devices_together_or_serves_the_rest_after_them_is_fixed():
+    """Other device types listed with CUDA's or neuron's treat the devices together (a precondition, a list
+    of supported hardware); an `else` after other devices' branches only serves the devices without one.
+    transformers' generation utilities list `["cuda", "xpu", "neuron", "tpu", "mps"]` and also test
+    `device.type != "mps"` alone: that one keeps them apart."""
+    for listed in ("DEVICES = ('xpu', 'neuron')\n", "OK = ['cuda', 'xpu', 'mps']\n"):
+        source = "import torch\n" + listed + "def f():\n    torch.cuda.synchronize()\n"
+        assert "torch.accelerator.synchronize()" in fixed(source)
+        apart = source + "def g(d):\n    return d.type != 'mps'\n"
+        assert "torch.accelerator.synchronize()" not in fixed(apart)
     after_them = (
         "import torch\ndef f():\n    if is_xpu_available():\n        torch.xpu.empty_cache()\n"
         "    else:\n        torch.cuda.empty_cache()\n"
