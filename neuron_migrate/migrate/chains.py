@@ -141,6 +141,8 @@ def _listed(text: str, match: re.Match) -> bool:
     if not match.group(0).startswith(("'", '"')):
         return False
     start = max(text.rfind(bracket, 0, match.start()) for bracket in "[({")
+    if start < 0 or max(text.rfind(bracket, start, match.start()) for bracket in "])}") > start:
+        return False  # not inside brackets: the last one opened before it is closed again
     ends = [i for i in (text.find(bracket, match.end()) for bracket in "])}") if i >= 0]
     inside = text[start + 1 : min(ends, default=len(text))]
     return "," in inside and _TOGETHER.search(inside) is not None

@@ -729,6 +729,12 @@ def test_a_module_that_lists_devices_together_or_serves_the_rest_after_them_is_f
         assert "torch.accelerator.synchronize()" in fixed(source)
         apart = source + "def g(d):\n    return d.type != 'mps'\n"
         assert "torch.accelerator.synchronize()" not in fixed(apart)
+    # a bracket closed before the device string is not a list around it
+    after_a_call = (
+        "import torch\nt = torch.zeros(2, device='cuda')\nuse = t.device.type == 'mps' or f(1)\n"
+        "def f(x):\n    torch.cuda.synchronize()\n"
+    )
+    assert "torch.accelerator.synchronize()" not in fixed(after_a_call)
     after_them = (
         "import torch\ndef f():\n    if is_xpu_available():\n        torch.xpu.empty_cache()\n"
         "    else:\n        torch.cuda.empty_cache()\n"
