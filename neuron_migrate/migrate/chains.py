@@ -15,12 +15,13 @@ from itertools import pairwise
 
 import libcst as cst
 
+#: the vendors' accelerators besides CUDA and neuron, as device types and in availability functions
+_VENDOR_DEVICES = "xpu|npu|mlu|hpu|mps|musa|xla|sdaa"
 #: other accelerators, as an `if`/`elif` chain names them: `device.type == "xpu"`, `is_torch_npu_available()`,
 #: accelerate's and peft's `is_npu_available()`, `torch.xpu.is_available()`, `DistributedType.MULTI_NPU`
 #: (a device name not run into other letters, so `input` is not `npu`)
 _OTHER_DEVICES = re.compile(
-    r"(?<![a-z])(xpu|npu|mlu|hpu|mps|musa|xla|tpu|sdaa|hip|rocm|neuronx?|privateuse1|custom_(?:device|backend)\w*)"
-    r"(?![a-z])",
+    rf"(?<![a-z])({_VENDOR_DEVICES}|tpu|hip|rocm|neuronx?|privateuse1|custom_(?:device|backend)\w*)(?![a-z])",
     re.IGNORECASE,
 )
 #: `neuron`, and the PrivateUse1 backend `neuron` registers as (`_is_privateuse1_backend_available()`,
@@ -30,8 +31,7 @@ _NEURON = re.compile(r"(?<![a-z])(neuronx?|privateuse1|custom_(?:device|backend)
 #: code that chooses by another accelerator: its type as a string (`"mps"`, `'xpu:0'`), or an availability
 #: function (`is_torch_npu_available`, `is_xpu_available`)
 _OTHER_DEVICE_NAMED = re.compile(
-    r"""["'](xpu|npu|mlu|hpu|mps|musa|xla|mtia|sdaa)(?::\d*)?["']"""
-    r"|\bis_(?:torch_)?(xpu|npu|mlu|hpu|mps|musa|xla|sdaa)_available\b"
+    rf"""["']({_VENDOR_DEVICES}|mtia)(?::\d*)?["']|\bis_(?:torch_)?({_VENDOR_DEVICES})_available\b"""
 )
 #: CUDA's or neuron's device type, listed with others' (`["cuda", "xpu", "neuron"]`)
 _TOGETHER = re.compile(r"""["'](?:cuda|neuron)(?::\d*)?["']""")

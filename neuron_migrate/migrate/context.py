@@ -144,6 +144,8 @@ class FileContext:
             replacement=replacement,
             no_change=no_change,
         )
+        if fix is not None and fix.caution:  # what to check before applying it, said in the message
+            pending.notes.append(fix.caution)
         self.pending.append(pending)
         return pending
 

@@ -132,6 +132,7 @@ class CudaMentions:
         self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
         self.recorded_calls: dict[int, str | None] | None = None
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
+        self.nvidia_queries: dict[int, str] | None = None  # per function: an NVIDIA query it calls itself
 
     def find(self, node: cst.CSTNode, strong: bool = False, names_only: bool = False) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions; `names_only`:
@@ -249,22 +250,27 @@ class CudaMentions:
             self.other_devices[key] = _other_device_call(function, chain)
         return self.other_devices[key]
 
+    def nvidia_query(self, function: cst.FunctionDef) -> str | None:
+        """The name of a function `function` calls itself (not in a nested function) that queries NVIDIA's
+        driver or interconnect (`_has_nvlink()`, `pynvml.nvmlInit()`, `nvidia_smi(...)`), if any: torch's
+        `detect_interconnect` models NVLink and InfiniBand topologies from the GPU count it asks CUDA for.
+        The module's call sites are read once."""
+        if self.nvidia_queries is None:
+            self.nvidia_queries = {}
+            for name, sites in calls_in(self.ctx).sites.items():
+                if _NVIDIA_QUERY.search(name):
+                    for site in sites:
+                        caller = site.caller()[0]
+                        if caller is not None:
+                            self.nvidia_queries.setdefault(id(caller), name)
+        return self.nvidia_queries.get(id(function))
+
     def required_library(self, function: cst.FunctionDef) -> str | None:
         """The CUDA-only library `function` cannot run without (see the module docstring), if any."""
         key = id(function)
         if key not in self.libraries:
             self.libraries[key] = _required_library(self, function)
         return self.libraries[key]
-
-
-def _nvidia_query(ctx, function: cst.FunctionDef) -> str | None:
-    """The name of a function `function` calls itself (not in a nested function) that queries NVIDIA's
-    driver or interconnect (`_has_nvlink()`, `pynvml.nvmlInit()`, `nvidia_smi(...)`), if any: torch's
-    `detect_interconnect` models NVLink and InfiniBand topologies from the GPU count it asks CUDA for."""
-    for name, sites in calls_in(ctx).sites.items():
-        if _NVIDIA_QUERY.search(name) and any(site.caller()[0] is function for site in sites):
-            return name
-    return None
 
 
 def covered_nodes(pendings: list, applies) -> set[int]:
@@ -345,7 +351,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             )
         if (library := mentions.required_library(function)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
-        if (query := _nvidia_query(mentions.ctx, function)) is not None:
+        if (query := mentions.nvidia_query(function)) is not None:
             return CudaOnly(
                 f"its function asks NVIDIA's driver or topology (`{query}()`), which Trainium does not have: "
                 "no change needed"

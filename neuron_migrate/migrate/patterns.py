@@ -75,10 +75,7 @@ class QualifiedNameRule(Rule):
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         """Report a use of `name`; `call` is the call when the use is `name(...)`."""
-        fix = self.fix_for(node, call, name)
-        pending = self.report(call or node, self.message_for(name), fix)
-        if fix is not None and fix.caution:
-            pending.notes.append(fix.caution)
+        self.report(call or node, self.message_for(name), self.fix_for(node, call, name))
 
     def message_for(self, name: str) -> str:
         return self.message.format(name=name, short=name.rsplit(".", 1)[-1])
@@ -210,25 +207,26 @@ def cautious_about_device(rule: Rule, call: cst.Call, fix: FixSpec | None) -> Fi
     call): `torch.accelerator` raises for a CPU device, where under a CUDA check on a host with another
     accelerator the CUDA call was skipped (torch's PowerSGD hook on a gloo process group)."""
     arg = keyword(call, "device") or positional(call, 0)
-    value = arg.value if arg is not None else None
-    if (
-        fix is None
-        or value is None
-        or isinstance(value, (cst.Integer, cst.SimpleString, cst.FormattedString))
-    ):
+    if fix is None or arg is None or _never_the_cpu(rule.ctx, arg.value):
         return fix
-    if isinstance(value, cst.Name) and value.value == "None":
-        return fix
-    called = rule.ctx.call_name(value) if isinstance(value, cst.Call) else None
-    if called is not None and called.startswith(("torch.cuda.", "torch.accelerator.")):
-        return fix
-    device = rule.ctx.excerpt(value, 30)
+    device = rule.ctx.excerpt(arg.value, 30)
     return replace(
         fix,
         safety="unsafe",
         caution=f"`{device}` may be the CPU's device, for which `torch.accelerator` raises on a host with "
         f'another accelerator: call it only for an accelerator device (`if {device}.type != "cpu":`)',
     )
+
+
+def _never_the_cpu(ctx, value: cst.BaseExpression) -> bool:
+    """Whether a device argument cannot be the CPU's: an index, a device string (a CUDA one, which the
+    device rules rewrite), `None`, or what a `torch.cuda` / `torch.accelerator` call returns."""
+    if isinstance(value, (cst.Integer, cst.SimpleString, cst.FormattedString)):
+        return True
+    if isinstance(value, cst.Name):
+        return value.value == "None"
+    called = ctx.call_name(value) if isinstance(value, cst.Call) else None
+    return called is not None and called.startswith(("torch.cuda.", "torch.accelerator."))
 
 
 def guarded_call_fix(
