@@ -31,17 +31,18 @@ _SUPPRESS_FILE = re.compile(r"#\s*neuron-migrate:\s*ignore-file(?:\[([A-Za-z0-9_
 
 
 def _is_reference(node: cst.CSTNode, parent: cst.CSTNode | None, stack: list[cst.CSTNode]) -> bool:
-    """Whether a Name/Attribute is the whole of a reference (not a part of a longer chain, not a binding)."""
-    if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+    """Whether a Name/Attribute is the whole of a reference (not a part of a longer chain, not a binding).
+
+    Exact type tests: these classes have no subclasses, and `type() is` skips the ABC `isinstance` machinery
+    on a test made for every name in the file."""
+    kind = type(parent)
+    if kind is cst.Attribute:
+        return False  # the chain's value or attribute: the reference is the Attribute above
+    if kind in _NAMING and parent.name is node:
         return False
-    if (
-        isinstance(parent, (cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param))
-        and getattr(parent, "name", None) is node
-    ):
+    if kind is cst.Arg and parent.keyword is node:
         return False
-    if isinstance(parent, cst.Arg) and parent.keyword is node:
-        return False
-    return not any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in stack[-4:-1])
+    return not any(type(a) in _IMPORTS for a in stack[-4:-1])
 
 
 class _Dispatcher(cst.CSTVisitor):
@@ -169,6 +170,8 @@ def _statement_and_block(stack: list[cst.CSTNode]) -> tuple[cst.CSTNode | None, 
 #: an annotation runs no device code (a type named there is no use of it), so no rule sees one
 _NODE_TYPES = SEMANTIC - {cst.Annotation}
 _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
+#: the nodes whose `name` is a Name they bind or declare, not a reference
+_NAMING = frozenset({cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param})
 _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})
 _STATEMENTS = concrete(cst.BaseCompoundStatement) | {cst.SimpleStatementLine}
@@ -217,7 +220,7 @@ def analyze_module(
     """Findings of `rules` in a parsed module (positions relative to the module's text, `source` when the
     caller has it: regenerating it from the tree costs a pass over the whole file; `tree`, its `ast`
     parse, when the caller has that)."""
-    ctx = FileContext(module, path, bound_modules)
+    ctx = FileContext(module, path, bound_modules, source)
     instances = [rule(ctx) for rule in rules]
     dispatcher = _Dispatcher(ctx, instances)
     walk(module, dispatcher, _NODE_TYPES)
@@ -226,7 +229,7 @@ def analyze_module(
         instance.finish()
     if not ctx.pending:
         return []
-    source = module.code if source is None else source
+    source = ctx.source
     positions = StatementPositions(module, source, dispatcher.statement_of, dispatcher.enclosing, tree)
     for pending in ctx.pending:  # first the findings' own nodes: their statements hold the whitespace and
         positions[pending.node]  # punctuation some fixes edit, which the walk does not index

@@ -44,9 +44,16 @@ class PendingFinding:
 class FileContext:
     """Per-file state shared by all rules during one traversal."""
 
-    def __init__(self, module: cst.Module, path: str, bound_modules: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        path: str,
+        bound_modules: frozenset[str] = frozenset(),
+        source: str | None = None,
+    ) -> None:
         self.module = module
         self.path = path
+        self._source = source
         self.bound_modules = bound_modules
         self.scopes = Scopes(module)
         self.bindings = Bindings()
@@ -72,6 +79,14 @@ class FileContext:
         if name in self.bound_modules:
             return True
         return self.scopes.resolve_name(name) == name and name in self.scopes.module_table
+
+    @property
+    def source(self) -> str:
+        """The module's text (the caller's, else regenerated once): a text search that finds nothing spares a
+        walk of the tree."""
+        if self._source is None:
+            self._source = self.module.code
+        return self._source
 
     # --- tree --------------------------------------------------------------------------------------------
 

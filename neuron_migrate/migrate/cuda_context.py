@@ -73,7 +73,7 @@ from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import library_of
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import statements, walk
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
 #: Jetson and Tegra are NVIDIA's embedded CUDA platforms (torch's `IS_JETSON`)
@@ -133,6 +133,7 @@ class CudaMentions:
         self.recorded_calls: dict[int, str | None] | None = None
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
         self.nvidia_queries: dict[int, str] | None = None  # per function: an NVIDIA query it calls itself
+        self.gates: bool | None = None  # whether a function or class of the module is a CUDA-gated test
 
     def find(self, node: cst.CSTNode, strong: bool = False, names_only: bool = False) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions; `names_only`:
@@ -228,17 +229,24 @@ class CudaMentions:
     def callers_gate(self, function: cst.FunctionDef) -> str | None:
         """The gate of the callers of `function` when it has some and every one is a test that a decorator
         runs only with CUDA (distributed_test's `_test_*` helpers of `@skip_if_lt_x_gpu(2)` tests)."""
+        if self.gates is None:  # no gated test in the module: no caller can be one (spares the call sites)
+            holders = (
+                s for s in statements(self.ctx.module) if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+            )
+            self.gates = any(self._gate(holder) for holder in holders)
+        if not self.gates:
+            return None
         callers = dict.fromkeys(
             site.caller() for site in calls_in(self.ctx).sites.get(function.name.value, ())
         )
-        gates = [self._gate_of(caller, owner) for caller, owner in callers]
+        gates = [self._gate(caller) or (self._gate(owner) if owner else None) for caller, owner in callers]
         return gates[0] if gates and all(gates) else None
 
-    def _gate_of(self, function: cst.FunctionDef | None, owner: cst.ClassDef | None) -> str | None:
-        for holder in (h for h in (function, owner) if h is not None):
-            for decorator in holder.decorators:
-                if _gates_on_cuda(self, decorator.decorator) or _registers_cuda_function(decorator.decorator):
-                    return self.ctx.excerpt(decorator.decorator)
+    def _gate(self, holder: cst.FunctionDef | cst.ClassDef | None) -> str | None:
+        """The decorator of `holder` that runs it only with CUDA, as text, if any."""
+        for decorator in holder.decorators if holder is not None else ():
+            if _gates_on_cuda(self, decorator.decorator) or _registers_cuda_function(decorator.decorator):
+                return self.ctx.excerpt(decorator.decorator)
         return None
 
     def other_device_call(self, function: cst.FunctionDef, chain: cst.If | None) -> str | None:
@@ -254,10 +262,11 @@ class CudaMentions:
         """The name of a function `function` calls itself (not in a nested function) that queries NVIDIA's
         driver or interconnect (`_has_nvlink()`, `pynvml.nvmlInit()`, `nvidia_smi(...)`), if any: torch's
         `detect_interconnect` models NVLink and InfiniBand topologies from the GPU count it asks CUDA for.
-        The module's call sites are read once."""
+        The module's call sites are read once, and only when its text names such a query."""
         if self.nvidia_queries is None:
             self.nvidia_queries = {}
-            for name, sites in calls_in(self.ctx).sites.items():
+            named = _NVIDIA_QUERY.search(self.ctx.source) is not None  # else no call's name can match
+            for name, sites in calls_in(self.ctx).sites.items() if named else ():
                 if _NVIDIA_QUERY.search(name):
                     for site in sites:
                         caller = site.caller()[0]
@@ -611,21 +620,12 @@ def _cuda_functions(ctx, mentions: CudaMentions) -> set[str]:
     a call is matched by name only)."""
     defined: dict[str, int] = {}
     requiring: set[str] = set()
-    pending: list[cst.CSTNode] = list(ctx.module.body)
-    while pending:  # statements only: functions are defined in blocks, never inside expressions
-        statement = pending.pop()
+    for statement in statements(ctx.module):  # functions are defined in blocks, never inside expressions
         if isinstance(statement, cst.FunctionDef):
             name = statement.name.value
             defined[name] = defined.get(name, 0) + 1
             if any(cuda_precondition(ctx, s, mentions) for s in _block(statement.body)):
                 requiring.add(name)
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            value = getattr(statement, field, None)
-            for part in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(part, (cst.Else, cst.Finally, cst.ExceptHandler, cst.If)):
-                    pending.append(part)
-                elif part is not None:
-                    pending.extend(_block(part))
     return {name for name in requiring if defined[name] == 1}
 
 

@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from neuron_migrate.migrate.parsing import parse
-from neuron_migrate.migrate.walk import SEMANTIC, walk
+from neuron_migrate.migrate.walk import SEMANTIC, statements, walk
 
 #: every class whose fields are not declared in source order, and a little of everything else
 SOURCE = """
@@ -54,6 +54,50 @@ def test_walk_visits_the_semantic_nodes_libcst_visits_in_the_same_order(skip):
     walk(module, by_walk)
     assert by_walk.seen == by_libcst.seen
     assert len(by_walk.seen) > (200 if skip is None else 40)
+
+
+BLOCKS = (
+    """
+def top():
+    if a:
+        def in_if(): pass
+    elif b:
+        x = 1
+    else:
+        while c:
+            y = 2
+        else:
+            for i in d: z = 3
+    try:
+        pass
+    except E:
+        class InHandler:
+            def method(self):
+                with f() as g:
+                    return g
+    else:
+        h = 4
+    finally:
+        k = 5
+"""
+    + SOURCE
+)
+
+
+def test_statements_finds_every_statement_a_full_walk_finds():
+    module = cst.parse_module(BLOCKS)
+    found: list[cst.CSTNode] = []
+
+    class Statements(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)):
+                found.append(node)
+            return True
+
+    walk(module, Statements())
+    listed = list(statements(module))
+    assert len(listed) == len({id(n) for n in listed}) == len(found) > 25
+    assert {id(n) for n in listed} == {id(n) for n in found}
 
 
 def test_walk_dispatches_to_visit_and_leave_methods():
