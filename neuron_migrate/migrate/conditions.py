@@ -2,8 +2,8 @@
 
 A condition is necessary, never sufficient: it may keep a rule for a file in which the rule reports nothing,
 never drop one for a file in which it reports. So every test here errs towards True: a qualified name
-counts as used when all its identifiers occur anywhere in the code, a regular expression over the text may
-match in comments and strings too.
+counts as used when all its identifiers occur in the code and a chain spells it from a head an import (or
+nothing) binds, a regular expression over the text may match in comments and strings too.
 """
 
 from __future__ import annotations
@@ -32,11 +32,28 @@ def spelled(qualified: Iterable[str]) -> tuple[frozenset[str], ...]:
 
 
 def uses(*tables: Iterable[str]) -> Condition:
-    """The test that the code may reference one of the qualified names in `tables`: every component of
-    `torch.cuda.synchronize` is an identifier somewhere in a file that uses it, in the chain or in the
-    import that bound its head. Build it once (at import), not per file."""
-    needed = spelled(name for table in tables for name in table)
-    return lambda lex: any(parts <= lex.names for parts in needed)
+    """The test that the code may reference one of the qualified names in `tables` (`references`). Build it
+    once (at import), not per file."""
+    names = tuple(name for table in tables for name in table)
+    needed = tuple(zip(spelled(names), names, strict=True))
+    return lambda lex: any(parts <= lex.names and references(lex, name) for parts, name in needed)
+
+
+def references(lex: Lexicon, qualified: str) -> bool:
+    """Whether the code may reference `qualified` (`a.b.c`, or `a.b.*`: anything below `a.b`) as qualified
+    names are resolved (`names.py`): a chain whose head an import binds to a prefix of the name and which
+    spells the rest (`tc.synchronize` after `import torch.cuda as tc`), the name an import binds to it
+    (`from torch.cuda import synchronize`), or the chain spelled from its own head (`torch.cuda.synchronize`,
+    whatever binds `torch`). Call it after the cheaper test that every component is an identifier."""
+    namespace = qualified.endswith(".*")
+    name = qualified[:-2] if namespace else qualified
+    head = name.split(".")[0]
+    for local, target in (*lex.import_targets, (head, head)):
+        if target == name or (namespace and target.startswith(name + ".")):
+            return True
+        if name.startswith(target + ".") and f"{local}.{name[len(target) + 1 :]}" in lex.chains:
+            return True
+    return False
 
 
 def cuda_string(lex: Lexicon) -> bool:

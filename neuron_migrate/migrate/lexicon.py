@@ -1,5 +1,6 @@
-"""What a file's code spells, read in one regular-expression pass: its identifiers, its string values, the
-modules its import lines name.
+"""What a file's code spells, read in one regular-expression pass: its identifiers, the dotted chains they
+form (`torch.cuda.synchronize`), its string values, the modules its import lines name (and, on demand, what
+those imports bind).
 
 This is the input of the pre-pass (`prepass.py`), which must never miss a finding, so every set here is a
 superset of what libcst will see: identifiers are collected everywhere outside comments and string literals
@@ -21,6 +22,7 @@ import re
 import sys
 import tokenize
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import itemgetter
 
 #: an escape, or a backslash line continuation (CRLF included)
@@ -35,15 +37,23 @@ _PIECE = rf"[rRbBuUfF]{{0,2}}(?:{_TRIPLE_SINGLE}|{_TRIPLE_DOUBLE}|{_SINGLE}|{_DO
 _COMMENT = r"#[^\r\n]*(?![^\r\n])"
 #: what may stand between adjacent literals of one concatenation: blanks, comments, continuations
 _GAP = rf"(?:\s|\\\r?\n|{_COMMENT})*"
-#: a comment (consumed, not captured) | a run of adjacent string literals | an identifier (or keyword)
-_TOKENS = re.compile(rf"#[^\r\n]*|({_PIECE}(?:{_GAP}{_PIECE})*)|([^\W\d]\w*)", re.S)
+#: a dotted chain of identifiers: blanks, continuations, comments and closing parentheses may stand before a
+#: dot, blanks and continuations after it
+_CHAIN_PATTERN = rf"[^\W\d]\w*+(?:(?:[\s\\)]|{_COMMENT})*+\.[\s\\]*+[^\W\d]\w*+)*+"
+_CHAIN = re.compile(rf"(?<!\w){_CHAIN_PATTERN}")
+_CHAIN_FILLER = " \t\f\r\n\\)"
+_COMMENTS = re.compile(r"#[^\r\n]*")
+_CONTINUATION = re.compile(r"\\\r?\n")
+#: a comment (consumed, not captured) | a run of adjacent string literals | an identifier (or keyword), or a
+#: dotted chain of them
+_TOKENS = re.compile(rf"#[^\r\n]*|({_PIECE}(?:{_GAP}{_PIECE})*)|({_CHAIN_PATTERN})", re.S)
 _PIECES = re.compile(_PIECE, re.S)
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 #: an import statement: `import` or `from` where a statement can start (a line's start, after `;` or a
 #: compound statement's `:`, across backslash continuations), to the end of its line or its closing
 #: parenthesis (comments inside the parentheses are skipped, a `)` in them included)
 _IMPORT_STATEMENT = re.compile(
-    r"(?:^|[:;])[ \t\f]*(?:\\\r?\n[ \t\f]*)*(?:import|from)\b((?:[^\r\n#;\\(]|\\\r?\n)*)"
+    r"(?:^|[:;])[ \t\f]*(?:\\\r?\n[ \t\f]*)*(import|from)\b((?:[^\r\n#;\\(]|\\\r?\n)*)"
     rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?",
     re.M,
 )
@@ -62,6 +72,44 @@ class Lexicon:
     imported: frozenset[str]
     #: the source itself, for the few conditions that need to see how names are combined (a call, a keyword)
     text: str = field(default="", repr=False, compare=False)
+    #: every dotted chain of identifiers in the code, and its prefixes (`torch.cuda.synchronize`,
+    #: `torch.cuda`), however it is spaced, parenthesized (`(torch).cuda`) or broken across lines and comments
+    chains: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @cached_property
+    def import_targets(self) -> tuple[tuple[str, str], ...]:
+        """What the text's absolute import statements bind, as (local name, qualified name) pairs, the way
+        `names.import_bindings` reads them: `import a.b` binds `a`, `import a.b as c` binds `c` to `a.b`,
+        `from a import b as c` binds `c` to `a.b`. Relative and star imports bind nothing there, nor here."""
+        pairs: list[tuple[str, str]] = []
+        for keyword, line, parenthesized in _IMPORT_STATEMENT.findall(self.text):
+            line = _CONTINUATION.sub(" ", line)
+            if keyword == "import":
+                for alias in line.split(","):
+                    _bind(alias, "", pairs)
+                continue
+            module, _, names = line.partition(" import")
+            module = "".join(module.split())
+            if not module or module.startswith("."):
+                continue
+            for alias in (names + "," + _COMMENTS.sub("", parenthesized)).split(","):
+                _bind(alias, module, pairs)
+        return tuple(pairs)
+
+
+def _bind(alias: str, module: str, pairs: list[tuple[str, str]]) -> None:
+    """Add the binding of one `name [as local]` of an import (`module`: the `from` part, if any)."""
+    words = alias.split()
+    if not words or words[0] == "*":
+        return
+    name = words[0]
+    if len(words) == 3 and words[1] == "as":
+        pairs.append((words[2], f"{module}.{name}" if module else name))
+    elif module:
+        pairs.append((name, f"{module}.{name}"))
+    else:
+        head = name.split(".")[0]
+        pairs.append((head, head))
 
 
 def lexicon(text: str) -> Lexicon:
@@ -70,18 +118,32 @@ def lexicon(text: str) -> Lexicon:
         return _tokenized(text)
     found = _TOKENS.findall(text)
     names = set(map(itemgetter(1), found))
+    chains: set[str] = set()
+    for token in [token for token in names if "." in token]:
+        names.discard(token)
+        _add_chain(token, names, chains)
     strings: set[str] = set()
     for run, _ in found:
         if run:
-            _add_run(_PIECES.findall(run), strings, names)
+            _add_run(_PIECES.findall(run), strings, names, chains)
     names.discard("")
-    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text)
+    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text, frozenset(chains))
 
 
-def _add_run(pieces: list[str], strings: set[str], names: set[str]) -> None:
+def _add_chain(chain: str, names: set[str], chains: set[str]) -> None:
+    """Record the identifiers of a chain `_CHAIN_PATTERN` matched, and the chain and its prefixes."""
+    if "#" in chain:
+        chain = _COMMENTS.sub("", chain)
+    parts = [part.strip(_CHAIN_FILLER) for part in chain.split(".")]
+    names.update(parts)
+    for end in range(2, len(parts) + 1):
+        chains.add(".".join(parts[:end]))
+
+
+def _add_run(pieces: list[str], strings: set[str], names: set[str], chains: set[str]) -> None:
     """Record each literal of a concatenation and the value of every concatenation in it: libcst nests
     `"a" "b" "c"` as `"a" ("b" "c")`, and a rule may visit the inner one, so every suffix counts."""
-    values = [_value(piece, strings, names) for piece in pieces]
+    values = [_value(piece, strings, names, chains) for piece in pieces]
     if len(values) > 1:
         suffix = ""
         for value in reversed(values):
@@ -89,7 +151,7 @@ def _add_run(pieces: list[str], strings: set[str], names: set[str]) -> None:
             strings.add(suffix)
 
 
-def _value(piece: str, strings: set[str], names: set[str]) -> str | None:
+def _value(piece: str, strings: set[str], names: set[str], chains: set[str]) -> str | None:
     """Record the value(s) of one literal; return its value (an f-string's text) for a concatenation."""
     start = 0
     while piece[start] not in "'\"":
@@ -103,6 +165,8 @@ def _value(piece: str, strings: set[str], names: set[str]) -> str | None:
         strings.add(body)
         strings.update(_BRACES.split(body))  # libcst keeps the text parts of f-strings unescaped
         names.update(_IDENTIFIER.findall(body))
+        for chain in _CHAIN.findall(body):  # replacement fields are code: libcst resolves names there
+            _add_chain(chain, names, chains)
         return body
     strings.add(body)
     if "r" not in prefix and "\\" in body:
@@ -118,7 +182,7 @@ def _imported(text: str) -> frozenset[str]:
     if "import" not in text:
         return frozenset()
     found: set[str] = set()
-    for line, parenthesized in _IMPORT_STATEMENT.findall(text):
+    for _, line, parenthesized in _IMPORT_STATEMENT.findall(text):
         found.update(_IDENTIFIER.findall(line))
         found.update(_IDENTIFIER.findall(parenthesized))
     return frozenset(found)
@@ -128,6 +192,9 @@ def _tokenized(text: str) -> Lexicon:
     """The same sets from the standard tokenizer (Python >= 3.12, for files with f-strings)."""
     names: set[str] = set()
     strings: set[str] = set()
+    chains: set[str] = set()
+    for chain in _CHAIN.findall(text):  # from the raw text (strings and comments too): a superset
+        _add_chain(chain, set(), chains)
     run: list[str] = []
     middle = getattr(tokenize, "FSTRING_MIDDLE", None)
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -137,7 +204,7 @@ def _tokenized(text: str) -> Lexicon:
         if token.type in (tokenize.NL, tokenize.COMMENT) and run:
             continue
         if run:
-            _add_run(run, strings, names)
+            _add_run(run, strings, names, chains)
             run = []
         if token.type == tokenize.NAME:
             names.add(token.string)
@@ -145,5 +212,5 @@ def _tokenized(text: str) -> Lexicon:
             strings.add(token.string)
             strings.update(_BRACES.split(token.string))
     if run:
-        _add_run(run, strings, names)
-    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text)
+        _add_run(run, strings, names, chains)
+    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text, frozenset(chains))

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.migrate.conditions import spelled
+from neuron_migrate.migrate.conditions import references, spelled
 from neuron_migrate.migrate.fixes import AVAILABILITY_GUARD, AVAILABLE, FixSpec, Replacement
 from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.lexicon import Lexicon
@@ -90,15 +90,15 @@ class QualifiedNameRule(Rule):
 
 def spells_names(rule: type[Rule], lex: Lexicon) -> bool:
     """Whether the code may reference one of `rule.NAMES` (a `QualifiedNameRule`, or any rule with NAMES):
-    every identifier of one of the qualified names occurs in it (in the attribute chain, or in the import
-    that bound its head)."""
-    return any(parts <= lex.names for parts in _spellings(rule))
+    every identifier of the qualified name occurs in it (in the attribute chain, or in the import that bound
+    its head), and a chain or an import spells it (`conditions.references`)."""
+    return any(parts <= lex.names and references(lex, name) for parts, name in _spellings(rule))
 
 
 @cache
-def _spellings(rule: type[Rule]) -> tuple[frozenset[str], ...]:
-    """What each of a rule's NAMES spells, worked out once per rule rather than once per file."""
-    return spelled(rule.NAMES)
+def _spellings(rule: type[Rule]) -> tuple[tuple[frozenset[str], str], ...]:
+    """Each of a rule's NAMES with what it spells, worked out once per rule rather than once per file."""
+    return tuple(zip(spelled(rule.NAMES), rule.NAMES, strict=True))
 
 
 def enclosing_statement(ctx) -> tuple[cst.SimpleStatementLine | None, int]:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
+import libcst as cst
 import pytest
 
 from neuron_migrate.migrate import file_scan
+from neuron_migrate.migrate.conditions import references
 from neuron_migrate.migrate.file_scan import scan_file, scan_text
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.lexicon import lexicon
+from neuron_migrate.migrate.names import import_bindings
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.prepass import candidates
 from neuron_migrate.migrate.rule import Rule, load_rules
@@ -93,6 +96,94 @@ def test_lexicon_reads_code_not_comments_and_every_string_value():
     assert "comment_word" not in lex.names and {"a", "b", "rank", "os", "p"} <= lex.names
     assert {"cuda", "cu", "da", "cuda:{rank}", "cuda:", "x\\n"} <= lex.strings
     assert {"os", "path", "p"} <= lex.imported
+
+
+def test_lexicon_chains_are_spelled_however_the_code_breaks_them():
+    source = (
+        "x = (torch  # see a.b\n  ).cuda . \\\n synchronize()\n"
+        "y = b\ntorch.mps.empty_cache()\n"
+        'z = f"{torch.xpu.device_count()} devices"  # comment.chain\n'
+    )
+    lex = lexicon(source)
+    assert {
+        "torch.cuda",
+        "torch.cuda.synchronize",
+        "torch.mps.empty_cache",
+        "torch.xpu.device_count",
+    } <= lex.chains
+    assert (
+        not {"b.torch", "see.a", "comment.chain"} & lex.chains
+    )  # no chain across statements or from comments
+    assert {
+        "torch",
+        "cuda",
+        "synchronize",
+        "x",
+        "y",
+        "b",
+        "mps",
+        "xpu",
+    } <= lex.names and "see" not in lex.names
+
+
+IMPORTS = """
+import torch, os.path as osp
+import torch.cuda as tc
+from torch._inductor import (config as inductor_config,  # a comment, with a comma
+    utils)
+from torch.cuda import \\
+    synchronize
+from . import config
+from .local import thing
+from numpy import *
+def f():
+    import torch.distributed.c10d as c10d
+"""
+
+
+def test_lexicon_import_targets_are_what_the_qualified_name_resolver_binds():
+    module = cst.parse_module(IMPORTS)
+    imports = [n for n in _nodes(module) if isinstance(n, (cst.Import, cst.ImportFrom))]
+    resolved = {pair for node in imports for pair in import_bindings(node)}
+    assert set(lexicon(IMPORTS).import_targets) == resolved
+    assert ("inductor_config", "torch._inductor.config") in resolved and len(resolved) == 7
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "expected"),
+    [
+        ("import torch.cuda as tc\ntc.synchronize()\n", "torch.cuda.synchronize", True),
+        ("import torch.cuda as tc\ntc.Event()\nsynchronize = 1\n", "torch.cuda.synchronize", False),
+        ("from torch.cuda import synchronize\n", "torch.cuda.synchronize", True),
+        ("import torch\ntorch.cuda.synchronize()\n", "torch.cuda.synchronize", True),
+        ("torch.cuda.synchronize()\n", "torch.cuda.synchronize", True),  # a notebook cell: no import
+        (
+            "from . import config\nimport torch\nconfig.max_autotune = True\n",
+            "torch._inductor.config.*",
+            False,
+        ),
+        (
+            "from torch._inductor import config\nconfig.max_autotune = True\n",
+            "torch._inductor.config.*",
+            True,
+        ),
+        ("from torch._inductor.config import triton\n", "torch._inductor.config.*", True),
+    ],
+)
+def test_references_follows_imports_and_chains(source, name, expected):
+    assert references(lexicon(source), name) is expected
+
+
+def _nodes(module: cst.Module) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+
+    class Collect(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            found.append(node)
+            return True
+
+    module.visit(Collect())
+    return found
 
 
 def test_lexicon_of_a_comment_banner_after_a_docstring_is_linear():
