@@ -27,7 +27,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.context import shortened
-from neuron_migrate.migrate.cuda_context import CudaMentions
+from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
 from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
@@ -68,6 +68,52 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     if api == _TIMING:
         return _timing_helper_in(ctx, scope)
     return None
+
+
+def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
+    """A CUDA-only to-do in the finding's function that no fix covers, safe or unsafe, as text: the function
+    cannot run on another device until a person changes it, so a generic rewrite of the rest would be half a
+    migration a maintainer refuses (torch's RPC backend registry counts the accelerator's devices where
+    `torch.cuda.init()` stays; a LoRA variant moves `lora_B` to the accelerator beside a check that still
+    asks for `["cuda", "xpu"]`). The person migrates the function as a whole, and `fix` rewrites the rest
+    once that to-do is gone. What does not stop the function from running elsewhere does not count:
+    settings (environment variables), information, a test of the device or a CUDA check (they answer
+    anywhere), code reached only on CUDA (behind a CUDA check, or after one in an `and`:
+    `torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9`); nor does module-level
+    code, too large a unit to hold back."""
+    scope = scope_of(pending.stack)
+    if not isinstance(scope, cst.FunctionDef):
+        return None
+    for inner in leftovers:
+        if (
+            inner is not pending
+            and inner.fix is None
+            and not inner.no_change
+            and not inner.rule.cuda_setting
+            and inner.rule.severity != "info"
+            and not inner.rule.device_test
+            and not inner.region
+            and scope_of(inner.stack) is scope
+            and not _after_cuda_test(ctx, inner.stack)
+            and only_on_cuda(inner, mentions, leftovers, ctx.path) is None
+        ):
+            return first_line(ctx, inner.node)
+    return None
+
+
+def _after_cuda_test(ctx, stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the code at the end of `stack` is the right side of an `and` whose left side tests for CUDA
+    (`torch.cuda.is_available() and ...`): it is evaluated only where CUDA is."""
+    for parent, child in pairwise(stack):
+        if (
+            isinstance(parent, cst.BooleanOperation)
+            and isinstance(parent.operator, cst.And)
+            and child is parent.right
+        ):
+            test = ctx.code(parent.left)
+            if "cuda" in test and ("is_available" in test or "device_count" in test):
+                return True
+    return False
 
 
 def _timing_helper_in(ctx, function: cst.FunctionDef) -> str | None:

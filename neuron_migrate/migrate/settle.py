@@ -50,6 +50,7 @@ from neuron_migrate.migrate.cuda_ties import (
     cuda_sink,
     cuda_source,
     first_line,
+    function_todo,
     guarded_leftover,
     inside,
     rewritten_leftover,
@@ -287,6 +288,15 @@ def _keep_cuda_checks(
             elif applies(pending, style) and (same := same_call_left(ctx, pending, leftovers)):
                 withdraw(pending, f"its function keeps `{same}` for a person: change them together")
                 changed = True
+        if not changed:  # the ties above give the precise reasons; what stays beside a to-do waits for it
+            for pending in pendings:
+                if applies(pending, style) and (todo := function_todo(ctx, pending, leftovers, mentions)):
+                    withdraw(
+                        pending,
+                        f"its function keeps `{todo}` for a person: migrate the function as a whole (rerun "
+                        "`fix` once that is done)",
+                    )
+                    changed = True
 
 
 def _release(pending, held_back: set[int]) -> None:

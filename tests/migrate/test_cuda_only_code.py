@@ -290,6 +290,28 @@ def test_a_function_that_keeps_a_call_for_a_person_keeps_its_other_uses_of_it():
     assert "torch.accelerator.current_stream()" in fixed(guarded)
 
 
+def test_a_function_that_cannot_run_off_cuda_until_a_person_changes_it_is_migrated_as_a_whole():
+    """The bundled example's overlapped steps: `torch.cuda.nvtx.range_push` has no automatic fix and raises
+    off CUDA, so moving the function's streams to the accelerator would be half a migration (torch's
+    distributed tests moved `set_device` beside inputs that stay `.cuda()`). What answers anywhere holds
+    nothing back: an environment setting, a CUDA check, code after one in an `and`."""
+    source = (
+        "import torch\ndef steps(batches):\n    side = torch.cuda.Stream()\n"
+        "    for i, batch in enumerate(batches):\n        torch.cuda.nvtx.range_push(f'step {i}')\n"
+        "        with torch.cuda.stream(side):\n            run(batch)\n        torch.cuda.nvtx.range_pop()\n"
+    )
+    assert fixed(source) == source
+    stream = next(f for f in findings(source) if f.line == 3)
+    keeps = "its function keeps `torch.cuda.nvtx.range_push(f'step {i}')` for a person"
+    assert f"{keeps}: migrate the function as a whole" in stream.message
+    harmless = (
+        "import os, torch\ndef steps(side):\n    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
+        "    side.wait_stream(torch.cuda.current_stream())\n"
+        "    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9:\n        fast()\n"
+    )
+    assert "side.wait_stream(torch.accelerator.current_stream())" in fixed(harmless)
+
+
 def test_timing_code_that_keeps_a_cuda_stream_for_a_person_stays_cuda_as_a_whole():
     """torch's runtime estimator records its events on `torch.cuda.current_stream()`, which is for a person
     (its stream is passed on): the events' guarded `record(...)` would keep that CUDA stream behind an
