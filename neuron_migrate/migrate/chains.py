@@ -28,10 +28,11 @@ _OTHER_DEVICES = re.compile(
 #: torch's `custom_device_mod` for `torch._C._get_privateuse1_backend_name()`)
 _NEURON = re.compile(r"(?<![a-z])(neuronx?|privateuse1|custom_(?:device|backend)\w*)(?![a-z])", re.IGNORECASE)
 
-#: code that chooses by another accelerator: its type as a string (`"mps"`, `'xpu:0'`), or an availability
-#: function (`is_torch_npu_available`, `is_xpu_available`)
+#: code that chooses by another accelerator: its type as a string (`"mps"`, `'xpu:0'`, `"tpu"`), its
+#: collective backend's name (`"hccl"`, HPU's; `"xccl"`, XPU's), or an availability function
+#: (`is_torch_npu_available`, `is_xpu_available`)
 _OTHER_DEVICE_NAMED = re.compile(
-    rf"""["']({_VENDOR_DEVICES}|mtia)(?::\d*)?["']|\bis_(?:torch_)?({_VENDOR_DEVICES})_available\b"""
+    rf"""["']({_VENDOR_DEVICES}|mtia|tpu|hccl|xccl)(?::\d*)?["']|\bis_(?:torch_)?({_VENDOR_DEVICES})_available\b"""
 )
 #: CUDA's or neuron's device type, listed with others' (`["cuda", "xpu", "neuron"]`)
 _TOGETHER = re.compile(r"""["'](?:cuda|neuron)(?::\d*)?["']""")

@@ -62,6 +62,7 @@ from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_test
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_files import (
     cuda_file,
+    cuda_kernel_registry,
     cuda_named,
     imported_library,
     library_module,
@@ -134,6 +135,7 @@ class CudaMentions:
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
         self.nvidia_queries: dict[int, str] | None = None  # per function: an NVIDIA query it calls itself
         self.gates: bool | None = None  # whether a function or class of the module is a CUDA-gated test
+        self.cuda_kernels: tuple[str | None] | None = None  # the CUDA key the module's kernels are for
 
     def find(self, node: cst.CSTNode, strong: bool = False, names_only: bool = False) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions; `names_only`:
@@ -219,6 +221,13 @@ class CudaMentions:
         if key not in self.block_libraries:
             self.block_libraries[key] = _block_library(self, block.body)
         return self.block_libraries[key]
+
+    def kernel_registry(self) -> str | None:
+        """The CUDA dispatch key the module registers its kernels for, when only CUDA's
+        (`cuda_files.cuda_kernel_registry`)."""
+        if self.cuda_kernels is None:
+            self.cuda_kernels = (cuda_kernel_registry(self.ctx.source),)
+        return self.cuda_kernels[0]
 
     def requires_cuda(self) -> bool:
         """Whether the module's docstring says it requires CUDA (`cuda_files.requires_cuda`)."""
@@ -349,6 +358,11 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         )
     if mentions.requires_cuda():
         return CudaOnly("the module's docstring says it requires CUDA: no change needed")
+    if (key := mentions.kernel_registry()) is not None:
+        return CudaOnly(
+            f'the module registers its operators\' kernels for CUDA only (`impl(..., "{key}")`): its code '
+            "serves them; port the operators to give it another device (no change needed here)"
+        )
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None

@@ -10,6 +10,11 @@ the integration of a CUDA-only library.
   runs where the library cannot.
 - `transformers/integrations/deepgemm.py`: a module whose docstring says it requires CUDA ("Requirements:
   CUDA, Hopper (SM90+)", "CUDA-only").
+- `torch/distributed/_symmetric_memory/__init__.py`: a module that registers its operators' kernels for CUDA
+  only (`@torch.library.impl(lib, "fused_all_gather_matmul", "CUDA")`, beside "Meta" shape functions): its
+  code serves those kernels, and the operators must be ported before any of it runs elsewhere. A module that
+  also registers a kernel for the CPU, another device or a composite key (FSDP's `copy_` for CUDA, XPU, HPU
+  and CPU) is generic.
 """
 
 from __future__ import annotations
@@ -93,3 +98,20 @@ def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:
         if isinstance(statement, (cst.If, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
             blocks.append(list(statement.body.body))
     return blocks
+
+
+#: the dispatch key (last argument) of a kernel registration: `torch.library.impl(lib, "op", "CUDA")`,
+#: `lib.impl("op", fn, "CUDA")`
+_REGISTERED_KEY = re.compile(r"""\bimpl\((?:[^()]|\([^()]*\))*?,\s*["'](\w+)["']\s*\)""")
+#: keys that serve every device (shapes, autograd formulas), which a CUDA-only registry may add
+_ANY_DEVICE_KEYS = frozenset({"Meta", "Autograd"})
+
+
+def cuda_kernel_registry(source: str) -> str | None:
+    """The CUDA dispatch key a module registers kernels for, when it registers them for CUDA only (see the
+    module docstring), else None."""
+    if "impl(" not in source:
+        return None
+    keys = set(_REGISTERED_KEY.findall(source))
+    cuda = {key for key in keys if "CUDA" in key}
+    return min(cuda) if cuda and keys <= cuda | _ANY_DEVICE_KEYS else None

@@ -312,6 +312,22 @@ def test_a_function_that_cannot_run_off_cuda_until_a_person_changes_it_is_migrat
     assert "side.wait_stream(torch.accelerator.current_stream())" in fixed(harmless)
 
 
+@pytest.mark.parametrize(("keys", "kept"), [(("CUDA", "Meta"), True), (("CUDA", "CPU", "Meta"), False)])
+def test_a_module_that_registers_kernels_for_cuda_only_serves_them(keys, kept):
+    """torch's symmetric memory registers its fused operators for "CUDA" (and "Meta" shapes) only: its events
+    and streams serve those kernels. FSDP's `copy_`, registered for CPU too, is generic."""
+    registrations = "".join(f'@torch.library.impl(lib, "fused", "{key}")\n' for key in keys)
+    source = (
+        'import torch\nlib = torch.library.Library("symm", "DEF")\n'
+        f"{registrations}def fused(x):\n    return x\n"
+        "def wait(work):\n    done = torch.cuda.Event()\n    work.record(done)\n"
+    )
+    assert (fixed(source) == source) is kept
+    if kept:
+        event = next(f for f in findings(source) if "Event" in f.message)
+        assert 'registers its operators\' kernels for CUDA only (`impl(..., "CUDA")`)' in event.message
+
+
 def test_timing_code_that_keeps_a_cuda_stream_for_a_person_stays_cuda_as_a_whole():
     """torch's runtime estimator records its events on `torch.cuda.current_stream()`, which is for a person
     (its stream is passed on): the events' guarded `record(...)` would keep that CUDA stream behind an
@@ -711,6 +727,8 @@ def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
         ("def small(device):\n    return device == 'mps'\n", "mps"),
         ("FALLBACK = 'mps:0'\n", "mps"),
         ("from transformers import is_torch_xpu_available\n", "xpu"),
+        ("def tiles(device):\n    return device.type == 'tpu'\n", "tpu"),  # Inductor's Pallas backend
+        ("BACKENDS = ('nccl', 'hccl')\n", "hccl"),  # HPU's collectives (torch's DTensor tests)
     ],
 )
 def test_a_module_that_chooses_by_other_accelerators_keeps_its_cuda_code_for_review(other, cue):
