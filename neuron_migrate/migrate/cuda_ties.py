@@ -73,9 +73,9 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
 def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
     """A CUDA-only to-do in the finding's function that no fix covers, safe or unsafe, as text: the function
     cannot run on another device until a person changes it, so a generic rewrite of the rest would be half a
-    migration a maintainer refuses (torch's RPC backend registry counts the accelerator's devices where
-    `torch.cuda.init()` stays; a LoRA variant moves `lora_B` to the accelerator beside a check that still
-    asks for `["cuda", "xpu"]`). The person migrates the function as a whole, and `fix` rewrites the rest
+    migration a maintainer refuses (torch's distributed tests set the accelerator's device for inputs that
+    stay `torch.randn(1, 1000).cuda()`; the bundled example moves streams to the accelerator beside NVTX
+    ranges, which raise off CUDA). The person migrates the function as a whole, and `fix` rewrites the rest
     once that to-do is gone. What does not stop the function from running elsewhere does not count:
     settings (environment variables), information, a test of the device or a CUDA check (they answer
     anywhere), code reached only on CUDA (behind a CUDA check, or after one in an `and`:

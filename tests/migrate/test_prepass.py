@@ -20,6 +20,7 @@ from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.prepass import candidates
 from neuron_migrate.migrate.rule import Rule, load_rules
 from neuron_migrate.migrate.sources import SourceText
+from neuron_migrate.migrate.walk import find
 
 from .helpers import EXAMPLE_LAYOUT
 
@@ -143,7 +144,7 @@ def f():
 
 def test_lexicon_import_targets_are_what_the_qualified_name_resolver_binds():
     module = cst.parse_module(IMPORTS)
-    imports = [n for n in _nodes(module) if isinstance(n, (cst.Import, cst.ImportFrom))]
+    imports = find(module, (cst.Import, cst.ImportFrom))
     resolved = {pair for node in imports for pair in import_bindings(node)}
     assert set(lexicon(IMPORTS).import_targets) == resolved
     assert ("inductor_config", "torch._inductor.config") in resolved and len(resolved) == 7
@@ -172,18 +173,6 @@ def test_lexicon_import_targets_are_what_the_qualified_name_resolver_binds():
 )
 def test_references_follows_imports_and_chains(source, name, expected):
     assert references(lexicon(source), name) is expected
-
-
-def _nodes(module: cst.Module) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-
-    class Collect(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            found.append(node)
-            return True
-
-    module.visit(Collect())
-    return found
 
 
 def test_lexicon_of_a_comment_banner_after_a_docstring_is_linear():
