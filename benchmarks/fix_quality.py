@@ -74,6 +74,8 @@ def default_packages() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.compare and not args.compare.is_file():
+        raise SystemExit(f"fix_quality.py: error: {args.compare}: no such record; pass a file --json wrote")
     baseline = json.loads(args.compare.read_text()) if args.compare else None
     targets = [resolve(spec) for spec in (args.packages or default_packages())]
     results = []
