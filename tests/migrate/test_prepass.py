@@ -87,6 +87,13 @@ def test_a_prepass_failure_falls_back_to_the_full_analysis(monkeypatch):
     assert [f.code for f in scan_file("example.py", SourceText(source), CODES)] == ["NM401"]
 
 
+def test_a_broken_file_the_pre_pass_clears_still_reports_that_it_cannot_be_parsed():
+    source = "# moves the model to cuda\ndef f(:\n    pass\n"  # no rule can report: only the parser's verdict
+    assert candidates(source, CODES) == ()
+    found = _findings(scan_file, source)
+    assert found == _findings(scan_text, source) and [f["code"] for f in found] == ["NM901"]
+
+
 def test_code_ast_cannot_parse_gets_the_full_analysis():
     source = "type Alias = list[int]\ntorch.cuda.synchronize()\n"  # 3.12 syntax, which libcst reads
     assert _findings(scan_file, source) == _findings(scan_text, source)
