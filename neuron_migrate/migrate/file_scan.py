@@ -34,7 +34,7 @@ def scan_file(
     The pre-pass reasons about valid Python, so its verdict counts only when Python's parser accepts the
     file; a file it rejects (a syntax error, or syntax newer than this interpreter that libcst may still
     read) gets the full analysis, which reports the error as before. Where rules are left, the `ast` tree
-    is reused for positions; where none is, the parser's verdict is all that is needed (`_compiles`)."""
+    is reused for positions; where none is, the parser's verdict is all that is needed (`_parses`)."""
     try:
         active = candidates(text.text, codes)
     except Exception:  # a pre-pass bug must not lose findings: analyse as if it did not exist
@@ -42,7 +42,7 @@ def scan_file(
     if active == tuple(codes):
         return scan_text(rel, text, codes, style)
     if not active:  # only the verdict needs checking: no tree is kept
-        return [] if _compiles(text.text) else scan_text(rel, text, codes, style)
+        return [] if _parses(text.text) else scan_text(rel, text, codes, style)
     try:
         tree = ast.parse(text.text)
     except _INVALID:
@@ -54,7 +54,7 @@ def scan_file(
 _INVALID = (SyntaxError, ValueError, RecursionError, MemoryError)
 
 
-def _compiles(source: str) -> bool:
+def _parses(source: str) -> bool:
     """Whether Python's parser accepts `source`, without building the `ast` objects nobody will read: the
     symbol table is built from the same parser's tree at about 60% of `ast.parse`'s cost. It also rejects a
     few programs `ast` accepts (a name both global and a parameter); those get the full analysis, which is
