@@ -116,15 +116,15 @@ def _chain_top(stack, index: int) -> int:
     return index
 
 
-def other_device_named(ctx, lines: list[str]) -> str | None:
+def other_device_named(ctx) -> str | None:
     """The first other accelerator the module chooses by (`"mps"`, `is_torch_npu_available`), or None: a
     module that does treats the devices apart, so its CUDA code made generic changes what they do too
     (`include_half=device.startswith("cuda")` beside an `"mps"` case). A device type listed with CUDA's or
     neuron's (`device.type in ["cuda", "xpu", "neuron"]`, `if device not in ("cpu", "xpu", "neuron"):
-    raise`) treats them together, and does not count. `lines`: the module's source lines (read once per
-    file, on first need)."""
+    raise`) treats them together, and does not count. The module's text is read once per file, on first
+    need."""
     if ctx not in _NAMED:
-        text = "\n".join(lines)
+        text = ctx.source
         _NAMED[ctx] = next(
             (
                 next(g for g in m.groups() if g)

@@ -41,6 +41,12 @@ class PendingFinding:
     widens_test: bool = False
 
 
+def tests_cuda_availability(test: str) -> bool:
+    """Whether the code of a condition asks whether CUDA is there (`torch.cuda.is_available()`,
+    `torch.cuda.device_count() > 1`)."""
+    return "cuda" in test and ("is_available" in test or "device_count" in test)
+
+
 class FileContext:
     """Per-file state shared by all rules during one traversal."""
 
@@ -120,7 +126,7 @@ class FileContext:
         for child, parent in zip(reversed(self.stack), reversed(self.stack[:-1]), strict=False):
             if isinstance(parent, (cst.If, cst.IfExp)) and child is parent.body:
                 test = self.code(parent.test)
-                if "cuda" in test and ("is_available" in test or "device_count" in test):
+                if tests_cuda_availability(test):
                     return test
         return None
 

@@ -26,7 +26,7 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.call_sites import calls_in
-from neuron_migrate.migrate.context import shortened
+from neuron_migrate.migrate.context import shortened, tests_cuda_availability
 from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
 from neuron_migrate.migrate.device_literals import is_cuda_string
 from neuron_migrate.migrate.names import dotted
@@ -104,16 +104,13 @@ def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
 def _after_cuda_test(ctx, stack: tuple[cst.CSTNode, ...]) -> bool:
     """Whether the code at the end of `stack` is the right side of an `and` whose left side tests for CUDA
     (`torch.cuda.is_available() and ...`): it is evaluated only where CUDA is."""
-    for parent, child in pairwise(stack):
-        if (
-            isinstance(parent, cst.BooleanOperation)
-            and isinstance(parent.operator, cst.And)
-            and child is parent.right
-        ):
-            test = ctx.code(parent.left)
-            if "cuda" in test and ("is_available" in test or "device_count" in test):
-                return True
-    return False
+    return any(
+        isinstance(parent, cst.BooleanOperation)
+        and isinstance(parent.operator, cst.And)
+        and child is parent.right
+        and tests_cuda_availability(ctx.code(parent.left))
+        for parent, child in pairwise(stack)
+    )
 
 
 def _timing_helper_in(ctx, function: cst.FunctionDef) -> str | None:

@@ -136,7 +136,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             pending.fix is not None
             and _safety(pending) == "safe"
             and pending.fix.generalizes
-            and (other := other_device_named(ctx, lines)) is not None
+            and (other := other_device_named(ctx)) is not None
             and not after_device_branches(ctx, pending.stack)
         ):
             pending.fix = replace(pending.fix, safety="unsafe")

@@ -280,7 +280,7 @@ class CudaRngState(QualifiedNameRule):
         states = _only_argument(call, "new_states")
         if states is None or is_expression_statement(self.ctx, call) is None:
             return None
-        index, state = (_fresh_name(self.ctx.module.code, n) for n in ("device_index", "rng_state"))
+        index, state = (_fresh_name(self.ctx.source, n) for n in ("device_index", "rng_state"))
         step = self.ctx.module.default_indent
         indent = indentation(self.ctx)
         head = f"for {index}, {state} in enumerate({self.ctx.code(states.value)}):"
