@@ -1,6 +1,7 @@
-"""Where a module calls each name: the node stack of every call `name(...)` and `x.name(...)`, and the names
-it also uses otherwise (a value passed on, not a call), found in one walk the first time a rule asks
-(`cuda_context`: who calls a test helper; `entry`: where a script's function is called).
+"""Where a module calls each name: the node stack of every call `name(...)` and `x.name(...)`, the names it
+also uses otherwise (a value passed on, not a call), and what each function refers to, found in one walk the
+first time a rule asks (`cuda_context`: who calls a test helper; `entry`: where a script's function is
+called; `cuda_ties`: which functions work together).
 """
 
 from __future__ import annotations
@@ -32,14 +33,28 @@ class CallSite(NamedTuple):
         return None, None
 
 
+class Unit(NamedTuple):
+    """An outermost function: the `id` of the class whose body defines it (None for a module-level function),
+    and what its code refers to, nested functions included: a name as itself (`helper`), an attribute or
+    method of its own instance or class as `.name` (`self._device`, `cls.build`)."""
+
+    owner: int | None
+    refers: set[str]
+
+
 @dataclass
 class Calls:
-    """The module's calls by the name they call, and the names that also stand other than as a called
-    function or the name of a top-level `def`."""
+    """The module's calls by the name they call, the names that also stand other than as a called function
+    or the name of a top-level `def`, and each outermost function (a module-level function or a method) as
+    a `Unit`, by the function's `id`."""
 
     sites: dict[str, list[CallSite]] = field(default_factory=dict)
     named: set[str] = field(default_factory=set)
+    units: dict[int, Unit] = field(default_factory=dict)
 
+
+#: the names by which a method refers to its own instance or class
+_OWN = frozenset({"self", "cls"})
 
 _CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -60,16 +75,36 @@ def _collect(module: cst.Module) -> Calls:
         def __init__(self) -> None:
             super().__init__()
             self.stack: list[cst.CSTNode] = []
+            self.unit: set[str] | None = None  # what the outermost function being walked refers to
+            self.unit_node: cst.FunctionDef | None = None
 
         def on_visit(self, node: cst.CSTNode) -> bool:
             parent = self.stack[-1] if self.stack else None
             self.stack.append(node)
             if isinstance(node, cst.Name):
                 self._name(node, parent)
+                if self.unit is not None:
+                    self._refer(node, parent)
+            elif isinstance(node, cst.FunctionDef) and self.unit is None:
+                owner = self.stack[-3] if len(self.stack) > 2 else None
+                owner_id = id(owner) if isinstance(owner, cst.ClassDef) else None
+                self.unit, self.unit_node = set(), node
+                calls.units[id(node)] = Unit(owner_id, self.unit)
             return True
 
         def on_leave(self, original_node: cst.CSTNode) -> None:
             self.stack.pop()
+            if original_node is self.unit_node:
+                self.unit = self.unit_node = None
+
+        def _refer(self, node: cst.Name, parent: cst.CSTNode | None) -> None:
+            if isinstance(parent, cst.Attribute):
+                if parent.attr is node and isinstance(parent.value, cst.Name) and parent.value.value in _OWN:
+                    self.unit.add("." + node.value)
+                elif parent.value is node:
+                    self.unit.add(node.value)
+            elif not (isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node):
+                self.unit.add(node.value)
 
         def _name(self, node: cst.Name, parent: cst.CSTNode | None) -> None:
             grand = self.stack[-3] if len(self.stack) > 2 else None

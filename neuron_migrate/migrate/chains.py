@@ -17,6 +17,8 @@ import libcst as cst
 
 #: the vendors' accelerators besides CUDA and neuron, as device types and in availability functions
 _VENDOR_DEVICES = "xpu|npu|mlu|hpu|mps|musa|xla|sdaa"
+#: the device types of the vendors' accelerators besides CUDA and neuron
+OTHER_ACCELERATOR_TYPES = frozenset({*_VENDOR_DEVICES.split("|"), "mtia", "tpu"})
 #: other accelerators, as an `if`/`elif` chain names them: `device.type == "xpu"`, `is_torch_npu_available()`,
 #: accelerate's and peft's `is_npu_available()`, `torch.xpu.is_available()`, `DistributedType.MULTI_NPU`
 #: (a device name not run into other letters, so `input` is not `npu`)

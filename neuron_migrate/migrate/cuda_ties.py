@@ -15,7 +15,11 @@ code half CUDA's.
   `start.record(torch.cuda.current_stream())`;
 - a value assigned to a name that CUDA-only code without a fix, a CUDA setting, or a statement naming NCCL or
   NVIDIA reads after it: `n = torch.cuda.device_count()` then `CUDA_VISIBLE_DEVICES`, `backend =
-  pg._get_backend(torch.device("cuda"))` then `isinstance(backend, ProcessGroupNCCL)`.
+  pg._get_backend(torch.device("cuda"))` then `isinstance(backend, ProcessGroupNCCL)`;
+- a device count, current device or availability whose answer CUDA-only code of the module that stays works
+  with: `_gpu_count()` beside `torch.cuda.get_device_properties(i)` for each `i` below it;
+- a placement in a function that takes a list of vendors' device types for an accelerator (`device.type in
+  ["cuda", "xpu"]`), left for a person.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.call_sites import calls_in
+from neuron_migrate.migrate.chains import OTHER_ACCELERATOR_TYPES
 from neuron_migrate.migrate.context import shortened, tests_cuda_availability
 from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
-from neuron_migrate.migrate.device_literals import is_cuda_string
+from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.walk import find
@@ -344,3 +349,147 @@ def _cuda_devices(value: cst.BaseExpression) -> bool:
     if isinstance(value, (cst.List, cst.Tuple)):
         return bool(value.elements) and all(is_cuda_string(e.value) for e in value.elements)
     return is_cuda_string(value)
+
+
+def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
+    """(the function, the CUDA-only code it keeps), as text, when the finding asks CUDA how many devices there
+    are, which one is current, or whether there is one, and CUDA-only code of the module that stays works
+    with the answer: rewritten alone, the answer would be the accelerator's while that code still means
+    CUDA's devices. That code is
+    - in the finding's own function (torch's RPC registry counts the devices beside `if
+      torch.cuda.is_available() and devices: torch.cuda.init()`, kept CUDA's);
+    - where the answer goes, when the finding's function returns it: a function that uses it, or one used
+      beside it by a third (torch's NUMA binding counts the devices with `_gpu_count()` and asks
+      `torch.cuda.get_device_properties(i)` for each; `_local_tensor`'s `_device` property is read by `if
+      self._device.type == "cuda": ... else:`, whose `else` is the CPU's path);
+    - in a function the `if` the finding tests calls (torch's benchmark utilities run
+      `_enable_tensor_cores()`, which asks for the CUDA capability, under `if torch.cuda.is_available():`);
+    - the same question kept CUDA's in a function the finding's function uses or is used by (the registry's
+      local count beside `_get_device_infos`, which its peers run).
+    Functions of the module are matched by name, methods of the same class as `self.name`. A test of the
+    device that only adds work for CUDA (an `if` without `else`) does not count: other devices skip it
+    whatever the answer (torch's `ShardedTensor.to` picks the current index under `if device_to.type ==
+    "cuda":`)."""
+    api = _called(ctx, pending.node)
+    if api not in _DEVICE_FACTS or (function := _unit_of(pending.stack)) is None:
+        return None
+    units = calls_in(ctx).units
+    returned = any(isinstance(node, cst.Return) for node in pending.stack[pending.stack.index(function) :])
+    gated = _gated_code(ctx, pending)
+    for inner in leftovers:
+        if (
+            inner is pending
+            or inner.no_change
+            or inner.rule.severity == "info"
+            or inner.rule.cuda_setting
+            or (inner.rule.device_test and _only_adds_cuda_work(inner))
+            or (other := _unit_of(inner.stack)) is None
+        ):
+            continue
+        if (
+            other is function
+            or (returned and _gets_answer(units, function, other))
+            or (gated is not None and _calls(gated, other, units[id(other)].owner))
+            or (_called(ctx, inner.node) == api and _uses_either(units, function, other))
+        ):
+            return other.name.value, first_line(ctx, inner.node)
+    return None
+
+
+#: the CUDA calls whose answer is a fact about CUDA's devices
+_DEVICE_FACTS = frozenset({"torch.cuda.device_count", "torch.cuda.current_device", "torch.cuda.is_available"})
+
+
+def _only_adds_cuda_work(pending) -> bool:
+    """Whether the finding is in the test of an `if` without `else` or `elif`."""
+    for child, parent in pairwise(reversed((*pending.stack, pending.node))):
+        if isinstance(parent, cst.If) and child is parent.test:
+            return parent.orelse is None
+        if isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+    return False
+
+
+def _unit_of(stack: tuple[cst.CSTNode, ...]) -> cst.FunctionDef | None:
+    """The outermost function around the node at the end of `stack` (a module-level function or a method),
+    if any."""
+    return next((node for node in stack if isinstance(node, cst.FunctionDef)), None)
+
+
+def _refers(unit, function: cst.FunctionDef, owner: int | None) -> bool:
+    """Whether an outermost function (`unit`) refers to `function`, a module-level function when `owner` is
+    None, else a method of the class `owner`."""
+    if owner is None:
+        return function.name.value in unit.refers
+    return unit.owner == owner and "." + function.name.value in unit.refers
+
+
+def _uses_either(units: dict, one: cst.FunctionDef, other: cst.FunctionDef) -> bool:
+    """Whether one of two outermost functions refers to the other."""
+    first, second = units[id(one)], units[id(other)]
+    return _refers(first, other, second.owner) or _refers(second, one, first.owner)
+
+
+def _gets_answer(units: dict, source: cst.FunctionDef, user: cst.FunctionDef) -> bool:
+    """Whether what the outermost function `source` returns can reach `user`: `user` refers to `source`, or a
+    third function refers to both (and may hand one's result to the other)."""
+    giver, taker = units[id(source)], units[id(user)]
+    return _refers(taker, source, giver.owner) or any(
+        _refers(unit, source, giver.owner) and _refers(unit, user, taker.owner)
+        for unit in units.values()
+        if unit is not giver and unit is not taker
+    )
+
+
+def _gated_code(ctx, pending) -> str | None:
+    """The code of the body of the `if` whose test holds the finding, if any."""
+    for child, parent in pairwise(reversed((*pending.stack, pending.node))):
+        if isinstance(parent, cst.If) and child is parent.test:
+            return ctx.code(parent.body)
+        if isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return None
+    return None
+
+
+def _calls(code: str, function: cst.FunctionDef, owner: int | None) -> bool:
+    """Whether `code` calls `function`: by its name for a module-level function, as `self.name(` or
+    `cls.name(` for a method."""
+    name = re.escape(function.name.value)
+    pattern = rf"(?<![\w.]){name}\s*\(" if owner is None else rf"\b(?:self|cls)\.{name}\s*\("
+    return re.search(pattern, code) is not None
+
+
+def vendor_list_left(ctx, pending, leftovers: list) -> str | None:
+    """A test of a device type against a list that names CUDA and other vendors' accelerators (`device.type
+    in ["cuda", "xpu"]`), left for a person in the finding's function, as text, when the finding places
+    something on CUDA: that list is what the function takes for an accelerator, so a neuron device from the
+    rewrite would be taken for something else. peft's DoRA moved `lora_B` to the current accelerator in the
+    `else` of an XPU check, while `lora_A.device.type in ["cuda", "xpu"]` beside it still decided which
+    tensors are on an accelerator. The list and the placements change together."""
+    function = scope_of(pending.stack)
+    if pending.rule.code not in _PLACEMENTS or not isinstance(function, cst.FunctionDef):
+        return None
+    for inner in leftovers:
+        if (
+            inner.rule.device_test
+            and isinstance(inner.node, cst.Comparison)
+            and any(
+                isinstance(target.operator, (cst.In, cst.NotIn)) and _vendor_list(target.comparator)
+                for target in inner.node.comparisons
+            )
+            and scope_of(inner.stack) is function
+        ):
+            return first_line(ctx, inner.node)
+    return None
+
+
+#: the rules whose findings place code or data on CUDA: `"cuda"`, `torch.device("cuda")`, `.cuda()`
+_PLACEMENTS = frozenset({"NM101", "NM102", "NM103"})
+
+
+def _vendor_list(value: cst.BaseExpression) -> bool:
+    """A list, tuple or set of strings that holds `"cuda"` and another accelerator's device type."""
+    if not isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+        return False
+    names = {string_value(element.value) for element in value.elements}
+    return "cuda" in names and bool(names & OTHER_ACCELERATOR_TYPES)

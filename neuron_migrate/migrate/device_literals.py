@@ -14,6 +14,8 @@ import libcst as cst
 
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_ATOM, DEVICE_TYPE
 
+#: the device types `neuron` has in torch: its own, and the PrivateUse1 key it registers through
+NEURON_DEVICE_TYPES = frozenset({"neuron", "privateuseone"})
 _CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
 _CUDA_PREFIX = re.compile(r"^cuda(:|$)")
 

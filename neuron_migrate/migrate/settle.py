@@ -49,12 +49,14 @@ from neuron_migrate.migrate.cuda_ties import (
     cuda_sibling,
     cuda_sink,
     cuda_source,
+    device_fact_user,
     first_line,
     function_todo,
     guarded_leftover,
     inside,
     rewritten_leftover,
     same_call_left,
+    vendor_list_left,
 )
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
@@ -287,6 +289,20 @@ def _keep_cuda_checks(
                 changed = True
             elif applies(pending, style) and (same := same_call_left(ctx, pending, leftovers)):
                 withdraw(pending, f"its function keeps `{same}` for a person: change them together")
+                changed = True
+            elif applies(pending, style) and (user := device_fact_user(ctx, pending, leftovers)):
+                withdraw(
+                    pending,
+                    f"CUDA-only code of the module that stays works with its answer (`{user[1]}` in "
+                    f"`{user[0]}`): change them together",
+                )
+                changed = True
+            elif applies(pending, style) and (listed := vendor_list_left(ctx, pending, leftovers)):
+                withdraw(
+                    pending,
+                    f"its function takes `{listed}` for the test of an accelerator, which leaves neuron out: "
+                    "add it there and change them together",
+                )
                 changed = True
         if not changed:  # the ties above give the precise reasons; what stays beside a to-do waits for it
             for pending in pendings:

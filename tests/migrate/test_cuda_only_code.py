@@ -1277,3 +1277,87 @@ def test_a_device_passed_by_value_that_may_be_the_cpus_makes_the_accelerator_cal
     assert all(f.fix.safety == "unsafe" and "`device` may be the CPU's device" in f.message for f in risky)
     plain = "import torch\ntorch.cuda.synchronize(0)\ntorch.cuda.synchronize(torch.cuda.current_device())\n"
     assert fixed(plain).count("torch.accelerator.synchronize(") == 2
+
+
+_NUMA = (
+    "import torch\ndef _gpu_count():\n    return torch.cuda.device_count()\n"
+    "def _numa_node(index):\n    return torch.cuda.get_device_properties(index).pci_bus_id\n"
+    "def gpus_on(node):\n    return {i for i in range(_gpu_count()) if _numa_node(i) == node}\n"
+)
+
+
+def test_a_device_count_stays_cudas_where_cuda_only_code_of_the_module_works_with_it():
+    """torch's NUMA binding: `gpus_on` counts the devices with `_gpu_count()` and asks
+    `torch.cuda.get_device_properties(i)` for each; the accelerator's count would feed CUDA's properties.
+    Without a function that uses both, the count is free to move."""
+    assert fixed(_NUMA) == _NUMA
+    count = next(f for f in findings(_NUMA) if f.line == 3)
+    assert (
+        "works with its answer (`torch.cuda.get_device_properties(index)` in `_numa_node`): change them "
+        "together" in count.message
+    )
+    alone = _NUMA.split("def gpus_on")[0]
+    assert "return torch.accelerator.device_count()" in fixed(alone)
+
+
+def test_an_availability_check_stays_cudas_where_it_runs_cuda_only_code_of_the_module():
+    """torch's benchmark utilities run `_tensor_cores()`, which asks for the CUDA capability, under `if
+    torch.cuda.is_available():`. A check whose `if` does not run that function only answers for itself
+    (the bundled example's `bench.py` exits without an accelerator, then calls a report that prints
+    `torch.version.cuda`), and a function that calls one with CUDA-only code does not hand it its answer."""
+    helper = (
+        "import torch\ndef _tensor_cores():\n    if torch.cuda.get_device_capability() >= (8, 0):\n"
+        "        torch.set_float32_matmul_precision('high')\n"
+    )
+    gated = helper + "def run(model):\n    if torch.cuda.is_available():\n        _tensor_cores()\n"
+    assert fixed(gated) == gated
+    check = next(f for f in findings(gated) if f.line == 6)
+    assert "(`torch.cuda.get_device_capability()` in `_tensor_cores`)" in check.message
+    exits = helper + (
+        "def main():\n    if not torch.cuda.is_available():\n        raise SystemExit('no GPU')\n"
+        "    _tensor_cores()\n"
+    )
+    assert "if not torch.accelerator.is_available():" in fixed(exits)
+    counts = helper + "def count():\n    _tensor_cores()\n    return torch.cuda.device_count()\n"
+    assert "return torch.accelerator.device_count()" in fixed(counts)
+
+
+_REGION = (
+    "import torch\nclass Region:\n    @property\n    def _device(self):\n"
+    "        return torch.device(self._type, torch.cuda.current_device())\n"
+    "    def seed(self, states):\n        if self._device.type == 'cuda':\n"
+    "            return states[self._device.index]\n        else:\n            return states['cpu']\n"
+)
+
+
+def test_a_current_device_read_by_a_cuda_or_cpu_test_of_its_class_stays_cudas():
+    """torch's `_local_tensor`: the `_device` property is read by `if self._device.type == "cuda": ...
+    else:` (the CPU's RNG state), a test left for a person; an accelerator's device would take the CPU's
+    path. A test without `else` only adds work for CUDA (torch's `ShardedTensor.to`), and the same name in
+    another class is another method: neither holds the fix back."""
+    assert fixed(_REGION) == _REGION
+    current = next(f for f in findings(_REGION) if f.code == "NM106")
+    assert "(`self._device.type == 'cuda'` in `seed`)" in current.message
+    no_else = _REGION.replace(
+        "        else:\n            return states['cpu']\n", "        return states['cpu']\n"
+    )
+    assert "torch.accelerator.current_device_index()" in fixed(no_else)
+    elsewhere = _REGION.replace("    def seed(self, states):", "class Other:\n    def seed(self, states):")
+    assert "torch.accelerator.current_device_index()" in fixed(elsewhere)
+
+
+def test_a_placement_stays_cudas_in_a_function_that_takes_a_list_of_vendors_for_an_accelerator():
+    """peft's DoRA: `lora_B.to("cuda")` in the `else` of an XPU check, while `a.device.type in ["cuda",
+    "xpu"]` decides which tensors are on an accelerator; a neuron tensor would be taken for a host one. A
+    list that names neuron already takes Trainium in: nothing to flag, and the chain has neuron's branch."""
+    source = (
+        "import torch\ndef place(a, b):\n    if a.device.type in ['cuda', 'xpu']:\n"
+        "        b = b.to(a.device)\n    else:\n        b = b.to('cuda')\n    return a.to(b.device), b\n"
+    )
+    assert fixed(source) == source
+    placement = next(f for f in findings(source) if f.code == "NM101")
+    assert "its function takes `a.device.type in ['cuda', 'xpu']` for the test of an accelerator" in (
+        placement.message
+    )
+    with_neuron = source.replace("'xpu']", "'xpu', 'neuron']")
+    assert not [f for f in findings(with_neuron) if "list of device types" in f.message]

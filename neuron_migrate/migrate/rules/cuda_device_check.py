@@ -13,6 +13,7 @@ from neuron_migrate.migrate.device_flow import (
     is_device_expr,
 )
 from neuron_migrate.migrate.device_literals import (
+    NEURON_DEVICE_TYPES,
     agnostic_string,
     fit,
     has_index,
@@ -63,7 +64,8 @@ class CudaDeviceCheck(Rule):
     be a device it is unsafe, and the message names what to check. A test that is only a part of a flag's
     value (`(d.type == "cuda" and gqa) or masked`) is judged by what the flag selects. No fix for a test that
     guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay CUDA-only), for a comparison
-    with an indexed string, or for membership in a list of device types.
+    with an indexed string, or for membership in a list of device types (one that names `neuron` already
+    takes Trainium in, and is not flagged).
     """
 
     code = "NM105"
@@ -77,6 +79,7 @@ class CudaDeviceCheck(Rule):
         'import torch\nif backend == "nccl":\n    pass\nif name == "cuda":\n    print(name)\n',
         'if "cuda" in sys.argv:\n    pass\nif key.startswith("cuda"):\n    pass\n',
         'import torch\nok = x.device.type != "cpu"\nmode = "fast" if fast else "cpu"\n',
+        'import torch\nif x.device.type in ("cuda", "xpu", "neuron"):\n    pass\n',
     )
     INVALID = (
         Invalid(
@@ -237,7 +240,8 @@ class CudaDeviceCheck(Rule):
             self._check(node, f"{self.ctx.code(inner).strip()}.type", inside)
         elif (
             isinstance(right, (cst.Tuple, cst.List, cst.Set))
-            and any(string_value(e.value) == "cuda" for e in right.elements)
+            and "cuda" in (listed := {string_value(e.value) for e in right.elements})
+            and not listed & NEURON_DEVICE_TYPES  # `("cuda", "neuron")` already takes Trainium in
             and (self._device(left) or (isinstance(left, cst.Attribute) and left.attr.value == "type"))
         ):
             self.report(
