@@ -59,7 +59,9 @@ class Finding:
 
     `cell` is the 1-based code-cell number for notebooks (lines are then relative to the cell). `guard` names
     the CUDA-only condition the code already sits under (e.g. `torch.cuda.is_available()`), if any;
-    `replacement` what to move to, for a finding whose remedy is another library or API (NM701).
+    `replacement` what to move to, for a finding whose remedy is another library or API (NM701). `tied`: its
+    automatic fix waits for CUDA code beside it that a person changes first (the message says which), and
+    `fix` rewrites it once that is done.
     """
 
     code: str
@@ -76,6 +78,7 @@ class Finding:
     cell: int | None = None
     guard: str | None = None
     replacement: str | None = None
+    tied: bool = False
 
     @property
     def fix_safety(self) -> FixSafety:

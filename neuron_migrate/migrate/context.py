@@ -39,6 +39,8 @@ class PendingFinding:
     no_change: str | None = None
     #: its fix turns a CUDA test into one for any accelerator: other devices then run the code it guards
     widens_test: bool = False
+    #: its fix was withdrawn: it waits for CUDA code beside it that a person changes first (`settle.tie`)
+    tied: bool = False
 
 
 def tests_cuda_availability(test: str) -> bool:

@@ -73,6 +73,8 @@ def fix_text(
 
 
 def _why_not(finding: Finding, unsafe: bool) -> str:
+    if finding.tied:
+        return "`fix` rewrites it once that is done"
     if finding.fix is None:
         return "no automatic fix"
     if finding.fix.safety == "unsafe" and not unsafe:

@@ -39,6 +39,7 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
         fix=fix,
         guard=pending.guard,
         replacement=pending.replacement,
+        tied=pending.tied and fix is None and not pending.no_change,
     )
 
 

@@ -104,6 +104,13 @@ def withdraw(pending, note: str, no_change: bool = False) -> None:
         pending.notes.append(note)
 
 
+def tie(pending, note: str) -> None:
+    """Take the fix back because it waits for CUDA code beside it that a person changes first (`note` says
+    which): `fix` rewrites it once that is done, so it is a rewrite to review, not work by hand."""
+    withdraw(pending, note)
+    pending.tied = True
+
+
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
@@ -223,7 +230,7 @@ def _keep_cuda_checks(
                     )
                     changed = True
                 elif (twin := _warning_twin(ctx, check, leftovers)) is not None:
-                    withdraw(
+                    tie(
                         check,
                         f"its warning tells where the code runs, which `{first_line(ctx, twin.node)}` still "
                         "decides for CUDA: change them together",
@@ -258,13 +265,13 @@ def _keep_cuda_checks(
                 withdraw(pending, cuda_only.reason, no_change=True)
                 changed = True
             elif applies(pending, style) and (sibling := cuda_sibling(ctx, pending, leftovers, mentions)):
-                withdraw(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
+                tie(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
                 changed = True
             elif applies(pending, style) and (source := cuda_source(ctx, pending, leftovers)):
-                withdraw(pending, f"it takes a value CUDA-only code gives (`{source}`): change them together")
+                tie(pending, f"it takes a value CUDA-only code gives (`{source}`): change them together")
                 changed = True
             elif applies(pending, style) and (maker := cuda_maker(ctx, pending, leftovers)):
-                withdraw(
+                tie(
                     pending,
                     f"its statement works with what `{maker[0]}` makes, which stays CUDA's (`{maker[1]}`): "
                     "change them together",
@@ -278,27 +285,25 @@ def _keep_cuda_checks(
                 )
                 changed = True
             elif applies(pending, style) and (kept := rewritten_leftover(ctx, pending, leftovers)):
-                withdraw(
+                tie(
                     pending, f"what it rewrites keeps CUDA-only code that stays, {kept}: change them together"
                 )
                 changed = True
             elif applies(pending, style) and (sink := cuda_sink(pending, sinks, mentions, positions, lines)):
-                withdraw(
-                    pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together"
-                )
+                tie(pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together")
                 changed = True
             elif applies(pending, style) and (same := same_call_left(ctx, pending, leftovers)):
-                withdraw(pending, f"its function keeps `{same}` for a person: change them together")
+                tie(pending, f"its function keeps `{same}` for a person: change them together")
                 changed = True
             elif applies(pending, style) and (user := device_fact_user(ctx, pending, leftovers)):
-                withdraw(
+                tie(
                     pending,
                     f"CUDA-only code of the module that stays works with its answer (`{user[1]}` in "
                     f"`{user[0]}`): change them together",
                 )
                 changed = True
             elif applies(pending, style) and (listed := vendor_list_left(ctx, pending, leftovers)):
-                withdraw(
+                tie(
                     pending,
                     f"its function takes `{listed}` for the test of an accelerator, which leaves neuron out: "
                     "add it there and change them together",
@@ -307,10 +312,9 @@ def _keep_cuda_checks(
         if not changed:  # the ties above give the precise reasons; what stays beside a to-do waits for it
             for pending in pendings:
                 if applies(pending, style) and (todo := function_todo(ctx, pending, leftovers, mentions)):
-                    withdraw(
+                    tie(
                         pending,
-                        f"its function keeps `{todo}` for a person: migrate the function as a whole (rerun "
-                        "`fix` once that is done)",
+                        f"its function keeps `{todo}` for a person: migrate the function as a whole",
                     )
                     changed = True
 

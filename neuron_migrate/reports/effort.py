@@ -43,6 +43,13 @@ DEFAULT_WEIGHTS: dict[str, tuple[float, float, float, str]] = {
         1.0,
         "automatic fix that changes behaviour: review and test it (tens of minutes)",
     ),
+    "tied-fix": (
+        0.05,
+        0.1,
+        0.25,
+        "automatic fix that waits for the CUDA code it is tied to: rerun `fix` once a person changed that "
+        "code, and review the rewrite (minutes)",
+    ),
     "no-equivalent": (1.0, 2.0, 6.0, "CUDA API with no automatic fix: rewrite by hand (hours)"),
     "note": (0.0, 0.0, 0.0, "information: works on Trainium as it is, no change needed"),
     "cuda-library": (8.0, 16.0, 40.0, "CUDA-only library: move to the named replacement (days)"),
@@ -145,7 +152,8 @@ def _hours_triple(key: str, value: Any, where: str) -> tuple[float, float, float
 
 def finding_bucket(finding: Finding, kernel_sources: bool = False) -> str:
     """Which row of the table a finding costs: the row its rule names (`Rule.effort`), else by how it can be
-    fixed.
+    fixed (a fix that waits for the CUDA code it is tied to costs a review, like a safe one: the work is
+    counted at that code).
 
     A rule that builds kernels (a CUDA extension) is the kernel port itself only when the scan saw no kernel
     source to count it at; otherwise it is the build wiring, hours of work, so one kernel is not counted
@@ -158,6 +166,8 @@ def finding_bucket(finding: Finding, kernel_sources: bool = False) -> str:
         return rule.effort
     if finding.severity == "info" and finding.fix is None:
         return "note"
+    if finding.tied:
+        return "tied-fix"
     return {"safe": "safe-fix", "unsafe": "unsafe-fix"}.get(finding.fix_safety, "no-equivalent")
 
 
@@ -174,6 +184,7 @@ def _finding_reason(finding: Finding, bucket: str) -> str:
     return {
         "safe-fix": "safe rewrite by `neuron-migrate fix`: review it",
         "unsafe-fix": "rewrite changes behaviour (`--unsafe-fixes`): review and test it",
+        "tied-fix": "waits for the CUDA code it is tied to: `fix` rewrites it once that is done",
         "no-equivalent": "no automatic fix: rewrite by hand",
         "note": "information: no change needed",
         "custom-kernel": "custom kernel: port to PyTorch ops or an NKI kernel",

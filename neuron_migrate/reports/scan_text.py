@@ -15,6 +15,8 @@ from neuron_migrate.reports.words import plural
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _FIX = {"safe": "[green]fixable[/]", "unsafe": "[yellow]fixable (unsafe)[/]", "none": "[dim]manual[/]"}
+#: a finding whose fix waits for the CUDA code it is tied to (`Finding.tied`): fixable once that is changed
+_WAITS = "[dim]waits[/]"
 
 
 def render_scan_text(result: ScanResult, console: Console, show_source: bool = True) -> None:
@@ -30,7 +32,7 @@ def render_scan_text(result: ScanResult, console: Console, show_source: bool = T
             lines.append(
                 console.render_str(
                     f"  {where}{f.line}:{f.col + 1}  [{_STYLE[f.severity]}]{f.code}[/] {escape(f.message)}  "
-                    f"{_FIX[f.fix_safety]}"
+                    f"{_WAITS if f.tied else _FIX[f.fix_safety]}"
                 )
             )
             if show_source and f.source:

@@ -1296,6 +1296,7 @@ def test_a_device_count_stays_cudas_where_cuda_only_code_of_the_module_works_wit
         "works with its answer (`torch.cuda.get_device_properties(index)` in `_numa_node`): change them "
         "together" in count.message
     )
+    assert count.tied and count.fix is None  # `fix` rewrites it once the properties call is changed
     alone = _NUMA.split("def gpus_on")[0]
     assert "return torch.accelerator.device_count()" in fixed(alone)
 

@@ -50,6 +50,14 @@ def test_each_finding_costs_its_bucket(code, fixable, bucket):
     assert item.reason and "\n" not in item.reason
 
 
+def test_a_fix_that_waits_for_cuda_code_it_is_tied_to_costs_a_review_not_a_rewrite_by_hand():
+    """The bundled example's streams wait for its NVTX ranges: the ranges are the hand work (counted at their
+    own findings); `fix` rewrites the streams once they are gone."""
+    (item,) = estimate_findings([replace(finding("NM406", fixable="none"), tied=True)], DEFAULT)
+    assert (item.bucket, (item.low, item.likely, item.high)) == ("tied-fix", weights("tied-fix"))
+    assert "`fix` rewrites it once that is done" in item.reason
+
+
 def test_repeats_of_a_rule_in_one_file_cost_the_repeat_factor():
     findings = [finding("NM401", line=n) for n in (30, 10, 20)] + [finding("NM401", path="other.py", line=5)]
     items = estimate_findings(findings, EffortSettings(repeat_factor=0.5))
