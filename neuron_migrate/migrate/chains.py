@@ -34,7 +34,7 @@ _NEURON = re.compile(r"(?<![a-z])(neuronx?|privateuse1|custom_(?:device|backend)
 #: collective backend's name (`"hccl"`, HPU's; `"xccl"`, XPU's), or an availability function
 #: (`is_torch_npu_available`, `is_xpu_available`)
 _OTHER_DEVICE_NAMED = re.compile(
-    rf"""["']({_VENDOR_DEVICES}|mtia|tpu|hccl|xccl)(?::\d*)?["']|\bis_(?:torch_)?({_VENDOR_DEVICES})_available\b"""
+    rf"""["']({_VENDOR_DEVICES}|mtia|tpu|hccl|xccl)(?::\d*)?["']|\bis_(?:torch_)?({_VENDOR_DEVICES}|tpu)_available\b"""
 )
 #: CUDA's or neuron's device type, listed with others' (`["cuda", "xpu", "neuron"]`)
 _TOGETHER = re.compile(r"""["'](?:cuda|neuron)(?::\d*)?["']""")

@@ -728,6 +728,7 @@ def test_a_file_with_cuda_kernels_keeps_its_device_type_tests():
         ("FALLBACK = 'mps:0'\n", "mps"),
         ("from transformers import is_torch_xpu_available\n", "xpu"),
         ("def tiles(device):\n    return device.type == 'tpu'\n", "tpu"),  # Inductor's Pallas backend
+        ("from transformers import is_torch_tpu_available\n", "tpu"),  # transformers' XLA alias
         ("BACKENDS = ('nccl', 'hccl')\n", "hccl"),  # HPU's collectives (torch's DTensor tests)
     ],
 )
