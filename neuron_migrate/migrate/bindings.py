@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from neuron_migrate.migrate.device_literals import literal_value
 from neuron_migrate.migrate.names import dotted
 
 #: the methods that declare a command-line option (argparse, optparse, click-like wrappers)
@@ -50,12 +51,8 @@ def key_of(target: cst.CSTNode) -> str | None:
     ):
         index = target.slice[0].slice.value
         base = dotted(target.value) if isinstance(target.value, (cst.Name, cst.Attribute)) else None
-        if (
-            base is not None
-            and isinstance(index, cst.SimpleString)
-            and isinstance(index.evaluated_value, str)
-        ):
-            return f'{base}["{index.evaluated_value}"]'
+        if base is not None and isinstance(index, cst.SimpleString) and isinstance(literal_value(index), str):
+            return f'{base}["{literal_value(index)}"]'
     return None
 
 
@@ -65,9 +62,9 @@ def option_dest(call: cst.Call) -> str | None:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dest":
             value = arg.value
-            return value.evaluated_value if isinstance(value, cst.SimpleString) else None
+            return literal_value(value) if isinstance(value, cst.SimpleString) else None
         if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
-            text = arg.value.evaluated_value
+            text = literal_value(arg.value)
             match = _OPTION.match(text) if isinstance(text, str) else None
             if match:
                 names.append(text)
@@ -132,7 +129,7 @@ class Bindings:
             if kind == "assign" and isinstance(target, cst.Name) and isinstance(value, cst.Dict):
                 for element in value.elements:
                     if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
-                        name = element.key.evaluated_value
+                        name = literal_value(element.key)
                         if isinstance(name, str):
                             self.add(
                                 f'{target.value}["{name}"]', element.value, "item", statement, block, scope

@@ -69,7 +69,7 @@ from neuron_migrate.migrate.cuda_files import (
     requires_cuda,
 )
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
-from neuron_migrate.migrate.device_literals import is_cuda_string
+from neuron_migrate.migrate.device_literals import is_cuda_string, literal_value
 from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
@@ -442,7 +442,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
             and child is parent.value
             and isinstance(child, (cst.Name, cst.Attribute))
             and isinstance(parent.key, cst.SimpleString)
-            and (parent.key.evaluated_value == "cuda")
+            and (literal_value(parent.key) == "cuda")
         ):
             return CudaOnly(
                 "it is CUDA's entry of a per-device table: add an entry for the accelerator instead", True

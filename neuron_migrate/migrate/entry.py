@@ -15,6 +15,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from neuron_migrate.migrate.call_sites import calls_in
+from neuron_migrate.migrate.device_literals import literal_value
 
 #: per file: the answer per function id (False while it is being computed: a recursive call is no evidence)
 _ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -56,7 +57,7 @@ def _is_main_guard(statement: cst.CSTNode) -> bool:
         and isinstance(test.left, cst.Name)
         and test.left.value == "__name__"
         and any(
-            isinstance(c.comparator, cst.SimpleString) and c.comparator.evaluated_value == "__main__"
+            isinstance(c.comparator, cst.SimpleString) and literal_value(c.comparator) == "__main__"
             for c in test.comparisons
         )
     )

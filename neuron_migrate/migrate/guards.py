@@ -29,6 +29,7 @@ from typing import Literal
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.device_literals import literal_value
 from neuron_migrate.migrate.walk import walk
 
 Presence = Literal["certain", "possible", "absent"]
@@ -45,7 +46,7 @@ _FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per file: fla
 
 def _string(node: cst.CSTNode) -> str | None:
     if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
+        value = literal_value(node)
         return value if isinstance(value, str) else None
     return None
 
