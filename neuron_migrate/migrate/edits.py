@@ -46,6 +46,45 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     return text
 
 
+def nested(text: str, accepted: list[Edit], edits: Iterable[Edit]) -> list[Edit] | None:
+    """`accepted` with `edits` added, where an edit that falls inside an accepted one is applied within it:
+    the accepted edit keeps the code there verbatim (its text is the source of exactly one stretch of what
+    it replaces, and that stretch holds the new edit). `torch.cuda.stream(torch.cuda.Stream())` becomes
+    `torch.cuda.Stream()`, which the `torch.Stream()` fix rewrites inside it: applied one after the other,
+    the first would keep the CUDA stream. None when an edit overlaps another way."""
+    starts = _offsets(text)
+
+    def span(edit: Edit) -> tuple[int, int]:
+        def offset(line: int, col: int) -> int:
+            return len(text) if line - 1 >= len(starts) else min(starts[line - 1] + col, len(text))
+
+        return offset(edit.line, edit.col), offset(edit.end_line, edit.end_col)
+
+    result = list(accepted)
+    for edit in edits:
+        start, end = span(edit)
+        for index, outer in enumerate(result):
+            outer_start, outer_end = span(outer)
+            if outer.cell != edit.cell or not (outer_start <= start < end <= outer_end) or not outer.text:
+                continue
+            replaced = text[outer_start:outer_end]
+            at = replaced.find(outer.text)
+            kept = outer_start + at
+            once = at >= 0 and replaced.find(outer.text, at + 1) < 0
+            if not once or not kept <= start < end <= kept + len(outer.text):
+                return None
+            inner = outer.text[: start - kept] + edit.text + outer.text[end - kept :]
+            result[index] = Edit(outer.line, outer.col, outer.end_line, outer.end_col, inner, outer.cell)
+            break
+        else:
+            result.append(edit)
+    try:
+        apply_edits(text, result)
+    except OverlappingEdits:
+        return None
+    return result
+
+
 def _order(span: tuple[int, int, str]) -> tuple[int, int, int, str]:
     """Position order; of several insertions at one place, import statements come first (what follows may
     use them)."""

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import libcst as cst
 
-from neuron_migrate.migrate.edits import OverlappingEdits, apply_edits, drop_pointers_to_removed, drop_repeats
+from neuron_migrate.migrate.edits import (
+    OverlappingEdits,
+    apply_edits,
+    drop_pointers_to_removed,
+    drop_repeats,
+    nested,
+)
 from neuron_migrate.migrate.guard_layout import tidy_new_guards
 from neuron_migrate.migrate.layout import Layout, reflow
 from neuron_migrate.migrate.names import import_bindings
@@ -51,9 +57,13 @@ def fix_text(
         try:
             apply_edits(text, [*accepted, *finding.fix.edits])
         except OverlappingEdits:
-            outcome.left.append((finding, "overlaps another fix; run `fix` again"))
-            continue
-        accepted.extend(finding.fix.edits)
+            merged = nested(text, accepted, finding.fix.edits)  # inside code an accepted fix keeps verbatim
+            if merged is None:
+                outcome.left.append((finding, "overlaps another fix; run `fix` again"))
+                continue
+            accepted[:] = merged
+        else:
+            accepted.extend(finding.fix.edits)
         outcome.applied.append(finding)
     if not accepted:
         return outcome

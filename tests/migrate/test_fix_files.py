@@ -313,3 +313,17 @@ def write_notebook(path: Path, cells: list[list[str]]) -> None:
         "nbformat_minor": 5,
     }
     path.write_text(json.dumps(notebook, indent=1) + "\n")
+
+
+def test_an_edit_inside_code_an_accepted_edit_keeps_verbatim_is_applied_within_it():
+    """`nested`: the outer edit's text is the source of one stretch of what it replaces; an edit inside that
+    stretch goes into it. An edit the outer one does not keep (it rewrites that code) still overlaps."""
+    from neuron_migrate.migrate.edits import nested
+    from neuron_migrate.model import Edit
+
+    text = "with torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
+    outer = Edit(1, 5, 1, 43, "torch.cuda.Stream()")
+    inner = Edit(1, 23, 1, 40, "torch.Stream")
+    assert nested(text, [outer], [inner]) == [Edit(1, 5, 1, 43, "torch.Stream()")]
+    rewritten = Edit(1, 5, 1, 43, "s")  # not a stretch of the source: the inner edit would be lost
+    assert nested(text, [rewritten], [inner]) is None

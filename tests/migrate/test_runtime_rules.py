@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from .helpers import findings, fixed
+from .helpers import findings, fixed, fixed_until_stable
 
 RUNTIME = (
     "NM402",
@@ -132,10 +132,20 @@ def test_current_stream_is_safe_only_where_it_is_used_as_any_stream():
     assert "torch.accelerator.current_stream(1)" in fixed(keyword, ("NM406",), unsafe=True)
 
 
-def test_stream_fixes_on_one_line_converge_in_two_runs():
+def test_a_fix_inside_the_stream_a_context_fix_keeps_goes_in_with_it():
+    """`torch.cuda.stream(torch.cuda.Stream())` becomes its argument, and the argument `torch.Stream()`, in
+    one run. Lightning's DDP strategy keeps the context in a name: `ctx =
+    torch.cuda.stream(torch.cuda.Stream()) if device_ids is not None else nullcontext()`; applied one after
+    the other, the next run judged the bare stream in a conditional unsafe and left `with
+    torch.cuda.Stream()` behind, half migrated."""
     source = "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"
-    once = fixed(source, ("NM406",))
-    assert fixed(once, ("NM406",)) == "import torch\nwith torch.Stream():\n    pass\n"
+    assert fixed(source, ("NM406",)) == "import torch\nwith torch.Stream():\n    pass\n"
+    kept = (
+        "import torch\ndef wrap(model, ids):\n"
+        "    ctx = torch.cuda.stream(torch.cuda.Stream()) if ids is not None else nullcontext()\n"
+        "    with ctx:\n        return DDP(model, device_ids=ids)\n"
+    )
+    assert "    ctx = torch.Stream() if ids is not None else nullcontext()\n" in fixed_until_stable(kept)
 
 
 def test_set_rng_state_all_loop_does_not_rebind_user_names():
