@@ -260,3 +260,21 @@ def test_a_device_type_name_the_module_only_compares_is_an_unsafe_fix():
     assert finding.fix.safety == "unsafe" and "the name is compared" in finding.message
     used = "import torch\ndef f(x):\n    target_device = 'cuda'\n    return x.to(target_device)\n"
     assert "target_device = (torch.accelerator" in fixed(used, ("NM101",))
+
+
+def test_a_device_test_that_also_asks_for_the_index_leaves_out_the_meta_device():
+    """Lightning's device mixin: `if device.type == "cuda" and device.index is None:` gives a device without
+    an index the current CUDA index. `torch.device("meta")` has no index either: `!= "cpu"` would hand a
+    module on the meta device a CUDA index, on CUDA itself. A test that does not ask for the index stays
+    `!= "cpu"`."""
+    source = (
+        "import torch\ndef device_of(module):\n    device = module.weight.device\n"
+        "    if device.type == 'cuda' and device.index is None:\n"
+        "        return torch.device(device.type, torch.cuda.current_device())\n    return device\n"
+    )
+    after = fixed(source)
+    assert '    if device.type not in ("cpu", "meta") and device.index is None:\n' in after
+    meta = torch.device("meta")
+    assert not (meta.type not in ("cpu", "meta") and meta.index is None)
+    plain = source.replace(" and device.index is None", "")
+    assert '    if device.type != "cpu":\n' in fixed(plain)

@@ -3,6 +3,8 @@ report inside a per-device chain also serves the availability checks of NM106)."
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from neuron_migrate.migrate.chains import device_chain
@@ -14,6 +16,24 @@ from neuron_migrate.migrate.rule import FixSpec, Replacement, Rule
 
 def _negated(ctx) -> bool:
     return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
+
+
+def _asks_for_index(ctx, type_text: str) -> bool:
+    """Whether an `and` around the visited test also asks that the device `type_text` is the type of has no
+    index (`device.index is None`; `is not None` already leaves the meta device out)."""
+    owner = type_text.removesuffix(".type")
+    if owner == type_text:
+        return False
+    asks = re.compile(rf"(?<![\w.]){re.escape(owner)}\.index\s+is\s+None\b")
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, cst.UnaryOperation) or (
+            isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And)
+        ):
+            if isinstance(node, cst.BooleanOperation) and asks.search(ctx.code(node)):
+                return True
+            continue
+        return False
+    return False
 
 
 def accelerator_test(
@@ -29,13 +49,17 @@ def accelerator_test(
 
     `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
     (`"none"`: `d == "cuda"` is false for `"cuda:1"`); such a string test also leaves out `"meta"`, which
-    `!= "cpu"` would let in (`device_map == "cuda"` must stay false for `device_map="meta"`)."""
+    `!= "cpu"` would let in (`device_map == "cuda"` must stay false for `device_map="meta"`). So does a test
+    whose `and` asks that the same device has no index (`device.type == "cuda" and device.index is None`:
+    Lightning's device mixin gave a module on the meta device, which has no index either, a CUDA index)."""
     ctx = rule.ctx
     if _negated(ctx):
         node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
     else:
         parent = ctx.parent
     test = f'{type_text} {"!=" if positive else "=="} "cpu"'
+    if index is None and _asks_for_index(ctx, type_text):
+        test = f'{type_text} {"not in" if positive else "in"} ("cpu", "meta")'
     if index is not None:  # a string the caller chose: `"meta"` (a common device_map) is no accelerator
         test = f'{type_text} {"not in" if positive else "in"} ("cpu", "meta")'
         attribute = type_text.removesuffix(".type") + ".index"

@@ -52,7 +52,9 @@ class CudaDeviceCheck(Rule):
     a CUDA machine and `cpu` without an accelerator, as before; with another condition only the `'cuda'`
     string is replaced, so the condition still decides. A test on a value that clearly holds a device becomes
     `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
-    `torch.device(s).type`. That is safe when the code the test selects for CUDA is device plumbing (moving or
+    `torch.device(s).type`; a test whose `and` also asks that the device has no index (`d.type == "cuda" and
+    d.index is None`) becomes `d.type not in ("cpu", "meta")`, since the meta device has no index either.
+    That is safe when the code the test selects for CUDA is device plumbing (moving or
     pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
     device-agnostic, or when the test's value is kept (`use_amp = ...`); around a plain choice with no device
     work (a memory format, a list of LAPACK drivers, a sample the test makes CUDA skip: a fact about CUDA that
