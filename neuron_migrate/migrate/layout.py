@@ -210,6 +210,7 @@ def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> s
     that is installed; for a project that configures none, ruff's or black's (both wrap as black does) at the
     project's line length. None when no formatter is installed or it fails."""
     ranges = _ranges(lines)
+    path = path.resolve()  # the formatter runs in the file's folder: a relative path would point elsewhere
     ruff, black = _executable("ruff"), _executable("black")
     tool = layout.formatter or ("ruff" if ruff else "black" if black else None)
     if tool == "ruff" and ruff:

@@ -231,3 +231,21 @@ def test_a_line_the_project_kept_long_is_not_wrapped_when_the_rewrite_keeps_its_
     assert reflow(condition, same, Layout(line_length=88)) == same
     longer = condition.replace("'cuda'", "'cuda' and self.model.device.type != 'meta'")
     assert reflow(condition, longer, Layout(line_length=88)) != longer
+
+
+def test_the_formatter_reads_the_projects_line_length_when_the_path_is_relative(tmp_path, run_cli):
+    """`neuron-migrate fix plugins/precision/fsdp.py` from the project's root: the formatter runs in the
+    file's folder, where the relative path named another file, so it wrapped at its default 88 instead of
+    the project's 120 (Lightning's `torch.autocast` call)."""
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 120\n")
+    (tmp_path / "plugins" / "precision").mkdir(parents=True)
+    script = tmp_path / "plugins" / "precision" / "fsdp.py"
+    script.write_text(
+        "import torch\n\n\nclass FSDPPrecision:\n    def forward_context(self):\n        if self.precision:\n"
+        '            return torch.autocast("cuda", dtype=(torch.bfloat16 if self.precision == "bf16-mixed" '
+        "else torch.float16))\n"
+    )
+    done = run_cli("fix", "plugins/precision/fsdp.py", "--write", "--no-cache", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    line = '                dtype=(torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16),\n'
+    assert len(line) > 88 and line in script.read_text()
