@@ -85,9 +85,11 @@ def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
     settings (environment variables), information, a test of the device or a CUDA check (they answer
     anywhere), code reached only on CUDA (behind a CUDA check, or after one in an `and`:
     `torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9`); nor does module-level
-    code, too large a unit to hold back."""
-    scope = scope_of(pending.stack)
-    if not isinstance(scope, cst.FunctionDef):
+    code, too large a unit to hold back. The function is the outermost one, with the closures it defines:
+    torchtune's activation offloader keeps `self.s0 = torch.cuda.default_stream()` in `__init__`, where the
+    hooks that move tensors back with `.to("cuda")` are defined."""
+    scope = _unit_of(pending.stack)
+    if scope is None:
         return None
     for inner in leftovers:
         if (
@@ -98,7 +100,7 @@ def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
             and inner.rule.severity != "info"
             and not inner.rule.device_test
             and not inner.region
-            and scope_of(inner.stack) is scope
+            and _unit_of(inner.stack) is scope
             and not _after_cuda_test(ctx, inner.stack)
             and only_on_cuda(inner, mentions, leftovers, ctx.path) is None
         ):

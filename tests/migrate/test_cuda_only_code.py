@@ -312,6 +312,22 @@ def test_a_function_that_cannot_run_off_cuda_until_a_person_changes_it_is_migrat
     assert "side.wait_stream(torch.accelerator.current_stream())" in fixed(harmless)
 
 
+def test_the_closures_a_function_defines_are_migrated_with_it():
+    """torchtune's activation offloader keeps `self.s0 = torch.cuda.default_stream()` (no accelerator
+    equivalent) in `__init__`, where the hook that moves tensors back with `.to("cuda")` is defined: the
+    hook cannot run off CUDA until `__init__` is ported, so it waits with it."""
+    source = (
+        "import torch\nclass Offload:\n    def __init__(self):\n"
+        "        self.s0 = torch.cuda.default_stream()\n        def unpack(t):\n"
+        "            return t.to('cuda', non_blocking=True)\n"
+        "        self.unpack = unpack\n"
+    )
+    assert fixed(source) == source
+    placement = next(f for f in findings(source) if f.code == "NM101")
+    assert "its function keeps `torch.cuda.default_stream()` for a person" in placement.message
+    assert placement.tied
+
+
 @pytest.mark.parametrize(("keys", "kept"), [(("CUDA", "Meta"), True), (("CUDA", "CPU", "Meta"), False)])
 def test_a_module_that_registers_kernels_for_cuda_only_serves_them(keys, kept):
     """torch's symmetric memory registers its fused operators for "CUDA" (and "Meta" shapes) only: its events
