@@ -305,6 +305,9 @@ _VERSION_FLAG = re.compile(
     r"(greater|less|newer|older|at_least|before)\w*torch",
     re.IGNORECASE,
 )
+#: a flag named after the torch version it requires: ultralytics' `TORCH_2_4 = check_version(TORCH_VERSION,
+#: "2.4.0")`, `IS_TORCH_2_1`
+_AT_LEAST_FLAG = re.compile(r"(?:is_)?torch_?\d+_\d+(?:_\d+)?", re.IGNORECASE)
 #: a version as code writes it: "2.3", "2.4.0", (2, 3), (2, 3, 0), _2_7
 _VERSION = re.compile(r"(\d+)(?:\.|_|,\s*)(\d+)")
 #: the operator of a helper that takes it as an argument: `is_torch_version(">=", "2.3")`, `operator.lt`
@@ -319,7 +322,7 @@ def _version_test(ctx, test: cst.CSTNode) -> bool | None:
     that 2.9 passes), False when its being true means that (torch < X or <= X), else None:
     `_is_torch_greater_or_equal_than_2_7`, `is_torch_greater_or_equal("2.6")`, `torch.__version__ >= "2.6"`,
     `version.parse(torch.__version__) < version.parse("2.8")`, accelerate's `is_torch_version(">=", "2.3")`,
-    `torch_version >= (2, 3)`."""
+    `torch_version >= (2, 3)`, ultralytics' `TORCH_2_4` (a flag named after the version it requires)."""
     text = ctx.code(test)
     if "torch" not in text.lower():
         return None
@@ -332,6 +335,8 @@ def _version_test(ctx, test: cst.CSTNode) -> bool | None:
     elif isinstance(test, (cst.Name, cst.Attribute, cst.Call)) and (match := _VERSION_FLAG.search(text)):
         newer = (match.group(1) or match.group(2)).lower() in ("greater", "newer", "at_least")
         operator = ">=" if newer else "<"
+    elif isinstance(test, (cst.Name, cst.Attribute)) and _AT_LEAST_FLAG.fullmatch(text.rsplit(".", 1)[-1]):
+        operator = ">="
     found = _VERSION.search(text)
     if operator is None or found is None:
         return None

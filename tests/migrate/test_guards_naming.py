@@ -257,6 +257,8 @@ _OLDER = "        return torch.cuda.amp.GradScaler(**kwargs)\n"
         ("TORCH_VERSION < (2, 3, 0)", False),
         ("version.parse(torch.__version__) >= version.parse('2.3')", True),
         ("TORCH_VERSION >= version.parse('2.3')", True),
+        ("TORCH_2_4", True),  # ultralytics: `TORCH_2_4 = check_version(TORCH_VERSION, "2.4.0")`
+        ("not utils.TORCH_2_4", False),
     ],
 )
 def test_torch_version_helpers_mark_an_old_torch_fallback(test, newer_first):
