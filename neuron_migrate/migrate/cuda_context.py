@@ -18,8 +18,9 @@ A fix is withdrawn, with a note saying why, when its code:
 - is under a comment that says it is CUDA-only ("right now, only CUDA is implemented") or names NVIDIA's
   kernel templates ("CuTe-DSL kernel", CUTLASS);
 - is in a function that itself asks NVIDIA's driver or interconnect (`_has_nvlink()`, NVML, nvidia-smi);
-- is in a function that requires a CUDA-only library: imports it in its body (`import bitsandbytes as bnb`,
-  or in an `if` whose other branch exits) or calls it there unconditionally, or in a block that calls one
+- is in a function that requires a CUDA-only library, or in a function or class defined in one: imports it
+  in its body (`import bitsandbytes as bnb`, or in an `if` whose other branch exits, or in a `try` whose
+  handlers import it again or exit) or calls it there unconditionally, or in a block that calls one
   (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
 - is in a function that keeps CUDA graph code (a finding of a `Rule.cuda_design` rule left without a fix):
   the function is ported as a whole when a person removes the capture (a to-do);
@@ -372,7 +373,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
                 f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
                 "function and port it by hand"
             )
-        if (library := mentions.required_library(function)) is not None:
+        if (library := _library_around(mentions, stack)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
         if (query := mentions.nvidia_query(function)) is not None:
             return CudaOnly(
@@ -654,9 +655,20 @@ def _callee_name(call: cst.Call) -> str | None:
     return func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
 
 
+def _library_around(mentions: CudaMentions, stack) -> str | None:
+    """The CUDA-only library a function around the end of `stack` requires, the innermost first: a nested
+    function or class is only defined where the function that defines it runs (ultralytics' TensorRT
+    calibrator, a class inside the export function that imports `tensorrt`)."""
+    for node in reversed(stack):
+        if isinstance(node, cst.FunctionDef) and (library := mentions.required_library(node)) is not None:
+            return library
+    return None
+
+
 def _required_library(mentions: CudaMentions, function: cst.FunctionDef) -> str | None:
-    """The CUDA-only library `function` imports in its body (also in an `if` whose other branch exits) or
-    calls from a statement of its body, if any."""
+    """The CUDA-only library `function` imports in its body (also in an `if` whose other branch exits, or in
+    a `try` whose handlers import it again or exit: `try: import tensorrt as trt` / `except ImportError:
+    check_tensorrt(); import tensorrt as trt`) or calls from a statement of its body, if any."""
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
     for statement in body:
         if isinstance(statement, cst.If) and isinstance(statement.orelse, cst.Else):
@@ -664,6 +676,16 @@ def _required_library(mentions: CudaMentions, function: cst.FunctionDef) -> str 
             for imports, other in (branches, branches[::-1]):
                 if exits(other) and (library := imported_library(imports.body)):
                     return library
+        if (
+            isinstance(statement, cst.Try)
+            and statement.handlers
+            and (library := imported_library(statement.body.body)) is not None
+            and all(
+                exits(handler.body) or imported_library(handler.body.body) == library
+                for handler in statement.handlers
+            )
+        ):
+            return library
     return _block_library(mentions, body)
 
 

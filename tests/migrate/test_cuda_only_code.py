@@ -328,6 +328,24 @@ def test_the_closures_a_function_defines_are_migrated_with_it():
     assert placement.tied
 
 
+def test_a_class_defined_in_a_function_that_requires_a_cuda_only_library_keeps_its_cuda_code():
+    """ultralytics' TensorRT export: the INT8 calibrator, a class inside the export function, moves its batch
+    with `.to("cuda")` for TensorRT's device pointers; the function imports `tensorrt` (installing it when
+    the first import fails), so the calibrator only exists where TensorRT runs."""
+    source = (
+        "import torch\ndef export(data):\n    try:\n        import tensorrt as trt\n    except ImportError:\n"
+        "        install('tensorrt')\n        import tensorrt as trt\n"
+        "    class Calibrator(trt.IInt8Calibrator):\n        def get_batch(self, names):\n"
+        "            batch = next(data).to('cuda')\n            return [int(batch.data_ptr())]\n"
+    )
+    assert fixed(source) == source
+    placement = next(f for f in findings(source) if f.code == "NM101")
+    assert "its function requires `tensorrt`, which is CUDA-only: no change needed" in placement.message
+    # a handler that neither raises nor imports it again: the function may run without the library
+    optional = source.replace("install('tensorrt')\n        import tensorrt as trt", "trt = None")
+    assert "torch.accelerator" in fixed(optional)
+
+
 @pytest.mark.parametrize(("keys", "kept"), [(("CUDA", "Meta"), True), (("CUDA", "CPU", "Meta"), False)])
 def test_a_module_that_registers_kernels_for_cuda_only_serves_them(keys, kept):
     """torch's symmetric memory registers its fused operators for "CUDA" (and "Meta" shapes) only: its events

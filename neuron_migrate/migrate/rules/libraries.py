@@ -8,6 +8,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.conditions import any_string, spelled
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.guards import exits
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import positional
@@ -81,7 +82,8 @@ class CudaOnlyLibrary(Rule):
     Why it matters on Trainium
     These packages ship CUDA kernels or talk to the NVIDIA driver: they do not install or do not work on a
     Trainium instance. An optional import (`try: import flash_attn except ImportError:`) keeps the program
-    running, but then its fallback path is what runs on Trainium.
+    running, but then its fallback path is what runs on Trainium (a handler that raises, or installs the
+    library and imports it again, is no fallback).
 
     Example
     from flash_attn import flash_attn_func
@@ -177,19 +179,41 @@ class CudaOnlyLibrary(Rule):
 
     def _report(self, node: cst.CSTNode, module: str, libraries: set[str]) -> None:
         replacement = "; ".join(dict.fromkeys(LIBRARIES[lib] for lib in sorted(libraries)))
-        optional = self.OPTIONAL if self._optional() else ""
+        optional = self.OPTIONAL if self._optional(libraries) else ""
         self.report(
             node,
             self.message.format(module=module, optional=optional, replacement=replacement),
             replacement=replacement,
         )
 
-    def _optional(self) -> bool:
-        """Whether the import sits in the body of a `try` that handles ImportError (or any exception)."""
+    def _optional(self, libraries: set[str]) -> bool:
+        """Whether the import sits in the body of a `try` that handles ImportError (or any exception) with a
+        fallback: a handler that raises or imports the library again (ultralytics installs TensorRT, then
+        imports it) makes no fallback."""
         for child, parent in zip(reversed(self.ctx.stack), reversed(self.ctx.stack[:-1]), strict=False):
             if isinstance(parent, (cst.Try, cst.TryStar)) and child is parent.body:
-                return any(_catches_import_error(handler) for handler in parent.handlers)
+                return any(
+                    _catches_import_error(handler)
+                    and not exits(handler.body)
+                    and not _imports_again(handler.body, libraries)
+                    for handler in parent.handlers
+                )
         return False
+
+
+def _imports_again(block: cst.BaseSuite, libraries: set[str]) -> bool:
+    """Whether a statement of `block` imports one of `libraries`."""
+    for statement in getattr(block, "body", ()):
+        for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import):
+                modules = [dotted(alias.name) for alias in small.names]
+            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                modules = [dotted(small.module)]
+            else:
+                continue
+            if any(module and library_of(module) in libraries for module in modules):
+                return True
+    return False
 
 
 def _top(library: str) -> str:
