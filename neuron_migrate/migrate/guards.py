@@ -396,15 +396,24 @@ def _api_test(ctx, test: cst.CSTNode) -> bool | None:
 
 
 def _handles_missing_api(handler: cst.ExceptHandler) -> bool:
+    """Whether the handler catches what a missing API raises: `AttributeError`, `ImportError`, or
+    `TypeError` (a newer signature: `torch.amp.GradScaler(device=...)`)."""
     kind = handler.type
     names = [kind] if not isinstance(kind, cst.Tuple) else [e.value for e in kind.elements]
-    return any(isinstance(n, cst.Name) and n.value in ("AttributeError", "ImportError") for n in names)
+    return any(isinstance(n, cst.Name) and n.value in _MISSING_API_ERRORS for n in names)
+
+
+_MISSING_API_ERRORS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError"})
+#: the device-generic APIs the fixes write: a `try` that uses one falls back for a torch without it
+_NEWER_API = re.compile(r"\btorch\.(?:accelerator\b|amp\.|Stream\b|Event\b)|get_default_backend_for_device")
 
 
 def without_accelerator_api(ctx, stack=None) -> bool:
     """Whether the node runs only when `torch.accelerator` is missing: the `else` of `hasattr(torch,
-    "accelerator")`, an `except AttributeError:` around code that uses it, or the rest of a block after
-    `if hasattr(torch, "accelerator"): return ...`. Rewriting such code with `torch.accelerator` breaks it."""
+    "accelerator")`, an `except AttributeError:` (or `ImportError`, `TypeError`) around code that uses it or
+    another API the fixes write (open_clip's `try: torch.amp.GradScaler(device=device)` / `except
+    (AttributeError, TypeError): torch.cuda.amp.GradScaler()`), or the rest of a block after `if
+    hasattr(torch, "accelerator"): return ...`. Rewriting such code with `torch.accelerator` breaks it."""
     stack = ctx.stack if stack is None else stack
     for index in range(len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
@@ -421,7 +430,7 @@ def without_accelerator_api(ctx, stack=None) -> bool:
             and isinstance(child, cst.ExceptHandler)
             and _handles_missing_api(child)
         ):
-            if "accelerator" in ctx.code(parent.body):
+            if _NEWER_API.search(ctx.code(parent.body)):
                 return True
         elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
             for stmt in parent.body:

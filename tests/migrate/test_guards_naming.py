@@ -71,6 +71,20 @@ def test_old_torch_fallbacks_keep_their_cuda_calls(source):
     assert fixed(source, ("NM401", "NM406")) == source
 
 
+def test_an_except_around_a_newer_device_generic_api_is_an_old_torch_fallback():
+    """open_clip: `try: torch.amp.GradScaler(device=device)` / `except (AttributeError, TypeError):
+    torch.cuda.amp.GradScaler()`: the handler runs on a torch without that API, where the rewrite to
+    `torch.amp.GradScaler(device_type, ...)` would raise again."""
+    source = (
+        "import torch\ndef make(device):\n    try:\n        scaler = torch.amp.GradScaler(device=device)\n"
+        "    except (AttributeError, TypeError):\n        scaler = torch.cuda.amp.GradScaler()\n"
+        "    return scaler\n"
+    )
+    assert fixed(source) == source
+    (finding,) = findings(source)
+    assert "in a fallback for a torch without `torch.accelerator`: no change needed" in finding.message
+
+
 def test_a_newer_version_test_is_not_a_fallback():
     source = (
         "import torch\nif is_torch_greater_or_equal('2.12'):\n    pass\nelse:\n    s = torch.cuda.Stream()\n"
