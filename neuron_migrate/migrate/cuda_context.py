@@ -65,7 +65,6 @@ from neuron_migrate.migrate.cuda_files import (
     cuda_file,
     cuda_kernel_registry,
     cuda_named,
-    imported_library,
     library_module,
     requires_cuda,
 )
@@ -74,7 +73,7 @@ from neuron_migrate.migrate.device_literals import is_cuda_string, literal_value
 from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
-from neuron_migrate.migrate.rules.libraries import library_of
+from neuron_migrate.migrate.rules.libraries import imported_library, library_of
 from neuron_migrate.migrate.walk import statements, walk
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)

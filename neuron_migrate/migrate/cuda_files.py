@@ -23,8 +23,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.rules.libraries import library_of
+from neuron_migrate.migrate.rules.libraries import imported_library, library_of
 
 _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
 #: CUDA and its libraries, NVIDIA's (`nv_universal_gemm`, `nvmath`) and its embedded CUDA platforms (Jetson,
@@ -71,23 +70,6 @@ def library_module(module: cst.Module, path: str) -> str | None:
         library = imported_library(statements)
         if library is not None and library.split(".")[0].lower() in stem:
             return library
-    return None
-
-
-def imported_library(statements) -> str | None:
-    """The first CUDA-only library that one of `statements` (simple statements) imports, if any."""
-    for statement in statements:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            modules = []
-            if isinstance(small, cst.Import):
-                modules = [dotted(alias.name) for alias in small.names]
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-                modules = [dotted(small.module)]
-            for module in modules:
-                if module and (library := library_of(module)):
-                    return library
     return None
 
 

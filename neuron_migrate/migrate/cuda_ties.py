@@ -377,7 +377,8 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
         return None
     units = calls_in(ctx).units
     returned = any(isinstance(node, cst.Return) for node in pending.stack[pending.stack.index(function) :])
-    gated = _gated_code(ctx, pending)
+    test = _if_testing(pending)
+    gated = ctx.code(test.body) if test is not None else None  # the code the answer lets run
     for inner in leftovers:
         if (
             inner is pending
@@ -402,14 +403,20 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
 _DEVICE_FACTS = frozenset({"torch.cuda.device_count", "torch.cuda.current_device", "torch.cuda.is_available"})
 
 
-def _only_adds_cuda_work(pending) -> bool:
-    """Whether the finding is in the test of an `if` without `else` or `elif`."""
+def _if_testing(pending) -> cst.If | None:
+    """The `if` whose test holds the finding, if any."""
     for child, parent in pairwise(reversed((*pending.stack, pending.node))):
         if isinstance(parent, cst.If) and child is parent.test:
-            return parent.orelse is None
+            return parent
         if isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-            return False
-    return False
+            return None
+    return None
+
+
+def _only_adds_cuda_work(pending) -> bool:
+    """Whether the finding is in the test of an `if` without `else` or `elif`."""
+    test = _if_testing(pending)
+    return test is not None and test.orelse is None
 
 
 def _unit_of(stack: tuple[cst.CSTNode, ...]) -> cst.FunctionDef | None:
@@ -441,16 +448,6 @@ def _gets_answer(units: dict, source: cst.FunctionDef, user: cst.FunctionDef) ->
         for unit in units.values()
         if unit is not giver and unit is not taker
     )
-
-
-def _gated_code(ctx, pending) -> str | None:
-    """The code of the body of the `if` whose test holds the finding, if any."""
-    for child, parent in pairwise(reversed((*pending.stack, pending.node))):
-        if isinstance(parent, cst.If) and child is parent.test:
-            return ctx.code(parent.body)
-        if isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-            return None
-    return None
 
 
 def _calls(code: str, function: cst.FunctionDef, owner: int | None) -> bool:

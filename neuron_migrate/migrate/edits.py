@@ -22,20 +22,20 @@ def _offsets(text: str) -> list[int]:
     return starts
 
 
+def _span(text: str, starts: list[int], edit: Edit) -> tuple[int, int]:
+    """The offsets in `text` (whose line starts are `starts`) where `edit` begins and ends."""
+
+    def offset(line: int, col: int) -> int:
+        return len(text) if line - 1 >= len(starts) else min(starts[line - 1] + col, len(text))
+
+    return offset(edit.line, edit.col), offset(edit.end_line, edit.end_col)
+
+
 def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     """`text` with every edit applied; identical edits (e.g. two fixes adding `import torch`) count once."""
     starts = _offsets(text)
-
-    def offset(line: int, col: int) -> int:
-        if line - 1 >= len(starts):
-            return len(text)
-        return min(starts[line - 1] + col, len(text))
-
     spans = sorted(
-        {
-            _whole_line_deletion(text, offset(e.line, e.col), offset(e.end_line, e.end_col), e.text)
-            for e in edits
-        },
+        {_whole_line_deletion(text, *_span(text, starts, e), e.text) for e in edits},
         key=_order,
     )
     for (_, end, _), (next_start, _, _) in pairwise(spans):
@@ -53,18 +53,11 @@ def nested(text: str, accepted: list[Edit], edits: Iterable[Edit]) -> list[Edit]
     `torch.cuda.Stream()`, which the `torch.Stream()` fix rewrites inside it: applied one after the other,
     the first would keep the CUDA stream. None when an edit overlaps another way."""
     starts = _offsets(text)
-
-    def span(edit: Edit) -> tuple[int, int]:
-        def offset(line: int, col: int) -> int:
-            return len(text) if line - 1 >= len(starts) else min(starts[line - 1] + col, len(text))
-
-        return offset(edit.line, edit.col), offset(edit.end_line, edit.end_col)
-
     result = list(accepted)
     for edit in edits:
-        start, end = span(edit)
+        start, end = _span(text, starts, edit)
         for index, outer in enumerate(result):
-            outer_start, outer_end = span(outer)
+            outer_start, outer_end = _span(text, starts, outer)
             if outer.cell != edit.cell or not (outer_start <= start < end <= outer_end) or not outer.text:
                 continue
             replaced = text[outer_start:outer_end]

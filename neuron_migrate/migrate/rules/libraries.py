@@ -195,25 +195,27 @@ class CudaOnlyLibrary(Rule):
                 return any(
                     _catches_import_error(handler)
                     and not exits(handler.body)
-                    and not _imports_again(handler.body, libraries)
+                    and imported_library(getattr(handler.body, "body", ())) not in libraries
                     for handler in parent.handlers
                 )
         return False
 
 
-def _imports_again(block: cst.BaseSuite, libraries: set[str]) -> bool:
-    """Whether a statement of `block` imports one of `libraries`."""
-    for statement in getattr(block, "body", ()):
-        for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
+def imported_library(statements) -> str | None:
+    """The first CUDA-only library that one of `statements` (simple statements) imports, if any."""
+    for statement in statements:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            modules = []
             if isinstance(small, cst.Import):
                 modules = [dotted(alias.name) for alias in small.names]
             elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
                 modules = [dotted(small.module)]
-            else:
-                continue
-            if any(module and library_of(module) in libraries for module in modules):
-                return True
-    return False
+            for module in modules:
+                if module and (library := library_of(module)):
+                    return library
+    return None
 
 
 def _top(library: str) -> str:
