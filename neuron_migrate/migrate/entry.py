@@ -2,9 +2,12 @@
 where one is (`bench.py`'s `time_ms()`, only called after `main()`'s `if not torch.cuda.is_available(): raise
 SystemExit(...)`). The guard analysis (`guards.accelerator`) asks this when nothing inside the function tells.
 
-Only for functions nothing outside the module can call: a top-level function of a script (a module that runs
-`if __name__ == "__main__":`) or a private one (`_name`), called by its name and never named otherwise (a
-function passed as a value may be called from anywhere).
+Only for functions nothing outside the module calls: a top-level function of a script (a module that runs
+`if __name__ == "__main__":`), called by its name and never named otherwise (a function passed as a value may
+be called from anywhere). A private function (`_name`) of a library is no such function: another module of
+the package may import it (composer's system profiler calls `memory_monitor._get_memory_report()` without the
+CUDA test its own module's caller makes, and the unguarded `torch.accelerator.memory_stats()` would raise on
+a CPU-only machine, where `torch.cuda.memory_stats()` returned `{}`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def _call_sites(ctx, function: cst.FunctionDef) -> list[tuple[cst.CSTNode, ...]]
     (passed as a value, called as an attribute)."""
     module = ctx.module
     name = function.name.value
-    if function not in module.body or not (name.startswith("_") or _is_script(module)):
+    if function not in module.body or not _is_script(module):
         return None
     calls = calls_in(ctx)
     sites = calls.sites.get(name, [])

@@ -2,8 +2,8 @@
 there only run when `torch.accelerator` itself is missing (an old-torch fallback)?
 
 Read from the node's ancestors and the statements before it in each enclosing block, within the innermost
-function (a function can be called from anywhere, so nothing outside it holds inside, except for a script's or
-a private function whose every call in the module is where an accelerator is certain: `entry.py`):
+function (a function can be called from anywhere, so nothing outside it holds inside, except for a script's
+function whose every call in the module is where an accelerator is certain: `entry.py`):
 
 - `if T:` bodies hold T, their `else`/`elif` branches hold `not T`; `x if T else y`, `T and x`, `T or x`
   alike;

@@ -234,6 +234,10 @@ def test_a_function_every_call_of_which_is_certain_needs_no_guard():
     assert "if torch.accelerator.is_available():" in fixed(source)
     passed = script.replace("    time_ms(print)\n", "    time_ms(print)\n    run(time_ms)\n")
     assert "if torch.accelerator.is_available():" in fixed(passed)
+    # a library's private function too: composer's system profiler imports `_get_memory_report` from the
+    # memory monitor, whose own caller tests for CUDA first
+    private = source.replace("time_ms", "_time_ms")
+    assert "if torch.accelerator.is_available():" in fixed(private)
 
 
 def test_an_f_string_gets_a_name_never_nested_quotes():
