@@ -23,7 +23,23 @@ _DEV = DEVICE_TYPE_EXPR
 _ON = "torch.accelerator.is_available()"
 _AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 _CUSTOM = {f"torch.amp{m}.custom_{d}" for m in ("", ".autocast_mode") for d in ("fwd", "bwd")}
-_SCALER = {"torch.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+_SCALER_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+_SHARDED_PARAMS = (
+    "init_scale",
+    "backoff_factor",
+    "growth_factor",
+    "growth_interval",
+    "enabled",
+    "process_group",
+)
+#: the scalers whose device defaults to CUDA, with their parameters after `device`, in order
+_SCALERS = {
+    "torch.GradScaler": _SCALER_PARAMS,
+    "torch.amp.GradScaler": _SCALER_PARAMS,
+    "torch.amp.grad_scaler.GradScaler": _SCALER_PARAMS,
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler": _SHARDED_PARAMS,
+}
+_SCALER = set(_SCALERS)
 _USES_AUTOCAST = uses(_AUTOCAST, _CUSTOM)
 _USES_SCALER = uses(_SCALER)
 
@@ -167,8 +183,8 @@ class GradScalerDefaultDevice(Rule):
     """`torch.amp.GradScaler()` without a device, or with device 'cuda'.
 
     What it does
-    Flags `torch.amp.GradScaler` (also `torch.GradScaler`) calls that pass no device (the default is
-    'cuda') or pass the string 'cuda'.
+    Flags `torch.amp.GradScaler` (also `torch.GradScaler`, and FSDP's `ShardedGradScaler`) calls that pass no
+    device (the default is 'cuda') or pass the string 'cuda'.
 
     Why it matters on Trainium
     A scaler for 'cuda' disables itself when CUDA is missing, so float16 training on `neuron` runs with no
@@ -196,7 +212,6 @@ class GradScalerDefaultDevice(Rule):
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"GradScaler",)
-    PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
     VALID = (
         "import torch\nscaler = torch.amp.GradScaler(device.type)\n",
         "import torch\nscaler = torch.amp.GradScaler('cpu', enabled=False)\n",
@@ -229,6 +244,15 @@ class GradScalerDefaultDevice(Rule):
         Invalid(
             "import torch\nscaler = torch.amp.GradScaler('cuda', *rest)\n",
         ),
+        Invalid(
+            "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+            "fp16 = True\nscaler = ShardedGradScaler() if fp16 else None\n",
+            "import torch\nfrom torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
+            "fp16 = True\ndevice_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n'
+            "scaler = ShardedGradScaler(device_type, enabled=torch.accelerator.is_available())"
+            " if fp16 else None\n",
+        ),
     )
 
     @classmethod
@@ -237,16 +261,17 @@ class GradScalerDefaultDevice(Rule):
         return _USES_SCALER(lex)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.call_name(node) not in _SCALER:
+        params = _SCALERS.get(self.ctx.call_name(node) or "")
+        if params is None:
             return
         device = positional(node, 0) or keyword(node, "device")
         if device is None and any(arg.star for arg in node.args):
             return  # the device may be among the unpacked arguments
         if device is not None and string_value(device.value) != "cuda":
             return
-        bound = bind_arguments(node, ("device", *self.PARAMS)) or {}
+        bound = bind_arguments(node, ("device", *params)) or {}
         new = device_first_call(
-            self, node, "device", self.PARAMS, {"enabled": enabled_value(self.ctx, bound.get("enabled"))}
+            self, node, "device", params, {"enabled": enabled_value(self.ctx, bound.get("enabled"))}
         )
         fix = (
             None
