@@ -50,16 +50,24 @@ def default_command() -> list[str]:
     return [found, "fix"]
 
 
+#: the files that configure a line length (`linelimit`) or neuron-migrate itself: copied with the sources, so
+#: `fix` in the copy reads the limit the measurement reads
+CONFIG_FILES = ("pyproject.toml", "ruff.toml", ".ruff.toml", "setup.cfg", "tox.ini", ".flake8")
+
+
 def copy_sources(source: Path, dest: Path) -> list[str]:
-    """Copy the .py files of `source` to `dest/<source name>/`; returns their paths relative to `dest`."""
+    """Copy the .py files of `source` to `dest/<source name>/`, with the configuration files among them;
+    returns the .py files' paths relative to `dest`."""
     rels = []
-    for path in sorted(source.rglob("*.py")):
+    configs = [p for name in CONFIG_FILES for p in source.rglob(name)]
+    for path in sorted(source.rglob("*.py")) + configs:
         if "__pycache__" in path.parts or not path.is_file():
             continue
         rel = Path(source.name) / path.relative_to(source)
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest / rel)
-        rels.append(rel.as_posix())
+        if path.suffix == ".py":
+            rels.append(rel.as_posix())
     return rels
 
 

@@ -126,3 +126,19 @@ def test_the_real_cli_end_to_end(tmp_path, capsys):
     compared = tmp_path / "again.json"
     fix_quality.main(["--packages", str(project), "--json", str(compared), "--compare", str(out)])
     assert "→" in capsys.readouterr().out
+
+
+def test_the_copy_keeps_the_projects_configuration(tmp_path):
+    """`fix` runs on a copy: without the project's `pyproject.toml` there it wrapped at 88 while the
+    measurement read the project's limit, and reported its own lines as too long and as ruff-format
+    regressions."""
+    from benchmarks.fixq.runner import copy_sources
+
+    project = _tree(
+        tmp_path / "proj",
+        {"pyproject.toml": "[tool.ruff]\nline-length = 60\n", "pkg/setup.cfg": "", "pkg/a.py": "x = 1\n"},
+    )
+    rels = copy_sources(project, tmp_path / "copy")
+    assert rels == ["proj/pkg/a.py"]
+    assert (tmp_path / "copy" / "proj" / "pyproject.toml").read_text() == "[tool.ruff]\nline-length = 60\n"
+    assert (tmp_path / "copy" / "proj" / "pkg" / "setup.cfg").is_file()
