@@ -264,50 +264,11 @@ def _keep_cuda_checks(
                 _release(pending, held_back)
                 withdraw(pending, cuda_only.reason, no_change=True)
                 changed = True
-            elif applies(pending, style) and (sibling := cuda_sibling(ctx, pending, leftovers, mentions)):
-                tie(pending, f"the same call keeps CUDA's `{sibling}`: change its arguments together")
-                changed = True
-            elif applies(pending, style) and (source := cuda_source(ctx, pending, leftovers)):
-                tie(pending, f"it takes a value CUDA-only code gives (`{source}`): change them together")
-                changed = True
-            elif applies(pending, style) and (maker := cuda_maker(ctx, pending, leftovers)):
-                tie(
-                    pending,
-                    f"its statement works with what `{maker[0]}` makes, which stays CUDA's (`{maker[1]}`): "
-                    "change them together",
-                )
-                changed = True
-            elif applies(pending, style) and (kept := guarded_leftover(ctx, pending, leftovers)):
-                withdraw(
-                    pending,
-                    f"its test guards CUDA-only code that stays, such as {kept}: keep this test CUDA's and "
-                    "give other devices their own path",
-                )
-                changed = True
-            elif applies(pending, style) and (kept := rewritten_leftover(ctx, pending, leftovers)):
-                tie(
-                    pending, f"what it rewrites keeps CUDA-only code that stays, {kept}: change them together"
-                )
-                changed = True
-            elif applies(pending, style) and (sink := cuda_sink(pending, sinks, mentions, positions, lines)):
-                tie(pending, f"its value goes to CUDA-only code that stays (`{sink}`): change them together")
-                changed = True
-            elif applies(pending, style) and (same := same_call_left(ctx, pending, leftovers)):
-                tie(pending, f"its function keeps `{same}` for a person: change them together")
-                changed = True
-            elif applies(pending, style) and (user := device_fact_user(ctx, pending, leftovers)):
-                tie(
-                    pending,
-                    f"CUDA-only code of the module that stays works with its answer (`{user[1]}` in "
-                    f"`{user[0]}`): change them together",
-                )
-                changed = True
-            elif applies(pending, style) and (listed := vendor_list_left(ctx, pending, leftovers)):
-                tie(
-                    pending,
-                    f"its function takes `{listed}` for the test of an accelerator, which leaves neuron out: "
-                    "add it there and change them together",
-                )
+            elif applies(pending, style) and (
+                held := _held_back_by(ctx, pending, leftovers, mentions, sinks, positions, lines)
+            ):
+                note, waits = held
+                (tie if waits else withdraw)(pending, note)
                 changed = True
         if not changed:  # the ties above give the precise reasons; what stays beside a to-do waits for it
             for pending in pendings:
@@ -317,6 +278,49 @@ def _keep_cuda_checks(
                         f"its function keeps `{todo}` for a person: migrate the function as a whole",
                     )
                     changed = True
+
+
+def _held_back_by(
+    ctx, pending, leftovers: list, mentions: CudaMentions, sinks: list, positions, lines: list[str]
+) -> tuple[str, bool] | None:
+    """Why CUDA code that stays holds the finding's fix back (`cuda_ties`, the most precise reason first), and
+    whether the fix only waits for that code (a tie: `fix` rewrites it once a person has changed it) rather
+    than staying CUDA's for good, if it does."""
+    if sibling := cuda_sibling(ctx, pending, leftovers, mentions):
+        return f"the same call keeps CUDA's `{sibling}`: change its arguments together", True
+    if source := cuda_source(ctx, pending, leftovers):
+        return f"it takes a value CUDA-only code gives (`{source}`): change them together", True
+    if maker := cuda_maker(ctx, pending, leftovers):
+        return (
+            f"its statement works with what `{maker[0]}` makes, which stays CUDA's (`{maker[1]}`): change "
+            "them together",
+            True,
+        )
+    if kept := guarded_leftover(ctx, pending, leftovers):
+        return (
+            f"its test guards CUDA-only code that stays, such as {kept}: keep this test CUDA's and give "
+            "other devices their own path",
+            False,
+        )
+    if kept := rewritten_leftover(ctx, pending, leftovers):
+        return f"what it rewrites keeps CUDA-only code that stays, {kept}: change them together", True
+    if sink := cuda_sink(pending, sinks, mentions, positions, lines):
+        return f"its value goes to CUDA-only code that stays (`{sink}`): change them together", True
+    if same := same_call_left(ctx, pending, leftovers):
+        return f"its function keeps `{same}` for a person: change them together", True
+    if user := device_fact_user(ctx, pending, leftovers):
+        return (
+            f"CUDA-only code of the module that stays works with its answer (`{user[1]}` in `{user[0]}`): "
+            "change them together",
+            True,
+        )
+    if listed := vendor_list_left(ctx, pending, leftovers):
+        return (
+            f"its function takes `{listed}` for the test of an accelerator, which leaves neuron out: add it "
+            "there and change them together",
+            True,
+        )
+    return None
 
 
 def _release(pending, held_back: set[int]) -> None:
