@@ -1,7 +1,7 @@
-"""Code that does the same on any accelerator: what a CUDA device-type test may safely send other devices to.
+"""Code that does the same on any accelerator: what a CUDA device-type test may safely send neuron to.
 
-Made generic (`d.type != "cpu"`), a test like `if x.device.type == "cuda":` sends `neuron` (and XPU, MPS, …)
-into code that was written for CUDA only. That is safe when the code is device plumbing (moving and pinning
+Fixed (`d.type in ("cuda", "neuron")`), a test like `if x.device.type == "cuda":` sends `neuron` into code
+that was written for CUDA only. That is safe when the code is device plumbing (moving and pinning
 tensors, `torch.accelerator` / `torch.amp` calls, logging, builtins) or code the fixes of the same run make
 device-agnostic; anything else (a torch op with a CUDA-only argument such as `torch.mm(out_dtype=...)`, the
 project's own kernels) may not run there, so the rewrite needs a person (`settle` makes it unsafe).
@@ -43,29 +43,28 @@ _EXCEPTION_NAME = re.compile(r"(Error|Exception|Warning|Exit)$")
 
 
 def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
-    """Why making the CUDA device-type test `check` generic could send other devices into code they may not
-    run, or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
+    """Why letting neuron in through the CUDA device-type test `check` could send it into code it may not run,
+    or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
     test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
     side, rest = cuda_side(ctx, check), and_rest(check)
     if (subject := _tested_name(check.node)) and _assigns(side, subject):
         return (
-            f"the code it selects for CUDA sets `{subject}` itself: other devices would have theirs replaced "
-            "there too"
+            f"the code it selects for CUDA sets `{subject}` itself: neuron would have it replaced there too"
         )
     call = first_unknown_call(ctx, (*rest, *side), covered)
     if call is not None:
-        return f"other devices would run `{call}`: check it works there"
+        return f"neuron would run `{call}`: check it works there"
     affected = side or _what_cuda_skips(ctx, check)
     if affected and not _does_device_work(ctx, (*rest, *affected), covered):
         first = ctx.excerpt(affected[0])
         what = "selects for" if side else "skips on"
         return (
-            f"what it {what} CUDA (`{first}`) does no device work: a choice made for CUDA, which other "
-            "devices would now make too"
+            f"what it {what} CUDA (`{first}`) does no device work: a choice made for CUDA, which neuron "
+            "would now make too"
         )
     if libraries:
         used = ctx.code(libraries[0].node).strip().splitlines()[0]
-        return f"the file uses CUDA-only code, `{used}`: check that other devices should take this path"
+        return f"the file uses CUDA-only code, `{used}`: check that neuron should take this path"
     return None
 
 
@@ -120,7 +119,7 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 
 def _what_cuda_skips(ctx, check) -> tuple[cst.CSTNode, ...]:
     """For `if <not CUDA>: body` without an `else` (`if not (bool and device.type == "cuda"): yield ...`), the
-    body: made generic, the test makes every accelerator skip it."""
+    body: fixed, the test makes neuron skip it too."""
     owner = _test_owner(check, (cst.If,))
     if owner is None or owner.orelse is not None or owner.body not in check.region:
         return ()

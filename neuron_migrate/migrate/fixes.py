@@ -43,7 +43,7 @@ DEVICE_ATOM = "\ue000(device)\ue001"  # the device where an `or` expression need
 DEVICE_TYPE = "\ue000device_type\ue001"
 PLACEHOLDERS = (DEVICE, DEVICE_ATOM, DEVICE_TYPE)
 #: what only accelerator-generic code writes (see `FixSpec.generalizes`)
-_GENERIC = re.compile(r"torch\.accelerator\.|torch\.(?:Event|Stream)\b|[\"']cpu[\"']|\ue000")
+_GENERIC = re.compile(r"torch\.accelerator\.|torch\.(?:Event|Stream)\b|[\"'](?:cpu|neuron:?)[\"']|\ue000")
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,10 @@ class FixSpec:
 
     @property
     def generalizes(self) -> bool:
-        """Whether the new code serves any accelerator where the old served CUDA: it calls
-        `torch.accelerator`, names the device, makes a `torch.Event` / `torch.Stream`, or tests against the
-        CPU (`!= "cpu"`). Not so a removal, or a rewrite that keeps CUDA (`torch.amp.GradScaler("cuda")`)."""
+        """Whether the new code serves another accelerator where the old served CUDA: it calls
+        `torch.accelerator`, names the device, makes a `torch.Event` / `torch.Stream`, tests against the CPU
+        (`!= "cpu"`) or lets neuron in beside CUDA (`in ("cuda", "neuron")`). Not so a removal, or a rewrite
+        that keeps CUDA (`torch.amp.GradScaler("cuda")`)."""
         return any(_GENERIC.search(part.text) for part in (*self.replacements, *self.insertions))
 
 

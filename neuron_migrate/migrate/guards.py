@@ -13,8 +13,9 @@ function whose every call in the module is where an accelerator is certain: `ent
 
 A test T implies an accelerator when it is `torch.cuda.is_available()` / `torch.accelerator.is_available()`,
 a positive `device_count()`, `x.is_cuda`, a device type test (`d.type == "cuda"`, `d.type != "cpu"`,
-`"cuda" in str(d)`, `d.startswith("cuda")`), a conjunction holding one of those, or a name every assignment
-of which is such a test (`use_cuda = torch.cuda.is_available()`, `args.cuda = not args.no_cuda and ...`).
+`d.type in ("cuda", "neuron")`, `"cuda" in str(d)`, `d.startswith("cuda")`), a conjunction holding one of
+those, or a name every assignment of which is such a test (`use_cuda = torch.cuda.is_available()`,
+`args.cuda = not args.no_cuda and ...`).
 `torch.accelerator.current_accelerator()` (or a `*current_accelerator()` helper, or a name holding it)
 being `None` or false means there is none (`acc.type if acc is not None else "cuda"`: the `"cuda"` there is
 only reached without an accelerator).
@@ -104,25 +105,32 @@ def implies(ctx, test: cst.CSTNode, depth: int = 0) -> Implication:
 
 
 def _method_test(ctx, call: cst.Call) -> Implication:
-    """`d.startswith("cuda")` (a device string that names CUDA)."""
+    """`d.startswith("cuda")` (a device string that names CUDA; `d.startswith(("cuda:", "neuron:"))`)."""
     func = call.func
-    if (
-        isinstance(func, cst.Attribute)
-        and func.attr.value == "startswith"
-        and len(call.args) == 1
-        and _string(call.args[0].value) in ("cuda", "cuda:")
-    ):
-        return "certain", None
+    if isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(call.args) == 1:
+        prefix = call.args[0].value
+        if _string(prefix) in ("cuda", "cuda:") or _accelerator_types(prefix, ":"):
+            return "certain", None
     return _NONE
+
+
+def _accelerator_types(node: cst.CSTNode, suffix: str) -> bool:
+    """A tuple, list or set of CUDA's and neuron's device types (each ending in `suffix`, or not), and no
+    other: `("cuda", "neuron")`, what a fixed CUDA test compares with."""
+    if not isinstance(node, (cst.Tuple, cst.List, cst.Set)) or not node.elements:
+        return False
+    names = {_string(e.value) for e in node.elements}
+    return names <= {"cuda", "neuron", f"cuda{suffix}", f"neuron{suffix}"}
 
 
 def _comparison(ctx, test: cst.Comparison) -> Implication:
     item = test.comparisons[0]
     op, left, right = item.operator, test.left, item.comparator
-    if isinstance(op, (cst.In, cst.NotIn)):  # "cuda" in str(device)
+    if isinstance(op, (cst.In, cst.NotIn)):  # "cuda" in str(device), d.type in ("cuda", "neuron")
         found = (
             ("certain", None)
-            if _string(left) == "cuda" and not isinstance(right, (cst.List, cst.Tuple))
+            if (_string(left) == "cuda" and not isinstance(right, (cst.List, cst.Tuple)))
+            or _accelerator_types(right, "")
             else _NONE
         )
         return found if isinstance(op, cst.In) else _flip(found)

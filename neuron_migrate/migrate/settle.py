@@ -19,7 +19,7 @@ In order, for every finding with a fix:
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
-   those findings become notes). A CUDA device-type test whose generic form would send other devices into
+   those findings become notes). A CUDA device-type test whose fixed form would send neuron into
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
    (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
@@ -85,9 +85,13 @@ def applies(pending, style: FixStyle) -> bool:
 
 
 _PER_DEVICE = (
-    "the module treats other accelerators apart (`{other}`): its CUDA code is CUDA's part, and a generic "
-    "rewrite changes what they do too; review it, or add a `neuron` part"
+    "the module treats other accelerators apart (`{other}`): its CUDA code is CUDA's part, and {what}; "
+    "review it, or add a `neuron` part"
 )
+_PER_DEVICE_WHAT = {
+    True: "the fixed test sends neuron there too",
+    False: "a generic rewrite changes what they do too",
+}
 
 
 def _safety(pending) -> str | None:
@@ -149,7 +153,8 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             and not after_device_branches(ctx, pending.stack)
         ):
             pending.fix = replace(pending.fix, safety="unsafe")
-            pending.notes.append(_PER_DEVICE.format(other=other))
+            what = _PER_DEVICE_WHAT[pending.widens_test]
+            pending.notes.append(_PER_DEVICE.format(other=other, what=what))
     _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back)
     _removals_take_inner_fixes(pendings, style)
 

@@ -187,9 +187,20 @@ _CUDA_STRING = re.compile(r"^cuda(:\d*)?$")
 def cuda_constructs(source: str) -> list[tuple[int, str]]:
     """(line, what) for each CUDA construct in code: `torch.cuda` references and imports, and strings that
     name a CUDA device ('cuda', 'cuda:0', f"cuda:{i}", also as the left operand of `in`). Docstrings, comments
-    and other text do not count."""
+    and other text do not count, nor do the strings of a list of device types that names neuron too
+    (`d.type in ("cuda", "neuron")`: neuron already takes CUDA's side there)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    with_neuron = {
+        id(element)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+        and any(isinstance(e, ast.Constant) and str(e.value).startswith("neuron") for e in node.elts)
+        for element in node.elts
+    }
+    for node in ast.walk(tree):
+        if id(node) in with_neuron:
+            continue
         if (
             isinstance(node, ast.Attribute)
             and node.attr == "cuda"

@@ -1,9 +1,7 @@
-"""What NM104 and NM105 share: a CUDA test rewritten as a test for any accelerator, and its report (the
+"""What NM104 and NM105 share: a CUDA test rewritten as a test for CUDA or neuron, and its report (the
 report inside a per-device chain also serves the availability checks of NM106)."""
 
 from __future__ import annotations
-
-import re
 
 import libcst as cst
 
@@ -13,62 +11,47 @@ from neuron_migrate.migrate.patterns import check_region
 from neuron_migrate.migrate.records import problem
 from neuron_migrate.migrate.rule import FixSpec, Replacement, Rule
 
+#: the device types a CUDA test lets in once it is fixed: CUDA, as before, and Trainium
+CUDA_AND_NEURON = ("cuda", "neuron")
+
 
 def _negated(ctx) -> bool:
     return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
 
 
-def _asks_for_index(ctx, type_text: str) -> bool:
-    """Whether an `and` around the visited test also asks that the device `type_text` is the type of has no
-    index (`device.index is None`; `is not None` already leaves the meta device out)."""
-    owner = type_text.removesuffix(".type")
-    if owner == type_text:
-        return False
-    asks = re.compile(rf"(?<![\w.]){re.escape(owner)}\.index\s+is\s+None\b")
-    for node in reversed(ctx.stack[:-1]):
-        if isinstance(node, cst.UnaryOperation) or (
-            isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And)
-        ):
-            if isinstance(node, cst.BooleanOperation) and asks.search(ctx.code(node)):
-                return True
-            continue
-        return False
-    return False
+def cuda_and_neuron(quote: str = '"', suffix: str = "") -> str:
+    """The tuple literal `("cuda", "neuron")` in the project's quotes (`suffix` `":"`: the prefixes of indexed
+    device strings)."""
+    return "(" + ", ".join(f"{quote}{kind}{suffix}{quote}" for kind in CUDA_AND_NEURON) + ")"
 
 
-def accelerator_test(
+def quote_of(literal: cst.CSTNode) -> str:
+    """The quote character of a string literal, `"` for anything else."""
+    if isinstance(literal, cst.SimpleString) and len(literal.quote) == 1:
+        return literal.quote
+    return '"'
+
+
+def neuron_test(
     rule: Rule,
     node: cst.CSTNode,
-    type_text: str,
+    subject: str,
     positive: bool,
     title: str,
-    unsafe: bool = False,
-    index: str | None = None,
+    quote: str = '"',
 ) -> FixSpec:
-    """Replace `node` by `type_text != "cpu"` (`== "cpu"` when not `positive`), absorbing an enclosing `not`.
-
-    `index`: the original test also asked for a device index (`"some"`: `d.startswith("cuda:")`) or for none
-    (`"none"`: `d == "cuda"` is false for `"cuda:1"`); such a string test also leaves out `"meta"`, which
-    `!= "cpu"` would let in (`device_map == "cuda"` must stay false for `device_map="meta"`). So does a test
-    whose `and` asks that the same device has no index (`device.type == "cuda" and device.index is None`:
-    Lightning's device mixin gave a module on the meta device, which has no index either, a CUDA index)."""
+    """Replace the CUDA test `node` by `subject in ("cuda", "neuron")` (`not in` when not `positive`),
+    absorbing an enclosing `not`. `subject` is what the test compared with `"cuda"` (`device.type`, a device
+    string): every device but neuron gets the answer it got before, and neuron takes CUDA's side."""
     ctx = rule.ctx
     if _negated(ctx):
         node, positive, parent = ctx.parent, not positive, ctx.ancestor(2)
     else:
         parent = ctx.parent
-    test = f'{type_text} {"!=" if positive else "=="} "cpu"'
-    if index is None and _asks_for_index(ctx, type_text):
-        test = f'{type_text} {"not in" if positive else "in"} ("cpu", "meta")'
-    if index is not None:  # a string the caller chose: `"meta"` (a common device_map) is no accelerator
-        test = f'{type_text} {"not in" if positive else "in"} ("cpu", "meta")'
-        attribute = type_text.removesuffix(".type") + ".index"
-        has = "is not None" if index == "some" else "is None"
-        lacks = "is None" if index == "some" else "is not None"
-        test = f"{test} and {attribute} {has}" if positive else f"{test} or {attribute} {lacks}"
-    text = fit(test, parent, comparison=index is None)
+    test = f"{subject} {'in' if positive else 'not in'} {cuda_and_neuron(quote)}"
+    text = fit(test, parent, comparison=True)
     imports = ("torch",) if "torch." in text else ()
-    return FixSpec(title, (Replacement(node, text),), imports=imports, safety="unsafe" if unsafe else None)
+    return FixSpec(title, (Replacement(node, text),), imports=imports)
 
 
 def report_check(rule: Rule, node: cst.CSTNode, message: str, fix: FixSpec) -> None:

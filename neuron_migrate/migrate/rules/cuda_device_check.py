@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
 from neuron_migrate.migrate.conditions import cuda_string
@@ -24,7 +26,12 @@ from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-from neuron_migrate.migrate.rules.accelerator_checks import accelerator_test, report_check
+from neuron_migrate.migrate.rules.accelerator_checks import (
+    cuda_and_neuron,
+    neuron_test,
+    quote_of,
+    report_check,
+)
 
 
 class CudaDeviceCheck(Rule):
@@ -45,35 +52,37 @@ class CudaDeviceCheck(Rule):
 
     Use instead
     device = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
-    use_amp = device.type != "cpu"
+    use_amp = device.type in ("cuda", "neuron")
 
     Fix safety
     Safe: `'cuda' if torch.cuda.is_available() else 'cpu'` becomes the accelerator's type, which is `cuda` on
     a CUDA machine and `cpu` without an accelerator, as before; with another condition only the `'cuda'`
-    string is replaced, so the condition still decides. A test on a value that clearly holds a device becomes
-    `... != "cpu"`, true on CUDA and on `neuron`, false on CPU; strings are read through
-    `torch.device(s).type`; a test whose `and` also asks that the device has no index (`d.type == "cuda" and
-    d.index is None`) becomes `d.type not in ("cpu", "meta")`, since the meta device has no index either.
-    That is safe when the code the test selects for CUDA is device plumbing (moving or
-    pinning tensors, `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes
-    device-agnostic, or when the test's value is kept (`use_amp = ...`); around a plain choice with no device
-    work (a memory format, a list of LAPACK drivers, a sample the test makes CUDA skip: a fact about CUDA that
-    other devices would now follow too), around other code (a torch op with a CUDA-only argument, the
-    project's own kernels), around code that sets the tested name itself (`if device_map == "cuda": device_map
-    = f"cuda:{rank}"` would replace `"mps"` too), in a file that uses a CUDA-only library or Triton, in a
-    module that chooses by other accelerators (a `"mps"` string, `is_torch_xpu_available()`: it keeps them
-    apart, and a generic test would change what they do), and for `.type == 'cuda'` on something not known to
-    be a device it is unsafe, and the message names what to check. A test that is only a part of a flag's
-    value (`(d.type == "cuda" and gqa) or masked`) is judged by what the flag selects. No fix for a test that
-    guards CUDA-only code (fused/flash kernels, capability, NCCL: it must stay CUDA-only), for a comparison
-    with an indexed string, or for membership in a list of device types (one that names `neuron` already
-    takes Trainium in, and is not flagged).
+    string is replaced, so the condition still decides. A test keeps what it compares and lets `neuron` in
+    beside CUDA: `d.type == "cuda"` becomes `d.type in ("cuda", "neuron")`, `device != "cuda"` becomes
+    `device not in ("cuda", "neuron")`, `d.startswith("cuda:")` becomes `d.startswith(("cuda:",
+    "neuron:"))`, `"cuda" in device` becomes `torch.device(device).type in ("cuda", "neuron")`. Every other
+    device (CPU, MPS, XLA, meta, ...) gets the answer it got before, in the project's quotes. That is safe
+    when the code the test selects for CUDA is device plumbing (moving or pinning tensors,
+    `torch.accelerator` / `torch.amp` calls, logging) or code the same run makes device-agnostic, or when the
+    test's value is kept (`use_amp = ...`); around a plain choice with no device work (a memory format, a
+    list of LAPACK drivers, a sample the test makes CUDA skip: a fact about CUDA that neuron would now
+    follow too), around other code (a torch op with a CUDA-only argument, the project's own kernels), around
+    code that sets the tested name itself (`if device_map == "cuda": device_map = f"cuda:{rank}"`), in a
+    file that uses a CUDA-only library or Triton, in a module that chooses by other accelerators (a `"mps"`
+    or `"tpu"` string, `is_torch_xpu_available()`: its CUDA code is CUDA's part of per-device code), and for
+    `.type == 'cuda'` on something not known to be a device it is unsafe, and the message names what to
+    check. A test
+    that is only a part of a flag's value (`(d.type == "cuda" and gqa) or masked`) is judged by what the
+    flag selects. No fix for a test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it
+    must stay CUDA-only), for a comparison with an indexed string, in an `if`/`elif` chain with branches for
+    other accelerators (add a `neuron` branch), or for membership in a list of device types (one that names
+    `neuron` already takes Trainium in, and is not flagged).
     """
 
     code = "NM105"
     device_test = True
     name = "cuda-device-check"
-    message = 'CUDA-only device test: test for any accelerator (`device.type != "cpu"`)'
+    message = 'CUDA-only device test, false on Trainium: let neuron in (`device.type in ("cuda", "neuron")`)'
     severity = "warning"
     fix_safety = "safe"
     triggers = (b"cuda",)
@@ -82,6 +91,7 @@ class CudaDeviceCheck(Rule):
         'if "cuda" in sys.argv:\n    pass\nif key.startswith("cuda"):\n    pass\n',
         'import torch\nok = x.device.type != "cpu"\nmode = "fast" if fast else "cpu"\n',
         'import torch\nif x.device.type in ("cuda", "xpu", "neuron"):\n    pass\n',
+        'import torch\nif device.startswith(("cuda:", "neuron:")):\n    pass\n',
     )
     INVALID = (
         Invalid(
@@ -89,25 +99,24 @@ class CudaDeviceCheck(Rule):
             'use_amp = device == "cuda"\npin = "cuda" in device\n',
             "import torch\ndevice = (torch.accelerator.current_accelerator(check_available=True) or"
             ' torch.device("cpu")).type\n'
-            'use_amp = torch.device(device).type not in ("cpu", "meta")'
-            " and torch.device(device).index is None\n"
-            'pin = torch.device(device).type != "cpu"\n',
+            'use_amp = device in ("cuda", "neuron")\n'
+            'pin = torch.device(device).type in ("cuda", "neuron")\n',
             count=3,
         ),
         Invalid(
             'import torch\ndev = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
             'if dev.type == "cuda" and not args.device.startswith("cuda:"):\n    x = x.to(dev)\n',
             "import torch\ndev = torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")\nif dev.type != "cpu" and'
-            ' (torch.device(args.device).type in ("cpu", "meta") or'
-            " torch.device(args.device).index is None):\n    x = x.to(dev)\n",
+            ' torch.device("cpu")\nif dev.type in ("cuda", "neuron") and'
+            ' not args.device.startswith(("cuda:", "neuron:")):\n    x = x.to(dev)\n',
             count=3,
         ),
         Invalid(
             'import torch\ndef f(x, node, gpu):\n    a = "cuda" in str(x.device)\n'
             '    b = node.type != "cuda"\n'
             '    return ("cuda:0" if gpu else "cpu"), a, b\n',
-            'import torch\ndef f(x, node, gpu):\n    a = x.device.type != "cpu"\n    b = node.type == "cpu"\n'
+            'import torch\ndef f(x, node, gpu):\n    a = x.device.type in ("cuda", "neuron")\n'
+            '    b = node.type not in ("cuda", "neuron")\n'
             "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
             ' or torch.device("cpu")).type\n    return (f"{device_type}:0" if gpu else "cpu"), a, b\n',
             count=3,
@@ -121,8 +130,7 @@ class CudaDeviceCheck(Rule):
             "import torch\ndef select(device):\n    if device.startswith('cuda:'):\n"
             "        torch.accelerator.set_device_index(device)\n",
             "import torch\ndef select(device):\n"
-            '    if torch.device(device).type not in ("cpu", "meta")'
-            " and torch.device(device).index is not None:\n"
+            "    if device.startswith(('cuda:', 'neuron:')):\n"
             "        torch.accelerator.set_device_index(device)\n",
         ),
     )
@@ -204,42 +212,43 @@ class CudaDeviceCheck(Rule):
             self.ctx.defer(lambda: self._startswith(node, func, prefix == "cuda:"))
 
     def _startswith(self, node: cst.Call, func: cst.Attribute, indexed: bool) -> None:
-        if self._device(func.value):
-            self._check(node, device_type_text(self.ctx, func.value), True, index="some" if indexed else None)
+        if not self._device(func.value):
+            return
+        prefix = node.args[0].value
+        fix = FixSpec(
+            self._TITLE,
+            (Replacement(prefix, cuda_and_neuron(quote_of(prefix), ":" if indexed else "")),),
+        )
+        report_check(self, node, self.message, fix)
 
     def _equality(
         self, node: cst.Comparison, other: cst.BaseExpression, value: cst.BaseExpression, equal: bool
     ) -> None:
-        if isinstance(other, cst.Attribute) and other.attr.value == "type":
-            clear = self._device(other.value)
-            if has_index(value):
-                return
-            self._check(
-                node,
-                self.ctx.code(other).strip(),
-                equal,
-                unsafe=not clear,
-                note="" if clear else f"; check that `{self.ctx.code(other.value).strip()}` is a device",
-            )
-        elif self._device(other):
-            if has_index(value):
+        if has_index(value):
+            if not (isinstance(other, cst.Attribute) and other.attr.value == "type") and self._device(other):
                 self.report(
                     node,
                     "Comparison with an indexed CUDA device: compare `torch.device(...).type` "
                     "and `.index` separately",
                 )
-                return
-            type_text = self._type_text(other)
-            bare = "none" if type_text.startswith("torch.device(") else None  # "cuda:1" == "cuda" is False
-            self._check(node, type_text, equal, index=bare)
+            return
+        if isinstance(other, cst.Attribute) and other.attr.value == "type":
+            owner = other.value
+            if self._device(owner):
+                self._check(node, self.ctx.code(other).strip(), equal, quote_of(value))
+            else:  # `node.type == "cuda"`: what else the code does with `node` is not known
+                note = f"; check that `{self.ctx.code(owner).strip()}` is a device"
+                self._check(node, self.ctx.code(other).strip(), equal, quote_of(value), note)
+        elif self._device(other):
+            self._check(node, self.ctx.code(other).strip(), equal, quote_of(value))
 
     def _membership(
         self, node: cst.Comparison, left: cst.BaseExpression, right: cst.BaseExpression, inside: bool
     ) -> None:
         if string_value(left) == "cuda" and self._device(right):
-            self._check(node, self._type_text(right), inside)
+            self._check(node, self._type_text(right), inside, quote_of(left))
         elif string_value(left) == "cuda" and (inner := self._stringified_device(right)) is not None:
-            self._check(node, f"{self.ctx.code(inner).strip()}.type", inside)
+            self._check(node, f"{self.ctx.code(inner).strip()}.type", inside, quote_of(left))
         elif (
             isinstance(right, (cst.Tuple, cst.List, cst.Set))
             and "cuda" in (listed := {string_value(e.value) for e in right.elements})
@@ -248,25 +257,18 @@ class CudaDeviceCheck(Rule):
         ):
             self.report(
                 node,
-                "CUDA in a list of device types: add the accelerator's type where it supports "
-                'this code, or test `!= "cpu"`',
+                'CUDA in a list of device types: add `"neuron"` where Trainium supports this code',
             )
 
-    def _check(
-        self,
-        node: cst.CSTNode,
-        type_text: str,
-        positive: bool,
-        unsafe: bool = False,
-        note: str = "",
-        index: str | None = None,
-    ) -> None:
-        title = (
-            "Test for any accelerator (type != `cpu`)"
-            + {None: "", "some": " with a device index", "none": " without a device index"}[index]
-        )
-        fix = accelerator_test(self, node, type_text, positive, title, unsafe, index)
-        report_check(self, node, self.message + note, fix)
+    _TITLE = "Let neuron take CUDA's side of the test"
+
+    def _check(self, node: cst.CSTNode, subject: str, positive: bool, quote: str, unknown: str = "") -> None:
+        """Report the test with its fix; `unknown`: the tested value may not be a device (the fix is unsafe,
+        and the note says what to check)."""
+        fix = neuron_test(self, node, subject, positive, self._TITLE, quote)
+        if unknown:
+            fix = replace(fix, safety="unsafe")
+        report_check(self, node, self.message + unknown, fix)
 
     def _device(self, expr: cst.BaseExpression) -> bool:  # after the walk only (it asks the device flow)
         return is_device_expr(self.ctx, expr)

@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.rule import Invalid, Rule
-from neuron_migrate.migrate.rules.accelerator_checks import accelerator_test, report_check
+from neuron_migrate.migrate.rules.accelerator_checks import neuron_test, report_check
 
 
 class IsCuda(Rule):
@@ -24,24 +24,26 @@ class IsCuda(Rule):
         x = x.to(device)
 
     Use instead
-    if x.device.type == "cpu":
+    if x.device.type not in ("cuda", "neuron"):
         x = x.to(device)
 
     Fix safety
-    Unsafe: `x.device.type != "cpu"` is also true for `meta` and for other non-CPU devices (`mps`, `xpu`,
-    `neuron`), where `is_cuda` was False; check that the code under the test suits them. A test that guards
-    CUDA-only code (fused or flash kernels, compute capability, NCCL) gets no fix: it must stay CUDA-only.
+    Unsafe: `x.device.type in ("cuda", "neuron")` answers as `is_cuda` did for every device but `neuron`,
+    which now takes CUDA's side; but `x` must be a tensor (or have a `.device`): a class of the project's own
+    with an `is_cuda` property has none. Check that, and that the code under the test suits Trainium. A test
+    that guards CUDA-only code (fused or flash kernels, compute capability, NCCL) gets no fix: it must stay
+    CUDA-only.
     """
 
     code = "NM104"
     device_test = True
     name = "is-cuda"
-    message = '`.is_cuda` is False on Trainium: test `x.device.type != "cpu"` for any accelerator'
+    message = '`.is_cuda` is False on Trainium: let neuron in (`x.device.type in ("cuda", "neuron")`)'
     severity = "warning"
     fix_safety = "unsafe"
     triggers = (b"is_cuda",)
     VALID = (
-        'import torch\non_accel = x.device.type != "cpu"\n',
+        'import torch\non_accel = x.device.type in ("cuda", "neuron")\n',
         "class T:\n    def __init__(self):\n        self.is_cuda = False\n",
         '"""Check x.is_cuda first."""\n# if x.is_cuda:\n',
     )
@@ -49,13 +51,14 @@ class IsCuda(Rule):
         Invalid(
             "import torch\ndef f(x, y):\n    if not x.is_cuda:\n        x = x.to(y.device)\n"
             "    return x.is_cuda and y.is_cuda\n",
-            'import torch\ndef f(x, y):\n    if x.device.type == "cpu":\n        x = x.to(y.device)\n'
-            '    return x.device.type != "cpu" and y.device.type != "cpu"\n',
+            'import torch\ndef f(x, y):\n    if x.device.type not in ("cuda", "neuron"):\n'
+            "        x = x.to(y.device)\n"
+            '    return x.device.type in ("cuda", "neuron") and y.device.type in ("cuda", "neuron")\n',
             count=3,
         ),
         Invalid(
             "same = a.is_cuda == b.is_cuda\n",
-            'same = (a.device.type != "cpu") == (b.device.type != "cpu")\n',
+            'same = (a.device.type in ("cuda", "neuron")) == (b.device.type in ("cuda", "neuron"))\n',
             count=2,
         ),
         Invalid(
@@ -81,11 +84,5 @@ class IsCuda(Rule):
         if (self.ctx.qualified_name(node) or "").startswith("torch."):
             return
         owner = self.ctx.code(node.value).strip()
-        fix = accelerator_test(
-            self,
-            node,
-            f"{owner}.device.type",
-            True,
-            "Test the device type against `cpu` (also true for meta devices)",
-        )
+        fix = neuron_test(self, node, f"{owner}.device.type", True, "Test the device type for CUDA or neuron")
         report_check(self, node, self.message, fix)
