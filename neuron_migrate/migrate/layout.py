@@ -4,7 +4,10 @@ The line length comes from the nearest configuration above the file: `line-lengt
 `[tool.black]` of a `pyproject.toml`, in `ruff.toml` / `.ruff.toml`, or `max-line-length` in the `[flake8]`
 section of `setup.cfg`, `tox.ini` or `.flake8`; 88 (black's and ruff's default) when there is none.
 
-Lines that a fix changed and that end up longer than that are re-wrapped, never the code around them: with a
+In a file the project's configured formatter (ruff or black, when installed) already accepts, every line a
+fix changed goes through that formatter's range mode, so the file still passes its check: long lines are
+wrapped, and a bracket the fix made short enough for one line is joined. Elsewhere, lines that a fix changed
+and that end up longer than the line length are re-wrapped, never the code around them: with a
 formatter's range mode (`ruff format --range`, `black --line-ranges`) — the project's own when it configures
 one that is installed, else whichever of the two is installed, at the project's line length — and without
 one by splitting the way black does: at the last bracket pair (body on its own indented line), an
@@ -136,7 +139,15 @@ def _long_lines(before: str, after: str, limit: int) -> list[int]:
 
 
 def reflow(before: str, after: str, layout: Layout, path: Path | None = None) -> str:
-    """`after` with every changed line that is too long wrapped (the project's formatter, else our split)."""
+    """`after` with its changed lines laid out as the project would: in a file its configured formatter
+    already accepted, that formatter's range mode on every changed line (it also joins a bracket the fix
+    made short enough for one line); elsewhere only the changed lines that are too long are wrapped (a
+    formatter, else our split)."""
+    if path is not None and layout.formatter and _formatter_accepts(before, layout, path.resolve()):
+        changed = changed_lines(before, after)
+        formatted = _run_formatter(after, changed, layout, path) if changed else after
+        if formatted is not None and _contained(after, formatted, len(changed)):
+            return formatted
     long = _long_lines(before, after, layout.line_length)
     if not long:
         return after
@@ -241,6 +252,27 @@ def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> s
             args.append(f"--line-ranges={start}-{end}")
         return _pipe([*args, "-"], text, path.parent)
     return None
+
+
+def _formatter_accepts(text: str, layout: Layout, path: Path) -> bool:
+    """Whether the project's configured formatter, installed here, leaves `text` (the file at `path`) as it
+    is."""
+    tool = _executable(layout.formatter) if layout.formatter else None
+    if tool is None:
+        return False
+    check = [tool, "format", "--check"] if layout.formatter == "ruff" else [tool, "--check", "-q"]
+    try:
+        done = subprocess.run(
+            [*check, "--stdin-filename", str(path), "-"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=path.parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def _pipe(args: list[str], text: str, cwd: Path) -> str | None:

@@ -12,7 +12,7 @@ import pytest
 
 from neuron_migrate.migrate.layout import Layout, layout_for, reflow, wrap
 
-from .helpers import fixed
+from .helpers import findings, fixed
 
 RUFF = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
 
@@ -112,6 +112,23 @@ def test_repeats_a_fix_creates_are_dropped():
     assert fixed(source, ("NM404",)) == "import torch\ntorch.manual_seed(0)\nrandom.seed(0)\n"
 
 
+def test_a_repeated_seed_its_comment_keeps_is_a_note():
+    """composer seeds CUDA again after `torch.manual_seed`, and says why in a comment: the call does nothing
+    off CUDA, so it stays."""
+    source = (
+        "import torch\ndef seed(s):\n    torch.manual_seed(s)\n"
+        "    # torch.manual_seed may call manual_seed_all but calling it again here\n"
+        "    torch.cuda.manual_seed_all(s)\n"
+    )
+    assert fixed(source, ("NM404",)) == source
+    [note] = findings(source, ("NM404",))
+    assert note.fix is None and "on purpose: no change needed" in note.message
+    bare = source.replace("    # torch.manual_seed may call manual_seed_all but calling it again here\n", "")
+    trailing = bare.replace("_all(s)\n", "_all(s)  # again\n")
+    assert fixed(trailing, ("NM404",)) == trailing
+    assert fixed(bare, ("NM404",)) == "import torch\ndef seed(s):\n    torch.manual_seed(s)\n"
+
+
 def test_a_removed_statement_takes_the_comment_above_it():
     source = (
         "import torch\ntorch.manual_seed(s)\n# and CUDA's generators too\nif torch.cuda.is_available():\n"
@@ -206,6 +223,29 @@ def test_a_project_that_passes_ruff_before_fix_passes_it_after(tmp_path, run_cli
     assert lint.returncode == 0, lint.stdout + script.read_text()
     formatted = subprocess.run(form, capture_output=True, text=True, cwd=tmp_path)
     assert formatted.returncode == 0, formatted.stdout + script.read_text()
+
+
+def test_a_bracket_the_fix_shortens_is_joined_where_the_formatter_ran(tmp_path):
+    """ultralytics' ReID model: a call split over three lines fits on one once `torch.cuda.` is gone, and
+    `ruff format --check` fails until it is joined. In a file the formatter did not lay out, the fix does
+    not reformat: it changes only what it rewrote."""
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 88\n")
+    path = tmp_path / "timing.py"
+    before = (
+        "import torch\n\n\ndef make():\n"
+        "    start_event_for_timing_the_forward_pass_of_model = torch.cuda.Event(\n"
+        "        enable_timing=True\n    )\n    return start_event_for_timing_the_forward_pass_of_model\n"
+    )
+    after = before.replace("torch.cuda.Event(", "torch.Event(")
+    layout = layout_for(tmp_path)
+    joined = reflow(before, after, layout, path)
+    one_line = "    start_event_for_timing_the_forward_pass_of_model = torch.Event(enable_timing=True)\n"
+    assert one_line in joined
+    assert _ruff_format(joined, 88) == joined
+    unformatted = before.replace("import torch\n", "import torch\nx = [1,2]\n")
+    assert reflow(unformatted, unformatted.replace("torch.cuda.Event(", "torch.Event("), layout, path) == (
+        unformatted.replace("torch.cuda.Event(", "torch.Event(")
+    )
 
 
 def test_a_long_line_inside_brackets_is_not_split_as_a_statement():

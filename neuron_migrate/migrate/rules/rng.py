@@ -50,11 +50,12 @@ class CudaManualSeed(QualifiedNameRule):
     Safe. When the same block already calls `torch.manual_seed` with the same seed and only other seeding
     statements sit in between (the usual "seed everything" function), that call already seeds CUDA and every
     other accelerator: the CUDA call is removed (with the `if torch.cuda.is_available():` around it when it is
-    all that check guards, with its `else:` when it is all that `else` holds). Otherwise it becomes the
-    accelerator's own seeding function, `torch.get_device_module().manual_seed(_all)(seed)`, run only when
-    there is an accelerator (as the CUDA call did nothing without CUDA): the same call on CUDA, and it leaves
-    the CPU generator alone, where `torch.manual_seed` would reseed it and change every CPU random number
-    drawn afterwards.
+    all that check guards, with its `else:` when it is all that `else` holds); a comment on it or directly
+    above it says the author wants it there, and since it does nothing off CUDA it stays (a note). Otherwise
+    it becomes the accelerator's own seeding function, `torch.get_device_module().manual_seed(_all)(seed)`,
+    run only when there is an accelerator (as the CUDA call did nothing without CUDA): the same call on
+    CUDA, and it leaves the CPU generator alone, where `torch.manual_seed` would reseed it and change every
+    CPU random number drawn afterwards.
     """
 
     code = "NM404"
@@ -104,13 +105,18 @@ class CudaManualSeed(QualifiedNameRule):
         ),
     )
 
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        redundant = self._redundant(call)
+        if redundant is not None and _commented(redundant):
+            self.report(call, self.message_for(name), no_change=_DELIBERATE)
+            return
+        super().on_use(node, call, name)
+
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         seed = _only_argument(call, "seed") if call is not None else None
         if seed is None:
             return None
-        seed_code = self.ctx.code(seed.value)
-        statement = is_expression_statement(self.ctx, call)
-        if statement is not None and self._seeded_before(seed_code):
+        if (statement := self._redundant(call)) is not None:
             return FixSpec(
                 f"Remove `{name}`: `torch.manual_seed` above already seeds every device",
                 (statement_removal(self.ctx, statement),),
@@ -119,10 +125,18 @@ class CudaManualSeed(QualifiedNameRule):
         return guarded_fix(
             self,
             call,
-            f"{_DEVICE_MODULE}.{function}({seed_code})",
+            f"{_DEVICE_MODULE}.{function}({self.ctx.code(seed.value)})",
             f"Seed the accelerator's generator (`{function}` of its device module)",
             cpu_value="None",
         )
+
+    def _redundant(self, call: cst.Call | None) -> cst.SimpleStatementLine | None:
+        """The statement of `call` when it only repeats the `torch.manual_seed` just before it."""
+        seed = _only_argument(call, "seed") if call is not None else None
+        if seed is None:
+            return None
+        statement = is_expression_statement(self.ctx, call)
+        return statement if statement is not None and self._seeded_before(self.ctx.code(seed.value)) else None
 
     def _seeded_before(self, seed_code: str) -> bool:
         """Whether `torch.manual_seed(<same seed>)` runs just before, with only seeding statements between."""
@@ -150,6 +164,19 @@ class CudaManualSeed(QualifiedNameRule):
                 seed = _only_argument(call, "seed")
                 return seed is not None and self.ctx.code(seed.value) == seed_code
         return False
+
+
+_DELIBERATE = (
+    "`torch.manual_seed` above already seeds every device and this call does nothing off CUDA; its comment "
+    "says it is there on purpose: no change needed"
+)
+
+
+def _commented(statement: cst.SimpleStatementLine) -> bool:
+    """Whether a comment sits on the statement's line or on the lines directly above it."""
+    return statement.trailing_whitespace.comment is not None or any(
+        line.comment is not None for line in statement.leading_lines
+    )
 
 
 def _only_argument(call: cst.Call, name: str) -> cst.Arg | None:
