@@ -4,7 +4,7 @@ and prove the result still parses. Pure text in, text out; writing files is `fix
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
@@ -20,6 +20,7 @@ from neuron_migrate.migrate.guard_layout import tidy_new_guards
 from neuron_migrate.migrate.layout import Layout, reflow
 from neuron_migrate.migrate.names import import_bindings
 from neuron_migrate.migrate.parsing import parse
+from neuron_migrate.migrate.quotes import in_quotes, preferred_quote
 from neuron_migrate.migrate.walk import walk
 from neuron_migrate.model import Edit, Finding
 
@@ -45,8 +46,9 @@ def fix_text(
 ) -> FixOutcome:
     """Apply the fixes of `findings` (safe ones; unsafe ones too when `unsafe`) to a Python source text, then
     drop statements the fixes made repeat their neighbour (and comments that pointed up at statements they
-    removed), make new guards read well (`guard_layout`) and wrap
-    the lines they made too long (`layout`; `path` lets the project's formatter find its configuration)."""
+    removed), write new literals in the file's quotes (`quotes`), make new guards read well (`guard_layout`)
+    and wrap the lines they made too long (`layout`; `path` lets the project's formatter find its
+    configuration)."""
     outcome = FixOutcome(text)
     accepted: list[Edit] = []
     for finding in findings:
@@ -67,6 +69,8 @@ def fix_text(
         outcome.applied.append(finding)
     if not accepted:
         return outcome
+    if (quote := preferred_quote(text)) != '"':
+        accepted = [replace(edit, text=in_quotes(edit.text, quote)) for edit in accepted]
     new_text = remove_unused_imports(text, apply_edits(text, accepted))
     new_text = drop_pointers_to_removed(text, drop_repeats(text, new_text))
     new_text = reflow(text, tidy_new_guards(text, new_text), layout, path)

@@ -58,7 +58,7 @@ class CudaBackendMap(Rule):
         Invalid(
             "BACKENDS = {'cpu': 'gloo', 'cuda': 'nccl'}\n",
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\nBACKENDS = {\n    device_type:'
+            " torch.device('cpu')).type\nBACKENDS = {\n    device_type:"
             " torch.distributed.Backend.default_device_backend_map.get(device_type), 'cpu':"
             " 'gloo', 'cuda': 'nccl'\n}\n",
         ),
