@@ -39,6 +39,9 @@ _OTHER_DEVICE_NAMED = re.compile(
 #: CUDA's or neuron's device type, listed with others' (`["cuda", "xpu", "neuron"]`)
 _TOGETHER = re.compile(r"""["'](?:cuda|neuron)(?::\d*)?["']""")
 _NAMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: the device types of a CUDA test that lets neuron in (what NM105 writes, `d.type in ("cuda", "neuron")`):
+#: one branch for both, not a branch of neuron's own
+_SHARED_WITH_CUDA = re.compile(r"""\(\s*(["'])cuda(:?)\1\s*,\s*\1neuron\2\1\s*\)""")
 
 #: what a branch of a per-device chain is told: the other devices' branches come first or after it
 CHAIN_TODO = (
@@ -72,7 +75,11 @@ def chain_tests(stack, index: int) -> list[cst.BaseExpression]:
 
 def chain_of_tests(ctx, tests: list[cst.BaseExpression]) -> DeviceChain | None:
     """The other devices `tests` name, if any."""
-    cues = [match.group(0) for test in tests for match in _OTHER_DEVICES.finditer(ctx.code(test))]
+    cues = [
+        match.group(0)
+        for test in tests
+        for match in _OTHER_DEVICES.finditer(_SHARED_WITH_CUDA.sub("", ctx.code(test)))
+    ]
     if not cues:
         return None
     others = [cue for cue in cues if not _NEURON.fullmatch(cue)]

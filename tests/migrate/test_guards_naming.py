@@ -23,6 +23,10 @@ SYNC = ("NM401",)
         "    torch.cuda.synchronize()\n",
         "import torch\ndef f():\n    assert torch.accelerator.is_available()\n    torch.cuda.synchronize()\n",
         "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\n",
+        # what NM105 writes: a test that lets neuron in beside CUDA
+        "import torch\nif x.device.type in ('cuda', 'neuron'):\n    torch.cuda.synchronize()\n",
+        "import torch\nif not device.startswith(('cuda:', 'neuron:')):\n    pass\nelse:\n"
+        "    torch.cuda.synchronize()\n",
         "import torch\nuse = args.amp and torch.cuda.is_available()\nif use:\n    torch.cuda.synchronize()\n",
         "import torch\nok = torch.cuda.is_available() and x.is_cuda and torch.cuda.synchronize()\n",
         # a flag only raised where an accelerator is certain (torch/_dynamo/repro/aoti.py)
