@@ -3,6 +3,8 @@
 Per scope (a function body, or module-level code; class bodies, lambdas and comprehensions belong to the scope
 around them), in order of preference:
 
+0. for the type only, under `if d.type == "cuda":` (or `in ("cuda", "neuron")`): `d.type`, which is the
+   current accelerator's type there;
 1. a name already bound to the idiom in that scope (`device = torch.accelerator.current_accelerator(...) or
    torch.device("cpu")`, also one a fix in this run is rewriting into the idiom) whose binding runs before the
    use: the placeholder becomes that name (`device`, `device.type`, or a `device_type` name for the type);
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import Binding
+from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.fixes import (
     DEVICE,
     DEVICE_ATOM,
@@ -39,7 +42,7 @@ from neuron_migrate.migrate.fixes import (
     inline,
     inline_certain,
 )
-from neuron_migrate.migrate.guards import accelerator
+from neuron_migrate.migrate.guards import accelerator, conjuncts
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.walk import walk
 
@@ -159,6 +162,9 @@ class DeviceNames:
         existing = self._idiom_names(scope)
         rest = []
         for use in uses:
+            if use.types_only and (tested := _tested_type(self.ctx, use.stack, scope)) is not None:
+                self._name(use, tested, "type")
+                continue
             name = next(
                 (
                     n
@@ -293,6 +299,36 @@ class DeviceNames:
             replacements=replacements,
             insertions=insertions,
         )
+
+
+def _tested_type(ctx, stack: tuple[cst.CSTNode, ...], scope: cst.CSTNode) -> str | None:
+    """`d.type` when the code at the end of `stack` runs in the body of an `if` (within `scope`) that tested
+    `d.type == "cuda"` (or `in ("cuda", "neuron")`): there `d`'s type is the current accelerator's, and the
+    code can say so (Lightning's `torch.device(f"{device.type}:{index}")`)."""
+    for parent, child in zip(reversed(stack[:-1]), reversed(stack[1:]), strict=False):
+        if parent is scope:
+            return None
+        if isinstance(parent, cst.If) and child is parent.body:
+            for part in conjuncts(parent.test):
+                if (
+                    isinstance(part, cst.Comparison)
+                    and len(part.comparisons) == 1
+                    and isinstance(part.left, cst.Attribute)
+                    and part.left.attr.value == "type"
+                    and _names_cuda(part.comparisons[0])
+                ):
+                    return ctx.code(part.left).strip()
+    return None
+
+
+def _names_cuda(comparison: cst.ComparisonTarget) -> bool:
+    """`== "cuda"`, or `in` a tuple of CUDA's and neuron's types."""
+    target = comparison.comparator
+    if isinstance(comparison.operator, cst.Equal):
+        return string_value(target) == "cuda"
+    if isinstance(comparison.operator, cst.In) and isinstance(target, (cst.Tuple, cst.List, cst.Set)):
+        return {string_value(e.value) for e in target.elements} <= {"cuda", "neuron"}
+    return False
 
 
 def _names_used(scope: cst.CSTNode) -> set[str]:

@@ -12,7 +12,7 @@ import torch
 
 from neuron_migrate.migrate.fixer import fix_text
 
-from .helpers import findings, fixed
+from .helpers import findings, fixed, fixed_until_stable
 
 CODES = ("NM101", "NM102", "NM103", "NM104", "NM105", "NM109")
 
@@ -282,3 +282,16 @@ def test_a_device_test_that_also_asks_for_the_index_keeps_the_meta_device_out():
     assert "    if device.type in ('cuda', 'neuron') and device.index is None:\n" in after
     plain = source.replace(" and device.index is None", "")
     assert "    if device.type in ('cuda', 'neuron'):\n" in fixed(plain)
+
+
+def test_code_under_a_device_type_test_names_that_type():
+    """Lightning's device mixin: under `if device.type == "cuda" ...` the device's type is the current
+    accelerator's, so the index is added to `device.type`, not to a second lookup of the accelerator."""
+    source = (
+        "import torch\ndef device_of(module):\n    device = module.weight.device\n"
+        "    if device.type == 'cuda' and device.index is None:\n"
+        "        return torch.device(f'cuda:{torch.cuda.current_device()}')\n    return device\n"
+    )
+    after = fixed_until_stable(source)
+    assert "torch.device(f'{device.type}:{torch.accelerator.current_device_index()}')\n" in after
+    assert "current_accelerator" not in after
