@@ -48,11 +48,11 @@ class CudaDeviceCheck(Rule):
 
     Example
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    use_amp = device.type == "cuda"
+    use_amp = device == "cuda"
 
     Use instead
     device = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
-    use_amp = device.type in ("cuda", "neuron")
+    use_amp = device in ("cuda", "neuron")
 
     Fix safety
     Safe: `'cuda' if torch.cuda.is_available() else 'cpu'` becomes the accelerator's type, which is `cuda` on
@@ -71,12 +71,11 @@ class CudaDeviceCheck(Rule):
     file that uses a CUDA-only library or Triton, in a module that chooses by other accelerators (a `"mps"`
     or `"tpu"` string, `is_torch_xpu_available()`: its CUDA code is CUDA's part of per-device code), and for
     `.type == 'cuda'` on something not known to be a device it is unsafe, and the message names what to
-    check. A test
-    that is only a part of a flag's value (`(d.type == "cuda" and gqa) or masked`) is judged by what the
-    flag selects. No fix for a test that guards CUDA-only code (fused/flash kernels, capability, NCCL: it
-    must stay CUDA-only), for a comparison with an indexed string, in an `if`/`elif` chain with branches for
-    other accelerators (add a `neuron` branch), or for membership in a list of device types (one that names
-    `neuron` already takes Trainium in, and is not flagged).
+    check. A test that is only a part of a flag's value (`(d.type == "cuda" and gqa) or masked`) is judged by
+    what the flag selects. No fix for a test that guards CUDA-only code (fused/flash kernels, capability,
+    NCCL: it must stay CUDA-only), for a comparison with an indexed string, in an `if`/`elif` chain with
+    branches for other accelerators (add a `neuron` branch), or for membership in a list of device types (one
+    that names `neuron` already takes Trainium in, and is not flagged).
     """
 
     code = "NM105"
