@@ -16,6 +16,8 @@ from neuron_migrate.migrate.fixes import DEVICE, DEVICE_ATOM, DEVICE_TYPE
 
 #: the device types `neuron` has in torch: its own, and the PrivateUse1 key it registers through
 NEURON_DEVICE_TYPES = frozenset({"neuron", "privateuseone"})
+#: the device types a fixed CUDA test lets in: CUDA, as before, and Trainium
+CUDA_AND_NEURON = ("cuda", "neuron")
 _CUDA_DEVICE = re.compile(r"^cuda(:\d+)?$")
 _CUDA_PREFIX = re.compile(r"^cuda(:|$)")
 
@@ -181,3 +183,18 @@ def fit(
     ):
         return text
     return f"({text})"
+
+
+def cuda_and_neuron(quote: str = '"', suffix: str = "") -> str:
+    """The tuple literal `("cuda", "neuron")` in `quote` (`suffix` `":"`: the prefixes of indexed device
+    strings)."""
+    return "(" + ", ".join(f"{quote}{kind}{suffix}{quote}" for kind in CUDA_AND_NEURON) + ")"
+
+
+def is_cuda_and_neuron(node: cst.CSTNode, suffix: str = "") -> bool:
+    """A tuple, list or set of CUDA's and neuron's device types (each ending in `suffix`, or not), and no
+    other: `("cuda", "neuron")`, what a fixed CUDA test compares with."""
+    if not isinstance(node, (cst.Tuple, cst.List, cst.Set)) or not node.elements:
+        return False
+    allowed = {*CUDA_AND_NEURON, *(kind + suffix for kind in CUDA_AND_NEURON)}
+    return {string_value(e.value) for e in node.elements} <= allowed

@@ -30,7 +30,7 @@ from typing import Literal
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
-from neuron_migrate.migrate.device_literals import literal_value
+from neuron_migrate.migrate.device_literals import is_cuda_and_neuron, literal_value
 from neuron_migrate.migrate.walk import walk
 
 Presence = Literal["certain", "possible", "absent"]
@@ -109,18 +109,9 @@ def _method_test(ctx, call: cst.Call) -> Implication:
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(call.args) == 1:
         prefix = call.args[0].value
-        if _string(prefix) in ("cuda", "cuda:") or _accelerator_types(prefix, ":"):
+        if _string(prefix) in ("cuda", "cuda:") or is_cuda_and_neuron(prefix, ":"):
             return "certain", None
     return _NONE
-
-
-def _accelerator_types(node: cst.CSTNode, suffix: str) -> bool:
-    """A tuple, list or set of CUDA's and neuron's device types (each ending in `suffix`, or not), and no
-    other: `("cuda", "neuron")`, what a fixed CUDA test compares with."""
-    if not isinstance(node, (cst.Tuple, cst.List, cst.Set)) or not node.elements:
-        return False
-    names = {_string(e.value) for e in node.elements}
-    return names <= {"cuda", "neuron", f"cuda{suffix}", f"neuron{suffix}"}
 
 
 def _comparison(ctx, test: cst.Comparison) -> Implication:
@@ -130,7 +121,7 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
         found = (
             ("certain", None)
             if (_string(left) == "cuda" and not isinstance(right, (cst.List, cst.Tuple)))
-            or _accelerator_types(right, "")
+            or is_cuda_and_neuron(right)
             else _NONE
         )
         return found if isinstance(op, cst.In) else _flip(found)

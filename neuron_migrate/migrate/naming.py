@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import Binding
-from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.device_literals import is_cuda_and_neuron, string_value
 from neuron_migrate.migrate.fixes import (
     DEVICE,
     DEVICE_ATOM,
@@ -310,25 +310,15 @@ def _tested_type(ctx, stack: tuple[cst.CSTNode, ...], scope: cst.CSTNode) -> str
             return None
         if isinstance(parent, cst.If) and child is parent.body:
             for part in conjuncts(parent.test):
-                if (
-                    isinstance(part, cst.Comparison)
-                    and len(part.comparisons) == 1
-                    and isinstance(part.left, cst.Attribute)
-                    and part.left.attr.value == "type"
-                    and _names_cuda(part.comparisons[0])
-                ):
+                if not (isinstance(part, cst.Comparison) and len(part.comparisons) == 1):
+                    continue
+                op, target = part.comparisons[0].operator, part.comparisons[0].comparator
+                names_cuda = (isinstance(op, cst.Equal) and string_value(target) == "cuda") or (
+                    isinstance(op, cst.In) and is_cuda_and_neuron(target)
+                )
+                if names_cuda and isinstance(part.left, cst.Attribute) and part.left.attr.value == "type":
                     return ctx.code(part.left).strip()
     return None
-
-
-def _names_cuda(comparison: cst.ComparisonTarget) -> bool:
-    """`== "cuda"`, or `in` a tuple of CUDA's and neuron's types."""
-    target = comparison.comparator
-    if isinstance(comparison.operator, cst.Equal):
-        return string_value(target) == "cuda"
-    if isinstance(comparison.operator, cst.In) and isinstance(target, (cst.Tuple, cst.List, cst.Set)):
-        return {string_value(e.value) for e in target.elements} <= {"cuda", "neuron"}
-    return False
 
 
 def _names_used(scope: cst.CSTNode) -> set[str]:

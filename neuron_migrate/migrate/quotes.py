@@ -11,11 +11,20 @@ from __future__ import annotations
 import io
 import tokenize
 
+import libcst as cst
+
 _PREFIXES = frozenset("rRuUfF")
 
 
 #: how many single-quoted literals, and how many times the double-quoted ones, make a file's style single
 _CLEAR_STYLE = (4, 2)
+
+
+def quote_of(literal: cst.CSTNode) -> str:
+    """The quote character of a one-line string literal, `"` for anything else."""
+    if isinstance(literal, cst.SimpleString) and len(literal.quote) == 1:
+        return literal.quote
+    return '"'
 
 
 def preferred_quote(source: str) -> str:

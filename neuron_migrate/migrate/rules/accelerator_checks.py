@@ -6,30 +6,14 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.chains import device_chain
-from neuron_migrate.migrate.device_literals import fit
+from neuron_migrate.migrate.device_literals import cuda_and_neuron, fit
 from neuron_migrate.migrate.patterns import check_region
 from neuron_migrate.migrate.records import problem
 from neuron_migrate.migrate.rule import FixSpec, Replacement, Rule
 
-#: the device types a CUDA test lets in once it is fixed: CUDA, as before, and Trainium
-CUDA_AND_NEURON = ("cuda", "neuron")
-
 
 def _negated(ctx) -> bool:
     return isinstance(ctx.parent, cst.UnaryOperation) and isinstance(ctx.parent.operator, cst.Not)
-
-
-def cuda_and_neuron(quote: str = '"', suffix: str = "") -> str:
-    """The tuple literal `("cuda", "neuron")` in the project's quotes (`suffix` `":"`: the prefixes of indexed
-    device strings)."""
-    return "(" + ", ".join(f"{quote}{kind}{suffix}{quote}" for kind in CUDA_AND_NEURON) + ")"
-
-
-def quote_of(literal: cst.CSTNode) -> str:
-    """The quote character of a string literal, `"` for anything else."""
-    if isinstance(literal, cst.SimpleString) and len(literal.quote) == 1:
-        return literal.quote
-    return '"'
 
 
 def neuron_test(

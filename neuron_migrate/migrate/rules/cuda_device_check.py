@@ -17,6 +17,7 @@ from neuron_migrate.migrate.device_flow import (
 from neuron_migrate.migrate.device_literals import (
     NEURON_DEVICE_TYPES,
     agnostic_string,
+    cuda_and_neuron,
     fit,
     has_index,
     is_cuda_string,
@@ -25,13 +26,9 @@ from neuron_migrate.migrate.device_literals import (
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.quotes import quote_of
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-from neuron_migrate.migrate.rules.accelerator_checks import (
-    cuda_and_neuron,
-    neuron_test,
-    quote_of,
-    report_check,
-)
+from neuron_migrate.migrate.rules.accelerator_checks import neuron_test, report_check
 
 
 class CudaDeviceCheck(Rule):
