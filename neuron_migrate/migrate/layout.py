@@ -219,19 +219,22 @@ def _executable(name: str) -> str | None:
 def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> str | None:
     """A formatter's range mode on just `lines` (merged into ranges): the project's own when it configures one
     that is installed; for a project that configures none, ruff's or black's (both wrap as black does) at the
-    project's line length. None when no formatter is installed or it fails."""
+    project's line length, keeping each string literal's quotes. None when no formatter is installed or it
+    fails."""
     ranges = _ranges(lines)
     path = path.resolve()  # the formatter runs in the file's folder: a relative path would point elsewhere
     ruff, black = _executable("ruff"), _executable("black")
     tool = layout.formatter or ("ruff" if ruff else "black" if black else None)
     if tool == "ruff" and ruff:
-        length = [] if layout.formatter else [f"--line-length={layout.line_length}"]
+        # a project that configures no formatter has chosen no quote style either: each literal keeps its own
+        unconfigured = [f"--line-length={layout.line_length}", "--config", 'format.quote-style="preserve"']
+        settings = [] if layout.formatter else unconfigured
         for start, end in reversed(ranges):  # one range per run; bottom up, so line numbers above stay right
             done = _pipe(
                 [
                     ruff,
                     "format",
-                    *length,
+                    *settings,
                     f"--range={start}:1-{end + 1}:1",
                     "--stdin-filename",
                     str(path),
@@ -246,7 +249,7 @@ def _run_formatter(text: str, lines: list[int], layout: Layout, path: Path) -> s
         return text
     if tool == "black" and black:
         args = [black, "-q", "--stdin-filename", str(path)] + (
-            [] if layout.formatter else ["-l", str(layout.line_length)]
+            [] if layout.formatter else ["-l", str(layout.line_length), "--skip-string-normalization"]
         )
         for start, end in ranges:
             args.append(f"--line-ranges={start}-{end}")

@@ -289,3 +289,19 @@ def test_the_formatter_reads_the_projects_line_length_when_the_path_is_relative(
     assert done.returncode in (0, 1), done.stderr
     line = '                dtype=(torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16),\n'
     assert len(line) > 88 and line in script.read_text()
+
+
+def test_a_project_without_a_formatter_keeps_the_quotes_of_the_literals_a_wrap_moves(tmp_path):
+    """fastai and skorch configure no formatter: ruff's range mode, which wraps a rewritten line there,
+    turned the project's own `init_method='env://'` into `"env://"` in the lines it moved."""
+    path = tmp_path / "distributed.py"
+    before = (
+        "import torch\n\n\ndef setup(gpu):\n"
+        "    torch.distributed.init_process_group(backend='nccl', init_method='env://', world_size=gpu)\n"
+    )
+    after = before.replace(
+        "backend='nccl'", "backend=torch.distributed.get_default_backend_for_device(device)"
+    )
+    wrapped = reflow(before, after, Layout(line_length=88), path)
+    assert wrapped != after and "init_method='env://'" in wrapped
+    assert all(len(line) <= 88 for line in wrapped.splitlines())
