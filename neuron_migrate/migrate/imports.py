@@ -6,11 +6,17 @@ separated by blank lines, each classified standard library / third party / first
 module that exists next to the file or at the scan root). Within the third-party group, plain `import x`
 statements come before `from x import y`, each sorted case-insensitively (the isort and ruff default). With no
 third-party group the import starts one, after the standard-library group, separated by blank lines.
+
+A module that imports torch only under another name (`import torch as th`, stable-baselines3's style) gets
+no second import: the new code says `th.accelerator` (`alias_of`, `with_alias`).
 """
 
 from __future__ import annotations
 
+import io
+import re
 import sys
+import tokenize
 from dataclasses import dataclass
 
 import libcst as cst
@@ -122,3 +128,47 @@ def _after_header(module: cst.Module, positions) -> int:
             break
         line = positions[stmt].end.line + 1
     return line
+
+
+def alias_of(name: str, table: dict[str, str]) -> str | None:
+    """The name a module's imports (`table`: local name -> qualified name) give module `name` when none binds
+    it as itself (`import torch as th` -> `th`); None when `name` is bound, or not imported at all."""
+    if name in table:
+        return None
+    aliases = sorted(local for local, qualified in table.items() if qualified == name)
+    return aliases[0] if aliases else None
+
+
+def with_alias(text: str, name: str, alias: str) -> str | None:
+    """`text` (code a fix writes) with every reference to module `name` (`torch.accelerator`) written through
+    `alias` (`th.accelerator`), in f-string fields too; other string literals, comments and attributes that
+    happen to be called `name` (`self.torch.x`) stay. None when `text` is not Python tokens."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    edits: list[tuple[int, int, str]] = []  # (start, end, new text), in order
+    for before, tok, after in zip([None, *tokens], tokens, [*tokens[1:], None], strict=False):
+        start = starts[tok.start[0] - 1] + tok.start[1]
+        if tok.type == tokenize.NAME and tok.string == name and after is not None and after.string == ".":
+            if before is None or before.string != ".":
+                edits.append((start, start + len(name), alias))
+        elif tok.type == tokenize.STRING and "f" in tok.string.split("'")[0].split('"')[0].lower():
+            fields = _FIELD.sub(lambda m: _reference(name).sub(alias, m.group()), tok.string)  # Python < 3.12
+            if fields != tok.string:
+                edits.append((start, start + len(tok.string), fields))
+    for start, end, new in reversed(edits):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+#: a replacement field of an f-string (`{expression}`, not the `{{` of a literal brace)
+_FIELD = re.compile(r"(?<!\{)\{(?!\{)[^{}]*\}")
+
+
+def _reference(name: str) -> re.Pattern:
+    """`name.` as the head of a dotted name (not an attribute `x.name.`)."""
+    return re.compile(rf"(?<![\w.]){re.escape(name)}(?=\s*\.)")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 from libcst.metadata import CodeRange
 
 from neuron_migrate.migrate.fixes import FixStyle, Insertion
+from neuron_migrate.migrate.imports import alias_of, with_alias
 from neuron_migrate.migrate.imports import insertion as import_insertion
 from neuron_migrate.model import Edit, Finding, Fix
 
@@ -17,12 +20,10 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
     if pending.fix is not None:
         edits = [_replacement_edit(r, positions, lines) for r in pending.fix.replacements]
         edits += [_insertion_edit(i, positions, lines) for i in pending.fix.insertions]
-        edits += [
-            edit
-            for name in pending.fix.imports
-            if not _imported_locally(name, pending.stack)
-            and (edit := _import_edit(name, ctx, positions, style))
-        ]
+        imports = [name for name in pending.fix.imports if not _imported_locally(name, pending.stack)]
+        if "torch" in imports and (aliased := _through_alias(edits, ctx)) is not None:
+            edits, imports = aliased, [name for name in imports if name != "torch"]
+        edits += [edit for name in imports if (edit := _import_edit(name, ctx, positions, style))]
         fix = Fix(pending.fix.title, pending.fix.safety or rule.fix_safety, tuple(edits))
     line = where.start.line
     return Finding(
@@ -122,6 +123,16 @@ def _imported_locally(name: str, stack: tuple[cst.CSTNode, ...]) -> bool:
                 ):
                     return True
     return False
+
+
+def _through_alias(edits: list[Edit], ctx) -> list[Edit] | None:
+    """`edits` with the new code naming torch by the alias the module imports it under (`import torch as th`:
+    `th.accelerator...`), so the fix needs no second import; None when the module has no such alias."""
+    alias = None if ctx.module_binds("torch") else alias_of("torch", ctx.scopes.module_table)
+    if alias is None:
+        return None
+    aliased = [replace(edit, text=with_alias(edit.text, "torch", alias)) for edit in edits]
+    return None if any(edit.text is None for edit in aliased) else aliased
 
 
 def _import_edit(name: str, ctx, positions, style: FixStyle) -> Edit | None:

@@ -12,7 +12,7 @@ import pytest
 
 from neuron_migrate.migrate.layout import Layout, layout_for, reflow, wrap
 
-from .helpers import findings, fixed
+from .helpers import findings, fixed, fixed_until_stable
 
 RUFF = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
 
@@ -105,6 +105,22 @@ def test_line_length_comes_from_the_nearest_config(tmp_path):
 def test_new_import_goes_into_its_group(before, after):
     text = fixed(before, ("NM103",))
     assert text.startswith(after), text
+
+
+def test_a_module_that_imports_torch_under_an_alias_gets_no_second_import():
+    """stable-baselines3 writes `import torch as th` everywhere: the fix names torch `th` (in f-string fields
+    too) instead of adding `import torch` beside it; strings and attributes called `torch` stay."""
+    source = (
+        "import numpy as np\nimport torch as th\n\n\ndef setup(model, rank):\n"
+        '    th.cuda.set_device(rank)\n    name = "torch.cuda"\n'
+        '    th.distributed.init_process_group("cuda:nccl,cpu:gloo")\n    return model.cuda()\n'
+    )
+    text = fixed_until_stable(source)
+    assert "import torch\n" not in text and "th.accelerator." in text, text
+    assert 'name = "torch.cuda"' in text
+    assert ":{th.distributed.get_default_backend_for_device(" in text, text
+    assert "torch." not in text.replace('"torch.cuda"', ""), text
+    compile(text, "example.py", "exec")
 
 
 def test_repeats_a_fix_creates_are_dropped():
