@@ -81,6 +81,21 @@ def is_cuda_string(node: cst.CSTNode) -> bool:
     )
 
 
+def built_cuda_type(ctx, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The `"cuda"` literal of `torch.device("cuda").type`: the string `"cuda"`, spelled as a device (a
+    comparison with it is a CUDA test, stable-baselines3's `device.type == th.device("cuda").type`); else
+    None."""
+    call = node.value if isinstance(node, cst.Attribute) and node.attr.value == "type" else None
+    if not isinstance(call, cst.Call):
+        return None
+    if ctx.call_name(call) != "torch.device" or len(call.args) != 1 or call.args[0].star:
+        return None
+    arg = call.args[0]
+    if arg.keyword is not None and arg.keyword.value != "type":
+        return None
+    return arg.value if string_value(arg.value) == "cuda" else None
+
+
 def has_index(node: cst.CSTNode) -> bool:
     """Whether a CUDA device string names a device index (`cuda:1`, `f"cuda:{rank}"`)."""
     value = string_value(node)

@@ -17,6 +17,7 @@ from neuron_migrate.migrate.device_flow import (
 from neuron_migrate.migrate.device_literals import (
     NEURON_DEVICE_TYPES,
     agnostic_string,
+    built_cuda_type,
     cuda_and_neuron,
     fit,
     has_index,
@@ -107,6 +108,14 @@ class CudaDeviceCheck(Rule):
             ' not args.device.startswith(("cuda:", "neuron:")):\n    x = x.to(dev)\n',
             count=3,
         ),
+        Invalid(  # stable-baselines3: the type of a device built for CUDA is the string "cuda"
+            "import torch as th\ndef get_device(device):\n    device = th.device(device)\n"
+            '    if device.type == th.device("cuda").type and not th.cuda.is_available():\n'
+            '        return th.device("cpu")\n    return device\n',
+            "import torch as th\ndef get_device(device):\n    device = th.device(device)\n"
+            '    if device.type in ("cuda", "neuron") and not th.cuda.is_available():\n'
+            '        return th.device("cpu")\n    return device\n',
+        ),
         Invalid(
             'import torch\ndef f(x, node, gpu):\n    a = "cuda" in str(x.device)\n'
             '    b = node.type != "cuda"\n'
@@ -184,14 +193,16 @@ class CudaDeviceCheck(Rule):
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if len(node.comparisons) == 1 and any(
-            is_cuda_string(n) or string_value(n) == "cuda"
+            is_cuda_string(n) or string_value(n) == "cuda" or built_cuda_type(self.ctx, n) is not None
             for n in (node.left, node.comparisons[0].comparator, *_elements(node.comparisons[0].comparator))
         ):
             self.ctx.defer(lambda: self._comparison(node))  # whether a name is a device: after the walk
 
     def _comparison(self, node: cst.Comparison) -> None:
-        op, right = node.comparisons[0].operator, node.comparisons[0].comparator
-        left = node.left
+        op = node.comparisons[0].operator
+        # `torch.device("cuda").type` is the string "cuda" (its literal gives the quotes): the same test
+        left = built_cuda_type(self.ctx, node.left) or node.left
+        right = built_cuda_type(self.ctx, node.comparisons[0].comparator) or node.comparisons[0].comparator
         if isinstance(op, (cst.In, cst.NotIn)):
             self._membership(node, left, right, isinstance(op, cst.In))
         elif isinstance(op, (cst.Equal, cst.NotEqual)):

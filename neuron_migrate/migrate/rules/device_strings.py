@@ -126,9 +126,9 @@ class CudaDeviceString(Rule):
             "import argparse\nimport torch as th\np = argparse.ArgumentParser()\n"
             'p.add_argument("--device", default="cuda", help="e.g. cuda:0")\ncfg = {"device": "cuda:1"}\n'
             'gpu = cfg.get("device", "cuda")\nz = th.zeros(2, device=gpu)\n',
-            "import argparse\nimport torch\nimport torch as th\np = argparse.ArgumentParser()\n"
-            "device_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\n'
+            "import argparse\nimport torch as th\np = argparse.ArgumentParser()\n"
+            "device_type = (th.accelerator.current_accelerator(check_available=True) or"
+            ' th.device("cpu")).type\n'
             'p.add_argument("--device", default=device_type, help="e.g. cuda:0")\n'
             'cfg = {"device": f"{device_type}:1"}\ngpu = cfg.get("device", device_type)\n'
             "z = th.zeros(2, device=gpu)\n",

@@ -8,6 +8,7 @@ from neuron_migrate.migrate.conditions import cuda_string
 from neuron_migrate.migrate.device_flow import device_flow
 from neuron_migrate.migrate.device_literals import (
     agnostic_string,
+    built_cuda_type,
     fit,
     has_index,
     is_cuda_string,
@@ -65,6 +66,7 @@ class TorchDeviceCuda(Rule):
         'torch.device("cpu")\n',
         'import torch\nd = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',  # NM105's
         '"""torch.device("cuda") in a docstring."""\n# torch.device("cuda") in a comment\n',
+        'import torch\nusing_cuda = device.type == torch.device("cuda").type\n',  # a CUDA test: NM105's
     )
     INVALID = (
         Invalid(
@@ -119,7 +121,23 @@ class TorchDeviceCuda(Rule):
         if kind is None or not is_cuda_string(kind.value):
             return
         index = positional(node, 1) or keyword(node, "index")
+        if self._compared_type():  # `d.type == torch.device("cuda").type`: a CUDA test, NM105's
+            return
         self.ctx.defer(lambda: self.report(node, fix=self._fix(node, kind.value, index)))
+
+    def _compared_type(self) -> bool:
+        """Whether the call is the device in `X == torch.device("cuda").type` (or `!=`): the string "cuda" in
+        a test of a device, which NM105 lets neuron into. Made the current accelerator's type, the test would
+        ask something else without an accelerator (`"cpu"`)."""
+        attribute, up = self.ctx.parent, self.ctx.ancestor(2)
+        if built_cuda_type(self.ctx, attribute) is None:
+            return False
+        comparison = self.ctx.ancestor(3) if isinstance(up, cst.ComparisonTarget) else up
+        return (
+            isinstance(comparison, cst.Comparison)
+            and len(comparison.comparisons) == 1
+            and isinstance(comparison.comparisons[0].operator, (cst.Equal, cst.NotEqual))
+        )
 
     def _fix(self, call: cst.Call, kind: cst.BaseExpression, index: cst.Arg | None) -> FixSpec:
         value = string_value(kind)
