@@ -355,14 +355,15 @@ def _operator_of(node: cst.BaseExpression) -> str | None:
     return _OPERATORS.get(value or "")
 
 
-def _api_test(ctx, test: cst.CSTNode) -> bool | None:
+def _api_test(ctx, test: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool | None:
     """True when `test` holds exactly if `torch.accelerator` (with the API the fixes use) exists, False for
-    its negation, else None: `hasattr(torch, "accelerator")` and torch version tests."""
+    its negation, else None: `hasattr(torch, "accelerator")` and torch version tests. `seen`: the names
+    already followed to their values (`x = f(x)` must not be followed forever)."""
     version = _version_test(ctx, test)
     if version is not None:
         return version
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _api_test(ctx, test.expression)
+        inner = _api_test(ctx, test.expression, seen)
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         left, right = _api_test(ctx, test.left), _api_test(ctx, test.right)
@@ -386,10 +387,10 @@ def _api_test(ctx, test: cst.CSTNode) -> bool | None:
             and (item.comparator.value == "None")
         ):
             return isinstance(item.operator, cst.IsNot)
-    if isinstance(test, (cst.Name, cst.Attribute)):
-        values = ctx.bindings.values(key_of(test))
+    if isinstance(test, (cst.Name, cst.Attribute)) and (key := key_of(test)) not in seen:
+        values = ctx.bindings.values(key)
         if values and all(v is not None for v in values):
-            found = {_api_test(ctx, v) for v in values}
+            found = {_api_test(ctx, v, seen | {key}) for v in values}
             return found.pop() if len(found) == 1 else None
     return None
 

@@ -315,3 +315,15 @@ def test_a_flag_raised_under_a_test_of_itself_is_no_evidence():
     )
     assert [f.code for f in findings(source)] == ["NM104", "NM401"]
     assert "if torch.accelerator.is_available():" in fixed(source)
+
+
+def test_a_name_bound_from_itself_is_followed_once():
+    """fastai's `default_device`: `use = defaults.use_cuda` and `defaults.use_cuda = use` bind each name
+    from the other, and following them to see whether `if use:` tests for `torch.accelerator` never ended
+    (RecursionError: the whole file was reported as NM903, its findings lost)."""
+    source = (
+        "import torch\n\n\ndef default_device(use=-1):\n"
+        "    if use == -1: use = defaults.use_cuda\n    else: defaults.use_cuda = use\n"
+        "    if use:\n        torch.cuda.synchronize()\n"
+    )
+    assert [f.code for f in findings(source)] == ["NM401"]
