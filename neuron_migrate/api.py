@@ -121,15 +121,18 @@ def run_scan(options: Options, progress: Progress | None = None, config: Config 
     return scan(scan_options(options, config), progress=progress)
 
 
-def run_fix(options: Options, unsafe: bool = False, progress: Progress | None = None) -> list[FileFix]:
+def run_fix(
+    options: Options, unsafe: bool = False, progress: Progress | None = None, include_generated: bool = False
+) -> list[FileFix]:
     """The rewrites of every selected file, computed but not written (`migrate.fix_files.write_fixed` writes
-    one); `unsafe` adds the fixes that need a person's review."""
+    one); `unsafe` adds the fixes that need a person's review, `include_generated` the files another tool
+    generates (`# ... DO NOT EDIT`, `@generated`), which are otherwise left to their generator."""
     from neuron_migrate.migrate.fix_files import fix_tree
 
     for path in options.scan_paths:
         if not path.exists():
             raise UsageError(f"{path}: no such file or directory; pass a file or folder to fix")
-    return fix_tree(scan_options(options), unsafe, progress)
+    return fix_tree(scan_options(options), unsafe, progress, include_generated)
 
 
 def make_report(

@@ -17,6 +17,9 @@ def fix_command(
     write: bool = typer.Option(False, "--write", help="Apply the fixes to the files (default: show a diff)."),
     patch: Path | None = typer.Option(None, "--patch", help="Write the changes as a patch for `git apply`."),
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Also apply fixes that need review."),
+    include_generated: bool = typer.Option(
+        False, "--include-generated", help="Also fix files marked generated (`DO NOT EDIT`, `@generated`)."
+    ),
     check: bool = typer.Option(False, "--check", help="Exit 1 only if a fix is available (CI/pre-commit)."),
     select: list[str] | None = typer.Option(None, "--select", help="Only these rule codes or prefixes."),
     ignore: list[str] | None = typer.Option(None, "--ignore", help="Skip these rule codes or prefixes."),
@@ -47,7 +50,7 @@ def fix_command(
         cache=not no_cache,
     )
     with progress_bar("fixing") as progress:
-        fixes = run_fix(options, unsafe_fixes, progress)
+        fixes = run_fix(options, unsafe_fixes, progress, include_generated)
     changed = [f for f in fixes if f.new is not None]
     diff = "".join(f.diff() for f in changed)
     if patch is not None:

@@ -21,6 +21,7 @@ from neuron_migrate.migrate.cache import content_hash
 from neuron_migrate.migrate.file_scan import scan_file
 from neuron_migrate.migrate.fixer import fix_text
 from neuron_migrate.migrate.fixes import FixStyle
+from neuron_migrate.migrate.generated import generated_marker
 from neuron_migrate.migrate.scanner import ScanOptions, open_cache, plan, run_tasks
 from neuron_migrate.migrate.sources import SourceFile, SourceText, decode, notebook_cells, read_bytes
 from neuron_migrate.model import FileError, Finding
@@ -78,9 +79,12 @@ def fix_file(source: SourceFile, codes: tuple[str, ...], style: FixStyle) -> Fil
     return result
 
 
-def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]:
+def fix_tree(
+    options: ScanOptions, unsafe: bool, progress=None, include_generated: bool = False
+) -> list[FileFix]:
     """`fix` on every selected file, through the scan's pipeline: files no rule can match, and files whose
-    cached scan found nothing, are not parsed; the rest are fixed in the process pool."""
+    cached scan found nothing, are not parsed; the rest are fixed in the process pool (files marked generated
+    only with `include_generated`)."""
     cache, rules = open_cache(options)
     errors: list[FileError] = []
     fixes: list[FileFix] = []
@@ -94,7 +98,9 @@ def fix_tree(options: ScanOptions, unsafe: bool, progress=None) -> list[FileFix]
             fixes.append(FileFix(item.source.rel, item.source.path, b"", error=item.findings[0].message))
             continue
         codes = item.active or tuple(rules())
-        tasks.append((item.source, codes, replace(item.style, unsafe=unsafe)))
+        tasks.append(
+            (item.source, codes, replace(item.style, unsafe=unsafe, include_generated=include_generated))
+        )
         sizes.append(len(item.text.text) if item.text is not None else 0)
     cache.save()
     fixes.extend(run_tasks(fix_file, tasks, options.jobs, progress, sizes))
@@ -152,6 +158,12 @@ def _fix_python(result: FileFix, codes: tuple[str, ...], style: FixStyle) -> Non
     bom = result.original.startswith(b"\xef\xbb\xbf")
     crlf = b"\r\n" in result.original
     text = decoded.text.replace("\r\n", "\n") if crlf else decoded.text
+    if not style.include_generated and (marker := generated_marker(text)) is not None:
+        found = scan_file(result.rel, SourceText(text), codes, style)
+        result.left = [(finding, "in a generated file: change what generates it") for finding in found]
+        if found:
+            result.skipped.append(f"a generated file ({marker}); --include-generated fixes it anyway")
+        return
     new_text, result.applied, result.left = fix_until_stable(text, result.rel, codes, style, path=result.path)
     if new_text == text:
         return

@@ -119,10 +119,12 @@ class FixStyle:
     """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe
     fixes will be applied (only applied fixes count when deciding to name the device), the first-party module
     names (for import grouping) and the oldest torch the fixed code must run on (`torch_floor`: where the
-    project declares it, when that is where it came from)."""
+    project declares it, when that is where it came from). `include_generated`: fix files marked generated
+    too (`generated.py`)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
+    include_generated: bool = False
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
