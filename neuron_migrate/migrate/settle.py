@@ -12,7 +12,8 @@ In order, for every finding with a fix:
    runs on CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
    inside a parameter's default becomes unsafe (the default is the function's interface, and the device
-   would be looked up when the function is defined, at import), and so does a safe fix that makes code
+   would be looked up when the function is defined, at import), so does one that writes `torch.accelerator`
+   into code TorchScript may compile (`torchscript.py`), and so does a safe fix that makes code
    generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
    listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
    apart, and its CUDA code is CUDA's part;
@@ -63,6 +64,7 @@ from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, implies, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.torch_floor import HELD_BACK
+from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
 _DEFAULT = (
@@ -145,6 +147,13 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(_DEFAULT)
+        elif (
+            pending.fix is not None
+            and _safety(pending) == "safe"
+            and (scope := scripted_scope(ctx, pending)) is not None
+        ):
+            pending.fix = replace(pending.fix, safety="unsafe")
+            pending.notes.append(SCRIPTED.format(scope=scope))
         elif (
             pending.fix is not None
             and _safety(pending) == "safe"

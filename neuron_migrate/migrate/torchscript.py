@@ -1,0 +1,64 @@
+"""Code TorchScript may compile, where `torch.accelerator` cannot go.
+
+`torch.jit.script` compiles a module's methods (all but `__init__`) and the functions it is given; none of
+`torch.accelerator`'s functions compiles (torch 2.13: `NamedExpr aren't supported`, or a pybind builtin it
+cannot call), where `torch.autocast("cuda", enabled=False)`, `x.cuda()` and `torch.device("cuda")` do. A fix
+that writes `torch.accelerator` into such code breaks scripting on every device, CUDA included (MONAI's
+`CastToFloat`, which `add_casts_around_norms` scripts for ONNX and TensorRT export). Where the file shows it
+is TorchScript code (it uses `torch.jit` or names TorchScript), such a fix becomes unsafe and says why.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.migrate.fixes import PLACEHOLDERS
+from neuron_migrate.migrate.names import dotted
+
+#: what TorchScript code says: the `torch.jit` APIs that script or steer scripting, or the name itself
+_TORCHSCRIPT = re.compile(
+    r"\bjit\.(?:script|export|unused|ignore|is_scripting|interface)\b|torchscript", re.IGNORECASE
+)
+_SCRIPT_DECORATOR = re.compile(r"(^|\.)jit\.(script|export|interface)$")
+
+SCRIPTED = (
+    "TorchScript cannot compile `torch.accelerator`, and this file's modules are TorchScript code: if "
+    "`{scope}` is ever scripted, keep it device-neutral through its tensors (`x.device.type`) instead"
+)
+
+
+def scripted_scope(ctx, pending) -> str | None:
+    """The function or method a fix would break for TorchScript (its name), or None: the fix writes
+    `torch.accelerator` (or the device idiom, which calls it) into a method of a `*Module` class other than
+    `__init__`, or into a function decorated for TorchScript, in a file that shows it is TorchScript code."""
+    fix = pending.fix
+    texts = [part.text for part in (*fix.replacements, *fix.insertions)]
+    if not any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts):
+        return None
+    if not _TORCHSCRIPT.search(ctx.source):
+        return None
+    return _scope(pending.stack)
+
+
+def _scope(stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The outermost function of `stack` that TorchScript may compile, by name."""
+    for index, node in enumerate(stack):
+        if not isinstance(node, cst.FunctionDef):
+            continue
+        if any(_SCRIPT_DECORATOR.search(dotted(_callee(d.decorator)) or "") for d in node.decorators):
+            return node.name.value
+        owner = stack[index - 2] if index >= 2 else None
+        if (
+            isinstance(owner, cst.ClassDef)
+            and node.name.value != "__init__"
+            and any((dotted(base.value) or "").endswith("Module") for base in owner.bases)
+        ):
+            return f"{owner.name.value}.{node.name.value}"
+        return None
+    return None
+
+
+def _callee(decorator: cst.BaseExpression) -> cst.BaseExpression:
+    return decorator.func if isinstance(decorator, cst.Call) else decorator

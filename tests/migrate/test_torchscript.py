@@ -1,0 +1,72 @@
+"""A fix that writes `torch.accelerator` into code TorchScript may compile is unsafe: scripting it fails on
+every device (MONAI's `CastToFloat`, review 14)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from .helpers import findings
+
+MODULE = (
+    "import torch\n\n\nclass CastToFloat(torch.nn.Module):\n"
+    "    def __init__(self, mod):\n        super().__init__()\n        self.mod = mod\n"
+    "        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None\n\n"
+    "    def forward(self, x):\n"
+    '        with torch.autocast("cuda", enabled=False):\n            return self.mod(x.float())\n'
+)
+SCRIPTS = "\n\ndef export(model):\n    return torch.jit.script(CastToFloat(model))\n"
+
+
+def _autocast(source: str):
+    return next(f for f in findings(source, ("NM204",)) if f.code == "NM204")
+
+
+def test_a_module_method_in_torchscript_code_gets_an_unsafe_fix_that_says_why():
+    found = _autocast(MODULE + SCRIPTS)
+    assert found.fix is not None and found.fix.safety == "unsafe"
+    assert "TorchScript cannot compile" in found.message and "CastToFloat.forward" in found.message
+
+
+def test_init_and_files_that_never_script_keep_their_safe_fixes():
+    assert _autocast(MODULE).fix.safety == "safe"
+    scripted = [f for f in findings(MODULE + SCRIPTS) if "TorchScript" in f.message]
+    assert [f.code for f in scripted] == ["NM204"]  # not the availability check in __init__
+
+
+def test_a_function_decorated_for_torchscript_counts_too():
+    source = (
+        "import torch\n\n\n@torch.jit.script\ndef scaled(x: torch.Tensor) -> torch.Tensor:\n"
+        '    with torch.autocast("cuda", enabled=False):\n        return x * 2\n'
+    )
+    assert "`scaled` is ever scripted" in _autocast(source).message
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torchscript_cannot_compile_torch_accelerator(tmp_path):
+    """The premise, checked on the installed torch: the same function scripts with the CUDA autocast and
+    fails once it calls `torch.accelerator`."""
+    torch = pytest.importorskip("torch")
+    scripted = {}
+    for name, device_type in (
+        ("cuda_autocast", '"cuda"'),
+        ("accelerator", "torch.accelerator.current_accelerator(check_available=True).type"),
+    ):
+        (tmp_path / f"{name}.py").write_text(
+            "import torch\n\n\ndef f(x: torch.Tensor):\n"
+            f"    with torch.autocast({device_type}, enabled=False):\n        return x * 2\n"
+        )
+        spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        try:
+            torch.jit.script(module.f)
+            scripted[name] = True
+        except Exception:  # TorchScript raises its own frontend errors
+            scripted[name] = False
+        finally:
+            del sys.modules[name]
+    assert scripted == {"cuda_autocast": True, "accelerator": False}
