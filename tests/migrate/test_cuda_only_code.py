@@ -1399,3 +1399,18 @@ def test_a_placement_stays_cudas_in_a_function_that_takes_a_list_of_vendors_for_
     )
     with_neuron = source.replace("'xpu']", "'xpu', 'neuron']")
     assert not [f for f in findings(with_neuron) if "list of device types" in f.message]
+
+
+def test_a_module_built_on_a_cuda_only_library_waits_for_its_port():
+    """speechbrain's transducer loss is numba.cuda kernels: its `torch.cuda.empty_cache()` frees memory those
+    kernels used, and a generic call serves no other device until the kernels are ported. An optional import,
+    one inside a function, or a monitoring library leaves the fixes as they are."""
+    body = "\n\ndef loss(x):\n    torch.cuda.empty_cache()\n    return x\n"
+    built_on = findings("import torch\nfrom numba import cuda" + body)
+    tied = next(f for f in built_on if f.code == "NM402")
+    assert tied.fix is None and tied.tied and "built on `numba`" in tied.message
+    for imports in (
+        "import torch\ntry:\n    from numba import cuda\nexcept ImportError:\n    cuda = None",
+        "import torch\nimport pynvml",
+    ):
+        assert next(f for f in findings(imports + body) if f.code == "NM402").fix is not None, imports
