@@ -65,6 +65,7 @@ from neuron_migrate.migrate.cuda_files import (
     cuda_file,
     cuda_kernel_registry,
     cuda_named,
+    kernel_library,
     library_module,
     requires_cuda,
 )
@@ -130,6 +131,7 @@ class CudaMentions:
         self.cuda_calls: dict[int, str | None] = {}  # per statement: the one of those it calls
         self.module_library: tuple[str | None] | None = None  # the CUDA-only library the module drives
         self.docstring_requires_cuda: bool | None = None
+        self.module_kernels: tuple[str | None] | None = None
         self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
         self.recorded_calls: dict[int, str | None] | None = None
         self.other_devices: dict[tuple[int, int], str | None] = {}  # per function and chain: such a call
@@ -228,6 +230,12 @@ class CudaMentions:
         if self.cuda_kernels is None:
             self.cuda_kernels = (cuda_kernel_registry(self.ctx.source),)
         return self.cuda_kernels[0]
+
+    def kernel_library(self) -> str | None:
+        """The CUDA-only library the module defines kernels with (`cuda_files.kernel_library`), if any."""
+        if self.module_kernels is None:
+            self.module_kernels = (kernel_library(self.ctx.module),)
+        return self.module_kernels[0]
 
     def requires_cuda(self) -> bool:
         """Whether the module's docstring says it requires CUDA (`cuda_files.requires_cuda`)."""
@@ -355,6 +363,10 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(
             f"the module drives `{library}`, a CUDA-only library (it or its folder is named after it): no "
             "change needed"
+        )
+    if (library := mentions.kernel_library()) is not None:
+        return CudaOnly(
+            f"the module defines `{library}` kernels, which run only on NVIDIA GPUs: no change needed"
         )
     if mentions.requires_cuda():
         return CudaOnly("the module's docstring says it requires CUDA: no change needed")

@@ -8,6 +8,9 @@ the integration of a CUDA-only library.
 - `accelerate/utils/megatron_lm.py`: a module that imports a CUDA-only library at its top level (also under
   `if is_megatron_lm_available():` or in a `try`) and is named after it drives that library: none of its code
   runs where the library cannot.
+- speechbrain's `integrations/numba/transducer_loss.py`: a module that defines kernels with a CUDA-only
+  library it imports at its top (`from numba import cuda` and `@cuda.jit` functions; `@triton.jit`): its
+  code launches and serves them.
 - `transformers/integrations/deepgemm.py`: a module whose docstring says it requires CUDA ("Requirements:
   CUDA, Hopper (SM90+)", "CUDA-only").
 - `torch/distributed/_symmetric_memory/__init__.py`: a module that registers its operators' kernels for CUDA
@@ -23,6 +26,7 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.migrate.names import dotted, import_bindings
 from neuron_migrate.migrate.rules.libraries import imported_library, library_of
 
 _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
@@ -71,6 +75,33 @@ def library_module(module: cst.Module, path: str) -> str | None:
         if library is not None and library.split(".")[0].lower() in stem:
             return library
     return None
+
+
+def kernel_library(module: cst.Module) -> str | None:
+    """The CUDA-only library a module defines kernels with: a top-level function decorated through a name
+    that a top-level import of the library binds (`from numba import cuda` then `@cuda.jit`), if any."""
+    bound = dict(_library_bindings(module))
+    if not bound:
+        return None
+    functions = [statement for statement in module.body if isinstance(statement, cst.FunctionDef)]
+    for decorator in (decorator.decorator for function in functions for decorator in function.decorators):
+        callee = decorator.func if isinstance(decorator, cst.Call) else decorator
+        head = (dotted(callee) or "").split(".")[0]
+        if head in bound:
+            return bound[head]
+    return None
+
+
+def _library_bindings(module: cst.Module):
+    """(local name, CUDA-only library) for each name the module's top-level imports bind to one."""
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, (cst.Import, cst.ImportFrom)):
+                for local, qualified in import_bindings(small):
+                    if (library := library_of(qualified)) is not None:
+                        yield local, library
 
 
 def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:

@@ -3,10 +3,9 @@
 In order, for every finding with a fix:
 
 1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`) is not fixed: the
-   change belongs where it comes from (a to-do); nor is a module built on a CUDA-only library (it imports
-   one at its top, unconditionally: a to-do that waits for the port); code that only runs when
-   `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its CUDA calls: the fix is
-   withdrawn (a note); so does a device that is only reached without an accelerator
+   change belongs where it comes from (a to-do); code that only runs when `torch.accelerator` itself is
+   missing (an old-torch fallback branch) keeps its CUDA calls: the fix is withdrawn (a note); so does a
+   device that is only reached without an accelerator
    (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version
    (held back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only
@@ -14,7 +13,8 @@ In order, for every finding with a fix:
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
    inside a parameter's default becomes unsafe (the default is the function's interface, and the device
    would be looked up when the function is defined, at import), so does one that writes `torch.accelerator`
-   into code TorchScript may compile (`torchscript.py`), and so does a safe fix that makes code
+   into code TorchScript may compile (`torchscript.py`) or makes a test's skip condition generic
+   (`test_gates.py`), and so does a safe fix that makes code
    generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
    listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
    apart, and its CUDA code is CUDA's part;
@@ -64,6 +64,7 @@ from neuron_migrate.migrate.device_neutral import flag_side, is_message, widenin
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, implies, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
+from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
 
@@ -121,13 +122,10 @@ def tie(pending, note: str) -> None:
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
-    library = _built_on_library(pendings)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
             withdraw(pending, f"vendored code (`{vendored}/`): change it where it comes from, not here")
-        elif pending.fix is not None and library is not None:
-            tie(pending, _BUILT_ON.format(library=library))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
@@ -151,6 +149,14 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(_DEFAULT)
+        elif (
+            pending.fix is not None
+            and _safety(pending) == "safe"
+            and pending.fix.generalizes
+            and (gate := skip_gate(ctx, pending.stack)) is not None
+        ):
+            pending.fix = replace(pending.fix, safety="unsafe")
+            pending.notes.append(SKIP_GATE.format(gate=gate))
         elif (
             pending.fix is not None
             and _safety(pending) == "safe"
@@ -189,30 +195,6 @@ def _too_new(version: str, style: FixStyle) -> str:
             f"({style.torch_floor}): raise that minimum, or set `target-torch`, to apply it"
         )
     return f"the fix needs torch >= {version}; raise `target-torch` to apply it"
-
-
-_BUILT_ON = "the module is built on `{library}`, which runs only on NVIDIA GPUs: port that first"
-#: CUDA-only libraries a module may import without being built on them: monitoring and annotations
-_PERIPHERAL_LIBRARIES = frozenset({"pynvml", "nvtx"})
-
-
-def _built_on_library(pendings: list) -> str | None:
-    """The CUDA-only library (NM701) the module imports at its top, unconditionally (not in a `try`, an `if`
-    or a function), as its import spells it: the module is built on it (speechbrain's numba.cuda transducer
-    loss, a flash-attn model file), so rewriting the rest alone serves no other device. None for monitoring
-    and annotation libraries, and for optional imports."""
-    for pending in pendings:
-        if not getattr(pending.rule, "cuda_library", False) or len(pending.stack) > 3:
-            continue  # deeper than Module > SimpleStatementLine > Import: inside a block
-        statement = pending.stack[1] if len(pending.stack) > 1 else None
-        named = re.match(r"`([\w.]+)`", pending.message)  # NM701 names the module it imports first
-        if (
-            isinstance(statement, cst.SimpleStatementLine)
-            and named
-            and named.group(1).split(".")[0] not in _PERIPHERAL_LIBRARIES
-        ):
-            return named.group(1)
-    return None
 
 
 def _vendored_folder(path: str) -> str | None:

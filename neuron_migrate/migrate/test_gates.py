@@ -1,0 +1,55 @@
+"""Where a test suite decides whether a test runs: a CUDA check there is the test's gate, not device code.
+
+`@pytest.mark.skipif(not torch.cuda.is_available(), ...)`, `unittest.skipUnless(...)`, a `parametrize` value
+(`{False, torch.cuda.is_available()}`), or the test of an `if` whose body skips (`pytest.skip(...)`,
+`self.skipTest(...)`, `raise unittest.SkipTest(...)`). Made generic, such a check runs the test on every
+accelerator host, MPS and XPU CI runners among them, and a test written for CUDA (`'cuda'` in its
+parameters, `patch('torch.cuda.is_available', ...)`) then fails there: skorch's test suite (review 14).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import libcst as cst
+
+from neuron_migrate.migrate.names import dotted
+
+_GATE_DECORATORS = frozenset({"skipif", "skipIf", "skipUnless", "parametrize"})
+_SKIPS = frozenset({"skip", "skipTest", "xfail", "SkipTest"})
+
+SKIP_GATE = (
+    "it decides whether a test runs (`{gate}`): rewritten, the test also runs on MPS and XPU hosts (CI "
+    "runners among them); check that the test is device-generic, or keep this check CUDA's and add `neuron`"
+)
+
+
+def skip_gate(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The skip construct whose condition holds the node at the end of `stack` (its source, shortened), or
+    None."""
+    for parent, child in pairwise(stack):
+        call = parent.decorator if isinstance(parent, cst.Decorator) else None
+        gate = isinstance(call, cst.Call) and _last_name(call.func) in _GATE_DECORATORS
+        if gate and child is not call.func:
+            return ctx.excerpt(call)
+        if isinstance(parent, cst.If) and child is parent.test and _skips(parent.body):
+            return ctx.excerpt(parent.test)
+    return None
+
+
+def _last_name(expression: cst.BaseExpression) -> str:
+    return (dotted(expression) or "").rsplit(".", 1)[-1]
+
+
+def _skips(body: cst.BaseSuite) -> bool:
+    """Whether a block skips the test: a statement of it calls `pytest.skip` / `self.skipTest` /
+    `pytest.xfail`, or raises `SkipTest`."""
+    if isinstance(body, cst.SimpleStatementSuite):  # `if not ...: pytest.skip(...)` on one line
+        smalls = list(body.body)
+    else:
+        smalls = [s for line in body.body if isinstance(line, cst.SimpleStatementLine) for s in line.body]
+    for small in smalls:
+        value = small.value if isinstance(small, cst.Expr) else getattr(small, "exc", None)
+        if isinstance(value, cst.Call) and _last_name(value.func) in _SKIPS:
+            return True
+    return False
