@@ -1422,10 +1422,12 @@ def test_a_module_that_defines_kernels_with_a_cuda_only_library_keeps_its_cuda_c
         "@pytest.mark.skipif(not torch.cuda.is_available(), reason='no cuda')\n"
         "@pytest.mark.parametrize('device', ['cpu', 'cuda'])\ndef test_moves(device):\n    assert device\n",
         "import pytest\nimport torch\n\n\ndef test_amp(mixed_precision):\n"
-        "    if mixed_precision != 'no' and not torch.cuda.is_available():\n        pytest.skip('device does not support it')\n"
+        "    if mixed_precision != 'no' and not torch.cuda.is_available():\n"
+        "        pytest.skip('device does not support it')\n"
         "    assert mixed_precision\n",
         "import unittest\nimport torch\n\n\nclass T(unittest.TestCase):\n    def test_x(self):\n"
-        "        if not torch.cuda.is_available(): self.skipTest('device does not support it')\n        self.assertTrue(True)\n",
+        "        if not torch.cuda.is_available(): self.skipTest('device does not support it')\n"
+        "        self.assertTrue(True)\n",
     ],
 )
 def test_a_check_that_decides_whether_a_test_runs_gets_an_unsafe_fix(source):
