@@ -407,7 +407,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(
             f"it is in class `{owner}`, which is about CUDA by its name: leave it, or port it by hand"
         )
-    if (gate := _cuda_gate(mentions, stack)) is not None:
+    if (gate := _cuda_gate(mentions, stack, leftovers)) is not None:
         return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
     if (handled := _cuda_handler(mentions.ctx, stack)) is not None:
         return CudaOnly(
@@ -495,14 +495,16 @@ def _cuda_named_class(stack) -> str | None:
     return None
 
 
-def _cuda_gate(mentions: CudaMentions, stack) -> str | None:
+def _cuda_gate(mentions: CudaMentions, stack, leftovers: list = ()) -> str | None:
     """A decorator of a function or class around the code that runs it only with CUDA (`onlyCUDA`,
     `requires_nccl()`, `skip_if_lt_x_gpu(2)`, `unittest.skipIf(not TEST_CUDA, ...)`,
-    `unittest.skipUnless(TEST_CUDA, ...)`), as source text. `skipCUDAIf...` (skip on CUDA when ...) and
+    `unittest.skipUnless(TEST_CUDA, ...)`, `pytest.mark.skipif(not torch.cuda.is_available(), ...)`), as
+    source text. `skipCUDAIf...` (skip on CUDA when ...) and
     `skipIfRocm` are not gates; a gate the run rewrites (`skipIf(not torch.cuda.is_available())`) is no
-    longer CUDA's and does not count."""
+    longer CUDA's and does not count, where a gate whose CUDA check this run leaves (`leftovers`: an unsafe
+    fix not applied) does."""
     for _, expression in _decorators_around(stack):
-        if _gates_on_cuda(mentions, expression):
+        if _gates_on_cuda(mentions, expression, leftovers):
             return mentions.ctx.excerpt(expression)
     return None
 
@@ -537,18 +539,34 @@ def _registers_cuda_function(expression: cst.BaseExpression) -> bool:
     )
 
 
-def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression) -> bool:
+def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression, leftovers: list = ()) -> bool:
     call = expression if isinstance(expression, cst.Call) else None
     name = (dotted(call.func if call else expression) or "").rsplit(".", 1)[-1]
     if _GATE_NAME.search(name):
         return True
-    if call is None or not call.args or name not in ("skipIf", "skipUnless"):
+    if call is None or not call.args or name not in ("skipIf", "skipif", "skipUnless"):
         return False
     condition = call.args[0].value
     negated = isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not)
-    if negated != (name == "skipIf"):
+    if negated != (name in ("skipIf", "skipif")):
         return False  # skipIf(TEST_CUDA) and skipUnless(not TEST_CUDA) run without CUDA
-    return mentions.find(condition.expression if negated else condition) is not None
+    tested = condition.expression if negated else condition
+    return mentions.find(tested) is not None or _holds_any(tested, leftovers)
+
+
+def _holds_any(node: cst.CSTNode, pendings: list) -> bool:
+    """Whether `node` is, or holds, the node of one of `pendings`."""
+    wanted = {id(pending.node) for pending in pendings}
+    found: list[bool] = []
+
+    class Find(cst.CSTVisitor):
+        def on_visit(self, child: cst.CSTNode) -> bool:
+            if id(child) in wanted:
+                found.append(True)
+            return not found
+
+    walk(node, Find())
+    return bool(found)
 
 
 def _chosen_for_cuda(ctx, stack, index: int) -> str | None:

@@ -1436,3 +1436,17 @@ def test_a_check_that_decides_whether_a_test_runs_gets_an_unsafe_fix(source):
     check = next(f for f in findings(source) if f.code == "NM106")
     assert check.fix is not None and check.fix.safety == "unsafe", check.message
     assert "it decides whether a test runs" in check.message
+
+
+def test_code_under_a_skip_gate_this_run_leaves_cuda_is_left_too():
+    """skorch's `test_multioutput_forward_device_gpu`: its `skipif(not torch.cuda.is_available())` keeps
+    CUDA (the fix is unsafe), so its `device='cuda:0'` only runs on CUDA: a note, where `--unsafe-fixes`,
+    which rewrites the gate, rewrites the device too."""
+    source = (
+        "import pytest\nimport torch\n\n\n"
+        "@pytest.mark.skipif(not torch.cuda.is_available(), reason='no cuda device')\n"
+        "def test_forward_gpu(net, X):\n    assert net.forward(X, device='cuda:0')\n"
+    )
+    device = next(f for f in findings(source) if f.code == "NM101")
+    assert device.fix is None and "a test decorator runs it only with CUDA" in device.message
+    assert next(f for f in findings(source, unsafe=True) if f.code == "NM101").fix is not None
