@@ -75,6 +75,25 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     return None
 
 
+#: the two halves of mixed precision: autocast (NM201, NM204) and the loss scaler (NM202, NM205)
+_AMP_HALVES = {"NM201": "autocast", "NM204": "autocast", "NM202": "scaler", "NM205": "scaler"}
+
+
+def amp_partner_left(ctx, pending, leftovers: list) -> str | None:
+    """The other half of mixed precision that stays CUDA's in the finding's module (a scaler's autocast,
+    an autocast's scaler), as text: MONAI's trainers got `torch.amp.GradScaler(device_type)` while their
+    `torch.autocast("cuda", **engine.amp_kwargs)` stayed, so neuron scaled float32 losses and ran no
+    autocast at all (review 14)."""
+    half = _AMP_HALVES.get(pending.rule.code)
+    if half is None:
+        return None
+    for inner in leftovers:
+        other = _AMP_HALVES.get(inner.rule.code)
+        if other is not None and other != half and not inner.no_change:
+            return first_line(ctx, inner.node)
+    return None
+
+
 def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str | None:
     """A CUDA-only to-do in the finding's function that no fix covers, safe or unsafe, as text: the function
     cannot run on another device until a person changes it, so a generic rewrite of the rest would be half a

@@ -47,6 +47,7 @@ from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.chains import after_device_branches, other_device_named
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.cuda_ties import (
+    amp_partner_left,
     cuda_maker,
     cuda_sibling,
     cuda_sink,
@@ -332,6 +333,8 @@ def _held_back_by(
         return f"its value goes to CUDA-only code that stays (`{sink}`): change them together", True
     if same := same_call_left(ctx, pending, leftovers):
         return f"its function keeps `{same}` for a person: change them together", True
+    if partner := amp_partner_left(ctx, pending, leftovers):
+        return f"the other half of mixed precision stays CUDA's (`{partner}`): change them together", True
     if user := device_fact_user(ctx, pending, leftovers):
         return (
             f"CUDA-only code of the module that stays works with its answer (`{user[1]}` in `{user[0]}`): "

@@ -253,3 +253,18 @@ def test_a_backend_map_with_a_neuron_entry_needs_nothing():
     )
     assert fixed(before) == before
     assert findings(before, ("NM304",)) == []
+
+
+def test_a_scaler_waits_for_the_autocast_that_stays_cuda():
+    """MONAI's trainer: `torch.autocast("cuda", **engine.amp_kwargs)` keeps CUDA (its fix is unsafe), so the
+    scaler of the same module waits for it: a neuron scaler without neuron autocast scales float32 losses.
+    With --unsafe-fixes both are rewritten."""
+    source = (
+        "import torch\n\n\nclass Trainer:\n    def run(self):\n"
+        "        self.scaler = torch.cuda.amp.GradScaler() if self.amp else None\n\n"
+        "    def step(self, batch):\n"
+        '        with torch.autocast("cuda", **self.amp_kwargs):\n            return self.model(batch)\n'
+    )
+    scaler = next(f for f in findings(source) if f.code == "NM202")
+    assert scaler.fix is None and scaler.tied and "other half of mixed precision" in scaler.message
+    assert all(f.fix is not None for f in findings(source, unsafe=True) if f.code in ("NM202", "NM204"))
