@@ -9,6 +9,8 @@ import sits in an earlier cell still resolves.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 
@@ -51,6 +53,48 @@ def import_bindings(node: cst.Import | cst.ImportFrom) -> list[tuple[str, str]]:
     return pairs
 
 
+#: helpers that import a module named by a string: `importlib.import_module`, MONAI's `optional_import`,
+#: `lazy_import`, `try_import`
+_DYNAMIC_IMPORT = re.compile(r"^(?:import_module|(?:optional|lazy|try|safe|maybe)_?import(?:_module)?)$")
+
+
+def dynamic_importer(name: str) -> bool:
+    """Whether a function of this name imports the module its first argument names (see `_DYNAMIC_IMPORT`)."""
+    return _DYNAMIC_IMPORT.match(name) is not None
+
+
+def is_dynamic_import(call: cst.Call) -> bool:
+    """`importlib.import_module(...)`, `optional_import(...)` and the like (not `__import__`, which gives the
+    top package)."""
+    return dynamic_importer((dotted(call.func) or "").rsplit(".", 1)[-1])
+
+
+def dynamic_import_bindings(assign: cst.Assign) -> list[tuple[str, str]]:
+    """The (local name, qualified name) pair a module-level assignment from a dynamic import binds:
+    `cp, has_cp = optional_import("cupy")` binds `cp` to `cupy` (the first name of a tuple target: the
+    helpers return the module first), `trt = importlib.import_module("tensorrt")`, and with `name="x"` the
+    module's attribute."""
+    call = assign.value
+    if not isinstance(call, cst.Call) or len(assign.targets) != 1 or not call.args:
+        return []
+    callee = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    first = call.args[0]
+    if (
+        not _DYNAMIC_IMPORT.match(callee)
+        or first.keyword is not None
+        or not isinstance(first.value, cst.SimpleString)
+    ):
+        return []
+    module = first.value.raw_value
+    attribute = next((a.value for a in call.args if a.keyword and a.keyword.value == "name"), None)
+    if isinstance(attribute, cst.SimpleString) and attribute.raw_value:
+        module = f"{module}.{attribute.raw_value}"
+    target = assign.targets[0].target
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+        target = target.elements[0].value
+    return [(target.value, module)] if isinstance(target, cst.Name) and module else []
+
+
 class Scopes:
     """A stack of name -> qualified-name tables: the module's, then one per enclosing function or class."""
 
@@ -69,6 +113,8 @@ class Scopes:
                 for small in stmt.body:
                     if isinstance(small, (cst.Import, cst.ImportFrom)):
                         table.update(import_bindings(small))
+                    elif isinstance(small, cst.Assign):
+                        table.update(dynamic_import_bindings(small))
             elif isinstance(stmt, (cst.Try, cst.TryStar)):
                 pending.extend(stmt.body.body)
                 for handler in stmt.handlers:

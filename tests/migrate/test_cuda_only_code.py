@@ -1450,3 +1450,17 @@ def test_code_under_a_skip_gate_this_run_leaves_cuda_is_left_too():
     device = next(f for f in findings(source) if f.code == "NM101")
     assert device.fix is None and "a test decorator runs it only with CUDA" in device.message
     assert next(f for f in findings(source, unsafe=True) if f.code == "NM101").fix is not None
+
+
+def test_a_library_a_helper_imports_by_name_is_known_by_the_name_it_binds():
+    """MONAI's GPUDirect Storage dataset: `cp, has_cp = optional_import("cupy")`, then `with
+    cp.cuda.Device(self.device):` around code that builds `f"cuda:{self.device}"` tensors from cupy arrays.
+    The import is reported, and the block that drives cupy keeps its CUDA device."""
+    source = (
+        "import torch\nfrom monai.utils import optional_import\n\ncp, has_cp = optional_import('cupy')\n\n\n"
+        "def load(path, device):\n    with cp.cuda.Device(device):\n"
+        "        data = cp.fromfile(path)\n        return torch.as_tensor(data, device=f'cuda:{device}')\n"
+    )
+    found = {f.code: f for f in findings(source)}
+    assert "NM701" in found and "`cupy`" in found["NM701"].message
+    assert found["NM101"].fix is None and "cupy" in found["NM101"].message

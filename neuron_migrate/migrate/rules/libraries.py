@@ -10,7 +10,7 @@ from neuron_migrate.migrate.conditions import any_string, spelled
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.guards import exits
 from neuron_migrate.migrate.lexicon import Lexicon
-from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.names import dotted, dynamic_importer, is_dynamic_import
 from neuron_migrate.migrate.patterns import positional
 from neuron_migrate.migrate.rule import Invalid, Rule
 
@@ -73,8 +73,9 @@ class CudaOnlyLibrary(Rule):
     """An import of a library that only runs on NVIDIA GPUs.
 
     What it does
-    Flags `import X` / `from X import ...` (also function-local and optional imports, and
-    `importlib.import_module("X")`) of flash-attn, xformers, apex, bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
+    Flags `import X` / `from X import ...` (also function-local and optional imports,
+    `importlib.import_module("X")` and MONAI's `optional_import("X")`) of flash-attn, xformers, apex,
+    bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
     Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python, DeepGEMM, SageMaker's
     distributed libraries (`smdistributed`) and similar. One finding per
     import statement and library; the message names the replacement.
@@ -126,8 +127,9 @@ class CudaOnlyLibrary(Rule):
             count=2,
         ),
         Invalid(
-            "import importlib\ntriton = importlib.import_module('triton')\nfrom nvidia import dali\n",
-            count=2,
+            "import importlib\ntriton = importlib.import_module('triton')\nfrom nvidia import dali\n"
+            'cp, has_cp = optional_import("cupy")\n',
+            count=3,
         ),
         Invalid(
             "from apex import amp, optimizers\n",
@@ -136,12 +138,12 @@ class CudaOnlyLibrary(Rule):
 
     @classmethod
     def can_report(cls, lex: Lexicon) -> bool:
-        """An import of a library, or a dynamic import (`importlib.import_module`, `__import__`) and its name
-        as a string."""
+        """An import of a library, or a dynamic import (`importlib.import_module`, `optional_import`,
+        `__import__`) and its name as a string."""
         # an import of a library is an import statement naming every component of its key (`deepspeed.ops`:
         # `from deepspeed import ops`, `import deepspeed.ops.adam`); `import deepspeed` alone is not one
         return any(parts <= lex.imported for parts in _LIBRARY_IMPORTS) or (
-            bool({"import_module", "__import__"} & lex.names)
+            any(name == "__import__" or dynamic_importer(name) for name in lex.names)
             and any_string(lex, lambda s: library_of(s) is not None)
         )
 
@@ -171,7 +173,7 @@ class CudaOnlyLibrary(Rule):
             self._report(node, module, libraries)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.call_name(node) in ("importlib.import_module", "__import__"):
+        if self.ctx.call_name(node) == "__import__" or is_dynamic_import(node):
             first = positional(node, 0)
             module = string_value(first.value) if first else None
             if module and (library := library_of(module)):
