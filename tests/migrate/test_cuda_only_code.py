@@ -1464,3 +1464,23 @@ def test_a_library_a_helper_imports_by_name_is_known_by_the_name_it_binds():
     found = {f.code: f for f in findings(source)}
     assert "NM701" in found and "`cupy`" in found["NM701"].message
     assert found["NM101"].fix is None and "cupy" in found["NM101"].message
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        "    map_location = None if torch.cuda.is_available() else torch.device('cpu')\n"
+        "    return torch.load(path, map_location=map_location)\n",
+        "    return torch.load(path, map_location='cpu' if not torch.cuda.is_available() else None)\n",
+    ],
+)
+def test_a_map_location_of_none_only_cuda_can_restore_keeps_its_cuda_check(load):
+    """MONAI's pretrained HoVerNet and TransChex: `None` loads a GPU checkpoint back onto CUDA, the CPU
+    anywhere else. Made generic, the check passes on neuron and `torch.load` fails to restore CUDA tensors."""
+    check = next(f for f in findings(f"import torch\n\n\ndef load(path):\n{load}") if f.code == "NM106")
+    assert check.fix is None and "map_location=None" in check.message and check.severity == "info"
+
+
+def test_another_choice_with_none_is_an_ordinary_check():
+    source = "import torch\n\n\ndef pick():\n    index = None if torch.cuda.is_available() else 0\n"
+    assert next(f for f in findings(source) if f.code == "NM106").fix is not None

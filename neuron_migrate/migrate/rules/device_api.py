@@ -7,7 +7,7 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
-from neuron_migrate.migrate.device_flow import is_index_name
+from neuron_migrate.migrate.device_flow import device_flow, is_index_name
 from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
@@ -131,6 +131,12 @@ class CudaDeviceApi(QualifiedNameRule):
             return
         if reported_in_device_chain(self, call, self.message_for(name)):
             return
+        if name == "torch.cuda.is_available" and (holder := self._saved_device_choice(call)) is not None:
+            self.ctx.defer(lambda: self._check_or_saved_device_choice(node, call, name, holder))
+            return
+        self._report_check(node, call, name)
+
+    def _report_check(self, node: cst.Name | cst.Attribute, call: cst.Call, name: str) -> None:
         region = () if self._flag_assigned() else check_region(self.ctx)
         if region:
             self.report(call, self.message_for(name), self.fix_for(node, call, name), region=region)
@@ -143,6 +149,48 @@ class CudaDeviceApi(QualifiedNameRule):
         statement = check_region(self.ctx)
         self.ctx.defer(
             lambda: self.report(call, self.message_for(name), fix, region=statement + self._guarded_by(flag))
+        )
+
+    def _saved_device_choice(self, call: cst.Call) -> cst.Arg | cst.Assign | None:
+        """For `x if torch.cuda.is_available() else y` with `None` on one side, passed as an argument or
+        assigned: that argument or assignment (whether it is a `map_location` is asked after the walk)."""
+        stack = self.ctx.stack
+        at = next((index for index, node in enumerate(stack) if node is call), None)
+        above = list(reversed(stack[:at])) if at is not None else []
+        if above and isinstance(above[0], cst.UnaryOperation) and isinstance(above[0].operator, cst.Not):
+            above = above[1:]
+        choice = above[0] if above else None
+        if not (isinstance(choice, cst.IfExp) and len(above) > 1):
+            return None
+        if not any(
+            isinstance(side, cst.Name) and side.value == "None" for side in (choice.body, choice.orelse)
+        ):
+            return None
+        holder = above[1]
+        return holder if isinstance(holder, (cst.Arg, cst.Assign)) else None
+
+    def _check_or_saved_device_choice(
+        self, node: cst.Name | cst.Attribute, call: cst.Call, name: str, holder: cst.Arg | cst.Assign
+    ) -> None:
+        """MONAI's pretrained nets: `map_location = None if torch.cuda.is_available() else
+        torch.device("cpu")`. `None` restores each tensor on the device it was saved from, which only CUDA
+        can do for a checkpoint saved on a GPU; elsewhere the CPU is right, on Trainium too. Made generic, the
+        check would pass on neuron and the load would fail: a note. Any other choice with `None` is an
+        ordinary check."""
+        if isinstance(holder, cst.Arg):
+            to_map_location = holder.keyword is not None and holder.keyword.value == "map_location"
+        else:
+            keys = {key_of(target.target) for target in holder.targets}
+            to_map_location = bool(keys & device_flow(self.ctx).map_locations)
+        if not to_map_location:
+            self._report_check(node, call, name)
+            return
+        self.report(
+            call,
+            self.message_for(name),
+            no_change="it chooses `map_location=None` (tensors restored on the device they were saved from, "
+            "which only CUDA can do for a GPU checkpoint) or the CPU, which is right on Trainium: no change "
+            "needed",
         )
 
     def _device_index_fix(self, node: cst.CSTNode, call: cst.Call) -> FixSpec | None:
