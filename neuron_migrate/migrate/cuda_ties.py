@@ -75,6 +75,27 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     return None
 
 
+def conjunct_left(pending, mentions: CudaMentions) -> str | None:
+    """What says CUDA, and stays, in another operand of an `and` around the finding, as text: ignite's
+    `torch.cuda.device_count() > 1 and "cuda" in idist.device().type` only ever holds on CUDA, so counting
+    other accelerators there changes nothing."""
+    for parent, child in pairwise(pending.stack):
+        if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And):
+            other = parent.right if child is parent.left else parent.left
+            if (mention := mentions.find(other) or _cuda_type_test(mentions, other)) is not None:
+                return mention
+    return None
+
+
+def _cuda_type_test(mentions: CudaMentions, node: cst.CSTNode) -> str | None:
+    """A comparison with the string `"cuda"` in `node` that no fix of this run rewrites, as text."""
+    for comparison in find(node, cst.Comparison):
+        sides = (comparison.left, *(target.comparator for target in comparison.comparisons))
+        if id(comparison) not in mentions.covered and any(is_cuda_string(side) for side in sides):
+            return mentions.ctx.excerpt(comparison)
+    return None
+
+
 #: the two halves of mixed precision: autocast (NM201, NM204) and the loss scaler (NM202, NM205)
 _AMP_HALVES = {"NM201": "autocast", "NM204": "autocast", "NM202": "scaler", "NM205": "scaler"}
 

@@ -48,6 +48,7 @@ from neuron_migrate.migrate.chains import after_device_branches, other_device_na
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
+    conjunct_left,
     cuda_maker,
     cuda_sibling,
     cuda_sink,
@@ -333,6 +334,8 @@ def _held_back_by(
         return f"its value goes to CUDA-only code that stays (`{sink}`): change them together", True
     if same := same_call_left(ctx, pending, leftovers):
         return f"its function keeps `{same}` for a person: change them together", True
+    if test := conjunct_left(pending, mentions):
+        return f"its condition also requires `{test}`, which stays CUDA's: change them together", True
     if partner := amp_partner_left(ctx, pending, leftovers):
         return f"the other half of mixed precision stays CUDA's (`{partner}`): change them together", True
     if user := device_fact_user(ctx, pending, leftovers):

@@ -1484,3 +1484,15 @@ def test_a_map_location_of_none_only_cuda_can_restore_keeps_its_cuda_check(load)
 def test_another_choice_with_none_is_an_ordinary_check():
     source = "import torch\n\n\ndef pick():\n    index = None if torch.cuda.is_available() else 0\n"
     assert next(f for f in findings(source) if f.code == "NM106").fix is not None
+
+
+def test_a_count_and_ed_with_a_cuda_test_that_stays_waits_for_it():
+    """ignite: `torch.cuda.device_count() > 1 and "cuda" in idist.device().type` only holds on CUDA (and
+    DataParallel is CUDA's): counting every accelerator there changes nothing until the test changes."""
+    source = (
+        "import torch\n\n\ndef wrap(model, device):\n"
+        '    if torch.cuda.device_count() > 1 and "cuda" in device.kind:\n'
+        "        model = torch.nn.DataParallel(model)\n    return model\n"
+    )
+    count = next(f for f in findings(source) if f.code == "NM106")
+    assert count.fix is None and count.tied and '"cuda" in device.kind' in count.message
