@@ -15,7 +15,7 @@ MODULE = (
     "    def __init__(self, mod):\n        super().__init__()\n        self.mod = mod\n"
     "        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None\n\n"
     "    def forward(self, x):\n"
-    '        with torch.autocast("cuda", enabled=False):\n            return self.mod(x.float())\n'
+    '        with torch.autocast("cuda", dtype=torch.bfloat16):\n            return self.mod(x)\n'
 )
 SCRIPTS = "\n\ndef export(model):\n    return torch.jit.script(CastToFloat(model))\n"
 
@@ -39,9 +39,16 @@ def test_init_and_files_that_never_script_keep_their_safe_fixes():
 def test_a_function_decorated_for_torchscript_counts_too():
     source = (
         "import torch\n\n\n@torch.jit.script\ndef scaled(x: torch.Tensor) -> torch.Tensor:\n"
-        '    with torch.autocast("cuda", enabled=False):\n        return x * 2\n'
+        '    with torch.autocast("cuda", dtype=torch.float16):\n        return x * 2\n'
     )
     assert "`scaled` is ever scripted" in _autocast(source).message
+
+
+def test_an_autocast_turned_off_for_the_input_needs_no_accelerator_and_stays_safe():
+    """`torch.autocast(x.device.type, enabled=False)` is what the code means on every device, and scripts."""
+    source = MODULE.replace('"cuda", dtype=torch.bfloat16', '"cuda", enabled=False') + SCRIPTS
+    found = _autocast(source)
+    assert found.fix.safety == "safe" and found.fix.edits[0].text == "x.device.type"
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")

@@ -16,6 +16,7 @@ from neuron_migrate.migrate.conditions import uses
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.fixes import DEVICE_TYPE, DEVICE_TYPE_EXPR
 from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
@@ -58,6 +59,10 @@ def device_first_call(
     return f"{rule.ctx.code(call.func)}({', '.join([first, *rest])})"
 
 
+#: what a function calls the tensor it works on, when it does not annotate it
+_INPUT_NAMES = frozenset({"x", "input", "inputs", "hidden_states", "tensor", "t", "features", "qkv", "data"})
+
+
 class AutocastCudaDevice(Rule):
     """`torch.autocast('cuda')` and other `torch.amp` calls whose device type is the string 'cuda'.
 
@@ -77,6 +82,10 @@ class AutocastCudaDevice(Rule):
     device_type = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=torch.accelerator.is_available()):
         loss = model(x)
+
+    An autocast turned off (`enabled=False`) inside a function that takes a tensor (annotated `Tensor`, or an
+    unannotated first parameter named `x`, `inputs`, ...) is turned off on that tensor's device instead:
+    `torch.autocast(x.device.type, enabled=False)`.
 
     Fix safety
     Safe: on CUDA the call is unchanged in effect. CUDA autocast was off on a machine without CUDA, so the
@@ -129,6 +138,12 @@ class AutocastCudaDevice(Rule):
             "@torch.amp.custom_fwd(device_type=device_type, cast_inputs=torch.float32)\ndef f(ctx, x):\n"
             "    return x\n",
         ),
+        Invalid(  # turned off for the data's device: the same on CUDA, and TorchScript compiles it
+            "import torch\ndef norm(x: torch.Tensor):\n"
+            "    with torch.autocast('cuda', enabled=False):\n        return x.float() / 2\n",
+            "import torch\ndef norm(x: torch.Tensor):\n"
+            "    with torch.autocast(x.device.type, enabled=False):\n        return x.float() / 2\n",
+        ),
         Invalid(
             "import torch\nwith torch.autocast('cuda', **kw):\n    pass\n",
             "import torch\n"
@@ -158,6 +173,11 @@ class AutocastCudaDevice(Rule):
         if is_autocast:
             bound = bind_arguments(call, ("device_type", *self.ORDER)) or {}
             enabled = bound.get("enabled")
+            if is_literal(enabled, "False") and (tensor := self._tensor_parameter()) is not None:
+                return FixSpec(
+                    f"Turn autocast off on the device of `{tensor}`",
+                    (Replacement(device.value, f"{tensor}.device.type"),),
+                )
             overrides = {"enabled": enabled_value(self.ctx, enabled)}
             if "dtype" not in bound and not is_literal(enabled, "False"):
                 overrides["dtype"] = CUDA_AUTOCAST_DTYPE
@@ -177,6 +197,27 @@ class AutocastCudaDevice(Rule):
             imports=("torch",),
             safety=safety,
         )
+
+    def _tensor_parameter(self) -> str | None:
+        """The tensor parameter of the function whose body holds the call (not a decorator): the first one
+        annotated `Tensor`, else, with no annotations, a first parameter named as inputs are (`x`, `input`,
+        `hidden_states`, ...). Autocast turned off for the data's own device is what the code means, on
+        every device, and TorchScript compiles it (it compiles no `torch.accelerator` call)."""
+        if any(isinstance(node, cst.Decorator) for node in self.ctx.stack):
+            return None
+        function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+        if function is None:
+            return None
+        params = list(function.params.params)
+        if params and params[0].name.value in ("self", "cls"):
+            params = params[1:]
+        for param in params:
+            annotation = dotted(param.annotation.annotation) if param.annotation else None
+            if annotation is not None and annotation.rsplit(".", 1)[-1] == "Tensor":
+                return param.name.value
+        if params and all(p.annotation is None for p in params) and params[0].name.value in _INPUT_NAMES:
+            return params[0].name.value
+        return None
 
 
 class GradScalerDefaultDevice(Rule):
