@@ -75,7 +75,7 @@ from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import imported_library, library_of
-from neuron_migrate.migrate.walk import statements, walk
+from neuron_migrate.migrate.walk import find, statements, walk
 
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl", re.IGNORECASE)
 #: Jetson and Tegra are NVIDIA's embedded CUDA platforms (torch's `IS_JETSON`)
@@ -557,16 +557,7 @@ def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression, lefto
 def _holds_any(node: cst.CSTNode, pendings: list) -> bool:
     """Whether `node` is, or holds, the node of one of `pendings`."""
     wanted = {id(pending.node) for pending in pendings}
-    found: list[bool] = []
-
-    class Find(cst.CSTVisitor):
-        def on_visit(self, child: cst.CSTNode) -> bool:
-            if id(child) in wanted:
-                found.append(True)
-            return not found
-
-    walk(node, Find())
-    return bool(found)
+    return any(id(inner) in wanted for inner in find(node, cst.CSTNode))
 
 
 def _chosen_for_cuda(ctx, stack, index: int) -> str | None:

@@ -77,10 +77,9 @@ def dynamic_import_bindings(assign: cst.Assign) -> list[tuple[str, str]]:
     call = assign.value
     if not isinstance(call, cst.Call) or len(assign.targets) != 1 or not call.args:
         return []
-    callee = (dotted(call.func) or "").rsplit(".", 1)[-1]
     first = call.args[0]
     if (
-        not _DYNAMIC_IMPORT.match(callee)
+        not is_dynamic_import(call)
         or first.keyword is not None
         or not isinstance(first.value, cst.SimpleString)
     ):
