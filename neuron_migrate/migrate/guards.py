@@ -432,6 +432,8 @@ def without_accelerator_api(ctx, stack=None) -> bool:
         ):
             if _NEWER_API.search(ctx.code(parent.body)):
                 return True
+        elif isinstance(parent, cst.FunctionDef) and _for_older_torch(ctx, parent):
+            return True
         elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
             for stmt in parent.body:
                 if stmt is child:
@@ -443,6 +445,24 @@ def without_accelerator_api(ctx, stack=None) -> bool:
                     and _api_test(ctx, stmt.test) is True
                 ):
                     return True
+    return False
+
+
+def _for_older_torch(ctx, function: cst.FunctionDef) -> bool:
+    """Whether a decorator picks `function` only for a torch older than `torch.accelerator`: torchrl's
+    `@implement_for("torch", None, "2.3")` (the implementation for torch below 2.3)."""
+    for decorator in function.decorators:
+        call = decorator.decorator
+        if not (isinstance(call, cst.Call) and len(call.args) >= 3):
+            continue
+        module, upper = _string(call.args[0].value), _string(call.args[2].value)
+        found = _VERSION.search(upper or "")
+        if (
+            module == "torch"
+            and found
+            and (int(found.group(1)), int(found.group(2))) <= _ACCELERATOR_COMPLETE
+        ):
+            return True
     return False
 
 

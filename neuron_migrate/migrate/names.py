@@ -94,6 +94,19 @@ def dynamic_import_bindings(assign: cst.Assign) -> list[tuple[str, str]]:
     return [(target.value, module)] if isinstance(target, cst.Name) and module else []
 
 
+def _bind(table: dict[str, str], pairs: list[tuple[str, str]]) -> None:
+    """Add the module-level bindings `pairs` to `table`. A name that another branch of a version or `try`
+    import binds to the device-generic API keeps it over `torch.cuda`'s (torchrl: `if HAS_DEVICE: from
+    torch.amp import GradScaler` / `else: from torch.cuda.amp import GradScaler`): the code that uses the
+    name is written for the generic one, and reading it as CUDA's made a fix pass the device type as
+    `init_scale`."""
+    for local, qualified in pairs:
+        known = table.get(local)
+        if known is not None and not known.startswith("torch.cuda.") and qualified.startswith("torch.cuda."):
+            continue
+        table[local] = qualified
+
+
 class Scopes:
     """A stack of name -> qualified-name tables: the module's, then one per enclosing function or class."""
 
@@ -111,9 +124,9 @@ class Scopes:
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, (cst.Import, cst.ImportFrom)):
-                        table.update(import_bindings(small))
+                        _bind(table, import_bindings(small))
                     elif isinstance(small, cst.Assign):
-                        table.update(dynamic_import_bindings(small))
+                        _bind(table, dynamic_import_bindings(small))
             elif isinstance(stmt, (cst.Try, cst.TryStar)):
                 pending.extend(stmt.body.body)
                 for handler in stmt.handlers:

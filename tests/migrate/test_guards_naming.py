@@ -327,3 +327,20 @@ def test_a_name_bound_from_itself_is_followed_once():
         "    if use:\n        torch.cuda.synchronize()\n"
     )
     assert [f.code for f in findings(source)] == ["NM401"]
+
+
+def test_a_name_a_version_branch_binds_to_the_generic_api_is_read_as_that_api():
+    """torchrl imports `GradScaler` from `torch.amp` on torch >= 2.3 and from `torch.cuda.amp` below, and
+    picks `_make_grad_scaler` per torch version (`@implement_for`). Read as CUDA's scaler, the newer call
+    `GradScaler(device_type, enabled=...)` got the device type as `init_scale` (a TypeError on CUDA); the
+    function for torch < 2.3 is an old-torch fallback, which keeps its code."""
+    source = (
+        "import torch\n\nif HAS_DEVICE:\n    from torch.amp import GradScaler\nelse:\n"
+        "    from torch.cuda.amp import GradScaler\n\n\n"
+        '@implement_for("torch", "2.3")\ndef make(device_type, enabled):\n'
+        "    return GradScaler(device_type, enabled=enabled)\n\n\n"
+        '@implement_for("torch", None, "2.3")\ndef make(device_type, enabled):  # noqa: F811\n'
+        "    return GradScaler(enabled=enabled)\n"
+    )
+    found = findings(source)
+    assert [f.line for f in found] == [16] and found[0].fix is None and "fallback" in found[0].message
