@@ -1,11 +1,13 @@
-"""Code TorchScript may compile, where `torch.accelerator` cannot go.
+"""Code TorchScript may compile, where `torch.accelerator` and a computed autocast device cannot go.
 
-`torch.jit.script` compiles a module's methods (all but `__init__`) and the functions it is given; none of
+`torch.jit.script` compiles a module's methods (all but `__init__`) and the functions it is given. None of
 `torch.accelerator`'s functions compiles (torch 2.13: `NamedExpr aren't supported`, or a pybind builtin it
-cannot call), where `torch.autocast("cuda", enabled=False)`, `x.cuda()` and `torch.device("cuda")` do. A fix
-that writes `torch.accelerator` into such code breaks scripting on every device, CUDA included (MONAI's
-`CastToFloat`, which `add_casts_around_norms` scripts for ONNX and TensorRT export). Where the file shows it
-is TorchScript code (it uses `torch.jit` or names TorchScript), such a fix becomes unsafe and says why.
+cannot call), and an autocast whose device is not a string literal compiles but fails when it runs
+("Autocast device argument must be a constant"), where `torch.autocast("cuda", enabled=False)`, `x.cuda()`
+and `torch.device("cuda")` work. A fix that writes either into such code breaks scripting on every device,
+CUDA included (MONAI's `CastToFloat`, which `add_casts_around_norms` scripts for ONNX and TensorRT export;
+kornia's scripted matchers). Where the file shows it is TorchScript code (it uses `torch.jit` or names
+TorchScript), such a fix becomes unsafe and says why.
 """
 
 from __future__ import annotations
@@ -24,18 +26,23 @@ _TORCHSCRIPT = re.compile(
 _SCRIPT_DECORATOR = re.compile(r"(^|\.)jit\.(script|export|interface)$")
 
 SCRIPTED = (
-    "TorchScript cannot compile `torch.accelerator`, and this file's modules are TorchScript code: if "
-    "`{scope}` is ever scripted, keep it device-neutral through its tensors (`x.device.type`) instead"
+    "TorchScript runs neither `torch.accelerator` nor an autocast whose device is not a string literal, and "
+    "this file's modules are TorchScript code: if `{scope}` is ever scripted, keep its CUDA code for "
+    "scripting (`if torch.jit.is_scripting():`) and give eager mode the rewrite"
 )
+#: rules whose fixes give an autocast a computed device
+_AUTOCAST_RULES = frozenset({"NM201", "NM204"})
 
 
 def scripted_scope(ctx, pending) -> str | None:
     """The function or method a fix would break for TorchScript (its name), or None: the fix writes
-    `torch.accelerator` (or the device idiom, which calls it) into a method of a `*Module` class other than
-    `__init__`, or into a function decorated for TorchScript, in a file that shows it is TorchScript code."""
+    `torch.accelerator` (or the device idiom, which calls it) or a computed autocast device into a method of
+    a `*Module` class other than `__init__`, or into a function decorated for TorchScript, in a file that
+    shows it is TorchScript code."""
     fix = pending.fix
     texts = [part.text for part in (*fix.replacements, *fix.insertions)]
-    if not any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts):
+    accelerator = any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts)
+    if not accelerator and pending.rule.code not in _AUTOCAST_RULES:
         return None
     if not _TORCHSCRIPT.search(ctx.source):
         return None
