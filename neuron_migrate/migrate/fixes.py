@@ -120,11 +120,13 @@ class FixStyle:
     fixes will be applied (only applied fixes count when deciding to name the device), the first-party module
     names (for import grouping) and the oldest torch the fixed code must run on (`torch_floor`: where the
     project declares it, when that is where it came from). `include_generated`: fix files marked generated
-    too (`generated.py`)."""
+    too (`generated.py`). `torchscript`: the scanned project guards code for TorchScript
+    (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
     include_generated: bool = False
+    torchscript: bool = False
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
@@ -136,4 +138,4 @@ class FixStyle:
     @property
     def cache_key(self) -> str:
         """What of the style changes a file's findings, for the scan cache."""
-        return f"{self.line_length}:{self.target_torch}:{self.torch_floor}"
+        return f"{self.line_length}:{self.target_torch}:{self.torch_floor}:{int(self.torchscript)}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,14 +90,21 @@ def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
     )
 
 
+#: what a project writes where it guards code for TorchScript: its modules are meant to be scripted
+_SCRIPTING = b"jit.is_scripting("
+
+
 def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
     """The scan's front half, shared by `scan` and `fix`: every selected file, with what is known cheaply."""
     for path in options.paths:
         if not path.exists() and not path.is_symlink():
             raise UsageError(f"{path}: no such file or directory; pass a file or folder to scan")
     planned = []
-    for source in discover(list(options.paths), options.root, options.selection):
-        item = Planned(source, style_for(source, options))
+    sources = list(discover(list(options.paths), options.root, options.selection))
+    contents = [None if source.kind == "kernel" else read_bytes(source) for source in sources]
+    scripts = any(isinstance(data, bytes) and _SCRIPTING in data for data in contents)
+    for source, data in zip(sources, contents, strict=True):
+        item = Planned(source, replace(style_for(source, options), torchscript=scripts))
         planned.append(item)
         if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
             item.findings = cache.get(source.rel, "kernel")
@@ -105,7 +112,6 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
                 item.findings = _kernel_findings(source, rules)
                 cache.put(source.rel, "kernel", item.findings)
             continue
-        data = read_bytes(source)
         if isinstance(data, SourceProblem):
             item.findings = _problem(source, data, rules, errors)
             continue

@@ -162,7 +162,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         elif (
             pending.fix is not None
             and _safety(pending) == "safe"
-            and (scope := scripted_scope(ctx, pending)) is not None
+            and (scope := scripted_scope(ctx, pending, style.torchscript)) is not None
         ):
             pending.fix = replace(pending.fix, safety="unsafe")
             pending.notes.append(SCRIPTED.format(scope=scope))

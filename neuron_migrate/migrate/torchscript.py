@@ -7,7 +7,8 @@ cannot call), and an autocast whose device is not a string literal compiles but 
 and `torch.device("cuda")` work. A fix that writes either into such code breaks scripting on every device,
 CUDA included (MONAI's `CastToFloat`, which `add_casts_around_norms` scripts for ONNX and TensorRT export;
 kornia's scripted matchers). Where the file shows it is TorchScript code (it uses `torch.jit` or names
-TorchScript), such a fix becomes unsafe and says why.
+TorchScript), or the project guards code for TorchScript anywhere (`torch.jit.is_scripting()`), such a fix
+becomes unsafe and says why.
 """
 
 from __future__ import annotations
@@ -27,24 +28,25 @@ _SCRIPT_DECORATOR = re.compile(r"(^|\.)jit\.(script|export|interface)$")
 
 SCRIPTED = (
     "TorchScript runs neither `torch.accelerator` nor an autocast whose device is not a string literal, and "
-    "this file's modules are TorchScript code: if `{scope}` is ever scripted, keep its CUDA code for "
+    "this project's modules are TorchScript code: if `{scope}` is ever scripted, keep its CUDA code for "
     "scripting (`if torch.jit.is_scripting():`) and give eager mode the rewrite"
 )
 #: rules whose fixes give an autocast a computed device
 _AUTOCAST_RULES = frozenset({"NM201", "NM204"})
 
 
-def scripted_scope(ctx, pending) -> str | None:
+def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     """The function or method a fix would break for TorchScript (its name), or None: the fix writes
     `torch.accelerator` (or the device idiom, which calls it) or a computed autocast device into a method of
     a `*Module` class other than `__init__`, or into a function decorated for TorchScript, in a file that
-    shows it is TorchScript code."""
+    shows it is TorchScript code, or of a project that guards code for TorchScript (`project_scripts`:
+    kornia's matchers carry no sign of it, but 30 of kornia's modules test `torch.jit.is_scripting()`)."""
     fix = pending.fix
     texts = [part.text for part in (*fix.replacements, *fix.insertions)]
     accelerator = any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts)
     if not accelerator and pending.rule.code not in _AUTOCAST_RULES:
         return None
-    if not _TORCHSCRIPT.search(ctx.source):
+    if not (project_scripts or _TORCHSCRIPT.search(ctx.source)):
         return None
     return _scope(pending.stack)
 

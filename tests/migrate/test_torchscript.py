@@ -80,3 +80,20 @@ def test_torchscript_cannot_compile_torch_accelerator(tmp_path):
         finally:
             del sys.modules[name]
     assert scripted == {"cuda_autocast": True, "accelerator": False}
+
+
+def test_a_project_that_guards_code_for_torchscript_makes_its_module_fixes_unsafe(run_cli, tmp_path):
+    """kornia's matchers show no sign of TorchScript, but kornia scripts them (and 30 of its modules test
+    `torch.jit.is_scripting()`): in such a project the autocast fix of a module method waits for review. The
+    same file alone in a project that never scripts is fixed."""
+    plain = MODULE.replace(
+        "        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None\n", ""
+    )
+    (tmp_path / "norm.py").write_text(plain)
+    alone = run_cli("fix", ".", "--no-cache")
+    assert '-        with torch.autocast("cuda"' in alone.stdout, alone.stderr
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\n\ndef eager():\n    return not torch.jit.is_scripting()\n"
+    )
+    project = run_cli("fix", ".", "--no-cache")
+    assert project.stdout == "" and "TorchScript runs neither" in project.stderr, project.stderr
