@@ -40,15 +40,40 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     `torch.accelerator` (or the device idiom, which calls it) or a computed autocast device into a method of
     a `*Module` class other than `__init__`, or into a function decorated for TorchScript, in a file that
     shows it is TorchScript code, or of a project that guards code for TorchScript (`project_scripts`:
-    kornia's matchers carry no sign of it, but 30 of kornia's modules test `torch.jit.is_scripting()`)."""
+    kornia's matchers carry no sign of it, but 30 of kornia's modules test `torch.jit.is_scripting()`). In
+    such a project an autocast's device counts in any function: kornia scripts plain functions too."""
+    if _unscriptable(ctx, pending.node):
+        return None  # the code never scripted: nothing to break
     fix = pending.fix
     texts = [part.text for part in (*fix.replacements, *fix.insertions)]
     accelerator = any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts)
-    if not accelerator and pending.rule.code not in _AUTOCAST_RULES:
+    autocast = pending.rule.code in _AUTOCAST_RULES
+    if not (accelerator or autocast) or not (project_scripts or _TORCHSCRIPT.search(ctx.source)):
         return None
-    if not (project_scripts or _TORCHSCRIPT.search(ctx.source)):
-        return None
-    return _scope(pending.stack)
+    if (scope := _scope(pending.stack)) is not None or not (project_scripts and autocast):
+        return scope
+    return next((node.name.value for node in pending.stack if isinstance(node, cst.FunctionDef)), None)
+
+
+#: the `torch.cuda` functions TorchScript compiles (builtin `cuda::` ops of a CUDA build) and its stream
+#: and event classes; the others (`empty_cache`, `is_available`, the memory statistics, `manual_seed`) it
+#: cannot
+_SCRIPTABLE_CUDA = frozenset(
+    {"synchronize", "device_count", "current_device", "current_stream", "default_stream", "set_device"}
+    | {"Stream", "Event"}
+)
+
+
+def _unscriptable(ctx, node: cst.CSTNode) -> bool:
+    """Whether the CUDA code a finding is about is a `torch.cuda` function TorchScript cannot compile: a
+    module method that calls it was never scriptable (MONAI's `torch.cuda.empty_cache()` in VISTA3D)."""
+    target = node.func if isinstance(node, cst.Call) else node
+    name = ctx.qualified_name(target) or ""
+    return (
+        name.startswith("torch.cuda.")
+        and name.count(".") == 2
+        and name.rsplit(".", 1)[1] not in _SCRIPTABLE_CUDA
+    )
 
 
 def _scope(stack: tuple[cst.CSTNode, ...]) -> str | None:

@@ -97,3 +97,30 @@ def test_a_project_that_guards_code_for_torchscript_makes_its_module_fixes_unsaf
     )
     project = run_cli("fix", ".", "--no-cache")
     assert project.stdout == "" and "TorchScript runs neither" in project.stderr, project.stderr
+
+
+def test_a_method_that_calls_cuda_code_torchscript_cannot_compile_was_never_scriptable():
+    """MONAI's VISTA3D empties the CUDA cache in `forward`: TorchScript compiles no
+    `torch.cuda.empty_cache()`, so the guarded `torch.accelerator.empty_cache()` breaks nothing and stays
+    safe."""
+    source = (
+        "import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
+        "        torch.cuda.empty_cache()\n        return x\n"
+        + SCRIPTS.replace("CastToFloat(model)", "Net()")
+    )
+    empty = next(f for f in findings(source) if f.code == "NM402")
+    assert empty.fix is not None and empty.fix.safety == "safe"
+
+
+def test_in_a_torchscript_project_an_autocast_fix_in_any_function_is_unsafe(run_cli, tmp_path):
+    """kornia scripts plain functions (`match_nn`), whose autocast then needs a constant device."""
+    (tmp_path / "matching.py").write_text(
+        "import torch\n\n\ndef cdist(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:\n"
+        '    with torch.autocast(device_type="cuda", enabled=False):\n        return torch.cdist(d1, d2)\n'
+    )
+    assert "d1.device.type" in run_cli("fix", ".", "--no-cache").stdout
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\n\ndef eager():\n    return not torch.jit.is_scripting()\n"
+    )
+    project = run_cli("fix", ".", "--no-cache")
+    assert project.stdout == "" and "if `cdist` is ever scripted" in project.stderr, project.stderr
