@@ -41,7 +41,8 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     a `*Module` class other than `__init__`, or into a function decorated for TorchScript, in a file that
     shows it is TorchScript code, or of a project that guards code for TorchScript (`project_scripts`:
     kornia's matchers carry no sign of it, but 30 of kornia's modules test `torch.jit.is_scripting()`). In
-    such a project an autocast's device counts in any function: kornia scripts plain functions too."""
+    such a project an autocast turned off for its input's device (`x.device.type`) counts in any function:
+    kornia scripts plain functions too."""
     if _unscriptable(ctx, pending.node):
         return None  # the code never scripted: nothing to break
     fix = pending.fix
@@ -50,7 +51,7 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     autocast = pending.rule.code in _AUTOCAST_RULES
     if not (accelerator or autocast) or not (project_scripts or _TORCHSCRIPT.search(ctx.source)):
         return None
-    if (scope := _scope(pending.stack)) is not None or not (project_scripts and autocast):
+    if (scope := _scope(pending.stack)) is not None or accelerator or not (project_scripts and autocast):
         return scope
     return next((node.name.value for node in pending.stack if isinstance(node, cst.FunctionDef)), None)
 
