@@ -57,6 +57,18 @@ _IMPORT_STATEMENT = re.compile(
     rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?",
     re.M,
 )
+#: the helpers that import a module named by a string (`importlib.import_module`, MONAI's `optional_import`,
+#: `lazy_import`, `try_import`): `names` reads what they bind at a module's top the way this reads it anywhere
+DYNAMIC_IMPORT = r"import_module|(?:optional|lazy|try|safe|maybe)_?import(?:_module)?"
+#: `x = import_module("a.b")`, `x, ok = optional_import("a.b", name="c")`: the first target, the module, and
+#: a `name=` argument
+_DYNAMIC_ASSIGNMENT = re.compile(
+    rf"""^[ \t]*([^\W\d]\w*)[ \t]*(?:,[^=\r\n]*)?=[ \t]*(?:[\w.]*\.)?(?:{DYNAMIC_IMPORT})[ \t]*\("""
+    r"""[ \t]*['"]([\w.]+)['"](?:[^)\r\n]*?\bname[ \t]*=[ \t]*['"](\w+)['"])?""",
+    re.M,
+)
+#: the `import` of `from module import names` (`from importlib import ...` names a module, not the keyword)
+_FROM_IMPORT = re.compile(r"\s+import\b")
 _BRACES = re.compile(r"[{}]")
 _NESTING_FSTRINGS = sys.version_info >= (3, 12)
 
@@ -80,7 +92,9 @@ class Lexicon:
     def import_targets(self) -> tuple[tuple[str, str], ...]:
         """What the text's absolute import statements bind, as (local name, qualified name) pairs, the way
         `names.import_bindings` reads them: `import a.b` binds `a`, `import a.b as c` binds `c` to `a.b`,
-        `from a import b as c` binds `c` to `a.b`. Relative and star imports bind nothing there, nor here."""
+        `from a import b as c` binds `c` to `a.b`. Relative and star imports bind nothing there, nor here.
+        Also what a dynamic import assigns (`cfg = import_module("torch._inductor.config")`), on any line:
+        `names.dynamic_import_bindings` reads those at the module's top, and the pre-pass needs a superset."""
         pairs: list[tuple[str, str]] = []
         for keyword, line, parenthesized in _IMPORT_STATEMENT.findall(self.text):
             line = _CONTINUATION.sub(" ", line)
@@ -88,12 +102,14 @@ class Lexicon:
                 for alias in line.split(","):
                     _bind(alias, "", pairs)
                 continue
-            module, _, names = line.partition(" import")
+            module, names = [*_FROM_IMPORT.split(line, maxsplit=1), ""][:2]  # not `from importlib ...`
             module = "".join(module.split())
             if not module or module.startswith("."):
                 continue
             for alias in (names + "," + _COMMENTS.sub("", parenthesized)).split(","):
                 _bind(alias, module, pairs)
+        for local, module, attribute in _DYNAMIC_ASSIGNMENT.findall(self.text):
+            pairs.append((local, f"{module}.{attribute}" if attribute else module))
         return tuple(pairs)
 
 
@@ -127,7 +143,13 @@ def lexicon(text: str) -> Lexicon:
         if run:
             _add_run(_PIECES.findall(run), strings, names, chains)
     names.discard("")
-    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text, frozenset(chains))
+    return Lexicon(
+        frozenset(names | _dynamically_imported(text)),
+        frozenset(strings),
+        _imported(text),
+        text,
+        frozenset(chains),
+    )
 
 
 def _add_chain(chain: str, names: set[str], chains: set[str]) -> None:
@@ -178,6 +200,19 @@ def _value(piece: str, strings: set[str], names: set[str], chains: set[str]) -> 
     return body
 
 
+def _dynamically_imported(text: str) -> set[str]:
+    """The identifiers of the modules a dynamic import names in a string (`import_module("torch._inductor")`):
+    what the import binds is spelled there, not in the code."""
+    if not re.search(DYNAMIC_IMPORT, text):
+        return set()
+    found: set[str] = set()
+    for _, module, attribute in _DYNAMIC_ASSIGNMENT.findall(text):
+        found.update(module.split("."))
+        found.add(attribute)
+    found.discard("")
+    return found
+
+
 def _imported(text: str) -> frozenset[str]:
     if "import" not in text:
         return frozenset()
@@ -213,4 +248,10 @@ def _tokenized(text: str) -> Lexicon:
             strings.update(_BRACES.split(token.string))
     if run:
         _add_run(run, strings, names, chains)
-    return Lexicon(frozenset(names), frozenset(strings), _imported(text), text, frozenset(chains))
+    return Lexicon(
+        frozenset(names | _dynamically_imported(text)),
+        frozenset(strings),
+        _imported(text),
+        text,
+        frozenset(chains),
+    )

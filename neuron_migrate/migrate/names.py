@@ -13,6 +13,8 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.migrate.lexicon import DYNAMIC_IMPORT
+
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
@@ -53,9 +55,7 @@ def import_bindings(node: cst.Import | cst.ImportFrom) -> list[tuple[str, str]]:
     return pairs
 
 
-#: helpers that import a module named by a string: `importlib.import_module`, MONAI's `optional_import`,
-#: `lazy_import`, `try_import`
-_DYNAMIC_IMPORT = re.compile(r"^(?:import_module|(?:optional|lazy|try|safe|maybe)_?import(?:_module)?)$")
+_DYNAMIC_IMPORT = re.compile(rf"^(?:{DYNAMIC_IMPORT})$")
 
 
 def dynamic_importer(name: str) -> bool:

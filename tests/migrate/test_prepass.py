@@ -15,7 +15,7 @@ from neuron_migrate.migrate.conditions import references
 from neuron_migrate.migrate.file_scan import scan_file, scan_text
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.lexicon import lexicon
-from neuron_migrate.migrate.names import import_bindings
+from neuron_migrate.migrate.names import dynamic_import_bindings, import_bindings
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.prepass import candidates
 from neuron_migrate.migrate.rule import Rule, load_rules
@@ -144,6 +144,9 @@ from torch.cuda import \\
 from . import config
 from .local import thing
 from numpy import *
+from importlib import import_module
+inductor = import_module("torch._inductor")
+cp, has_cp = optional_import("cupy")
 def f():
     import torch.distributed.c10d as c10d
 """
@@ -153,8 +156,10 @@ def test_lexicon_import_targets_are_what_the_qualified_name_resolver_binds():
     module = cst.parse_module(IMPORTS)
     imports = find(module, (cst.Import, cst.ImportFrom))
     resolved = {pair for node in imports for pair in import_bindings(node)}
+    resolved |= {pair for node in find(module, cst.Assign) for pair in dynamic_import_bindings(node)}
     assert set(lexicon(IMPORTS).import_targets) == resolved
-    assert ("inductor_config", "torch._inductor.config") in resolved and len(resolved) == 7
+    assert ("inductor_config", "torch._inductor.config") in resolved and len(resolved) == 10
+    assert {("import_module", "importlib.import_module"), ("cp", "cupy")} <= resolved
 
 
 @pytest.mark.parametrize(
@@ -259,3 +264,15 @@ def test_conditions_that_read_the_text_take_linear_time_on_comment_banners():
     start = time.perf_counter()
     candidates(source, CODES)
     assert time.perf_counter() - start < 5  # exponential backtracking would take hours
+
+
+def test_a_dynamic_import_keeps_the_rules_of_the_module_it_names():
+    """torch's `after_dynamo.py`: `inductor_config = import_module("torch._inductor.config")`, then
+    `inductor_config.is_fbcode()`. The full analysis reports NM503 there; the pre-pass must keep NM503
+    although `_inductor` is only spelled in a string."""
+    source = (
+        "from importlib import import_module\n\n"
+        'inductor_config = import_module("torch._inductor.config")\nuse_buck = inductor_config.is_fbcode()\n'
+    )
+    assert "NM503" in candidates(source, ("NM503",))
+    assert [f.code for f in scan_text("a.py", SourceText(source), ("NM503",))] == ["NM503"]
