@@ -143,13 +143,7 @@ def lexicon(text: str) -> Lexicon:
         if run:
             _add_run(_PIECES.findall(run), strings, names, chains)
     names.discard("")
-    return Lexicon(
-        frozenset(names | _dynamically_imported(text)),
-        frozenset(strings),
-        _imported(text),
-        text,
-        frozenset(chains),
-    )
+    return _built(text, names, strings, chains)
 
 
 def _add_chain(chain: str, names: set[str], chains: set[str]) -> None:
@@ -200,6 +194,17 @@ def _value(piece: str, strings: set[str], names: set[str], chains: set[str]) -> 
     return body
 
 
+def _built(text: str, names: set[str], strings: set[str], chains: set[str]) -> Lexicon:
+    """The `Lexicon` of `text` from the sets a reading of it found, with the modules it imports."""
+    return Lexicon(
+        frozenset(names | _dynamically_imported(text)),
+        frozenset(strings),
+        _imported(text),
+        text,
+        frozenset(chains),
+    )
+
+
 def _dynamically_imported(text: str) -> set[str]:
     """The identifiers of the modules a dynamic import names in a string (`import_module("torch._inductor")`):
     what the import binds is spelled there, not in the code."""
@@ -248,10 +253,4 @@ def _tokenized(text: str) -> Lexicon:
             strings.update(_BRACES.split(token.string))
     if run:
         _add_run(run, strings, names, chains)
-    return Lexicon(
-        frozenset(names | _dynamically_imported(text)),
-        frozenset(strings),
-        _imported(text),
-        text,
-        frozenset(chains),
-    )
+    return _built(text, names, strings, chains)
