@@ -101,9 +101,15 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
             raise UsageError(f"{path}: no such file or directory; pass a file or folder to scan")
     planned = []
     sources = list(discover(list(options.paths), options.root, options.selection))
-    contents = [None if source.kind == "kernel" else read_bytes(source) for source in sources]
-    scripts = any(isinstance(data, bytes) and _SCRIPTING in data for data in contents)
-    for source, data in zip(sources, contents, strict=True):
+    # first the content hashes, and whether the project scripts (part of every key): one file in memory at a
+    # time; a file the cache misses is read again below
+    digests: list[str | SourceProblem | None] = []
+    scripts = False
+    for source in sources:
+        data = None if source.kind == "kernel" else read_bytes(source)
+        digests.append(content_hash(data) if isinstance(data, bytes) else data)
+        scripts = scripts or (isinstance(data, bytes) and _SCRIPTING in data)
+    for source, digest in zip(sources, digests, strict=True):
         item = Planned(source, replace(style_for(source, options), torchscript=scripts))
         planned.append(item)
         if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
@@ -112,14 +118,19 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
                 item.findings = _kernel_findings(source, rules)
                 cache.put(source.rel, "kernel", item.findings)
             continue
-        if isinstance(data, SourceProblem):
-            item.findings = _problem(source, data, rules, errors)
+        if isinstance(digest, SourceProblem):
+            item.findings = _problem(source, digest, rules, errors)
             continue
-        item.key = f"{content_hash(data)}:{item.style.cache_key}"
+        item.key = f"{digest}:{item.style.cache_key}"
         hit = cache.get(source.rel, item.key)
         if hit is not None:
             item.findings, item.cached = hit, True
             continue
+        data = read_bytes(source)
+        if isinstance(data, SourceProblem):
+            item.findings = _problem(source, data, rules, errors)
+            continue
+        item.key = f"{content_hash(data)}:{item.style.cache_key}"  # the content analysed, if it just changed
         text = decode(source, data)  # cheap, and an undecodable file is reported whatever it contains
         if isinstance(text, SourceProblem):
             item.findings = _problem(source, text, rules, errors)
