@@ -114,6 +114,31 @@ def withdraw(pending, note: str, no_change: bool = False) -> None:
         pending.notes.append(note)
 
 
+def make_unsafe(pending, note: str) -> None:
+    """Keep the fix for a person's review (`--unsafe-fixes`), saying what to check."""
+    pending.fix = replace(pending.fix, safety="unsafe")
+    pending.notes.append(note)
+
+
+def _caution(ctx, pending, style: FixStyle) -> str | None:
+    """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, makes a test's skip
+    condition generic, writes what TorchScript cannot run into code it may compile, or makes code generic in
+    a module that keeps other accelerators apart."""
+    if _in_parameter_default(pending.stack):
+        return _DEFAULT
+    if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
+        return SKIP_GATE.format(gate=gate)
+    if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
+        return SCRIPTED.format(scope=scope)
+    if (
+        pending.fix.generalizes
+        and (other := other_device_named(ctx)) is not None
+        and not after_device_branches(ctx, pending.stack)
+    ):
+        return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
+    return None
+
+
 def tie(pending, note: str) -> None:
     """Take the fix back because it waits for CUDA code beside it that a person changes first (`note` says
     which): `fix` rewrites it once that is done, so it is a rewrite to review, not work by hand."""
@@ -148,34 +173,10 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
                 "change needed",
                 no_change=True,
             )
-        elif pending.fix is not None and _safety(pending) == "safe" and _in_parameter_default(pending.stack):
-            pending.fix = replace(pending.fix, safety="unsafe")
-            pending.notes.append(_DEFAULT)
         elif (
-            pending.fix is not None
-            and _safety(pending) == "safe"
-            and pending.fix.generalizes
-            and (gate := skip_gate(ctx, pending.stack)) is not None
+            pending.fix is not None and _safety(pending) == "safe" and (note := _caution(ctx, pending, style))
         ):
-            pending.fix = replace(pending.fix, safety="unsafe")
-            pending.notes.append(SKIP_GATE.format(gate=gate))
-        elif (
-            pending.fix is not None
-            and _safety(pending) == "safe"
-            and (scope := scripted_scope(ctx, pending, style.torchscript)) is not None
-        ):
-            pending.fix = replace(pending.fix, safety="unsafe")
-            pending.notes.append(SCRIPTED.format(scope=scope))
-        elif (
-            pending.fix is not None
-            and _safety(pending) == "safe"
-            and pending.fix.generalizes
-            and (other := other_device_named(ctx)) is not None
-            and not after_device_branches(ctx, pending.stack)
-        ):
-            pending.fix = replace(pending.fix, safety="unsafe")
-            what = _PER_DEVICE_WHAT[pending.widens_test]
-            pending.notes.append(_PER_DEVICE.format(other=other, what=what))
+            make_unsafe(pending, note)
     _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back)
     _removals_take_inner_fixes(pendings, style)
 
@@ -265,8 +266,7 @@ def _keep_cuda_checks(
             if check.fix is not None and check.widens_test and _safety(check) == "safe":
                 risk = widening_risk(ctx, check, libraries, mentions.covered)
                 if risk is not None:
-                    check.fix = replace(check.fix, safety="unsafe")
-                    check.notes.append(risk)
+                    make_unsafe(check, risk)
                     changed = True
             if applies(check, style):
                 continue
