@@ -94,7 +94,7 @@ def dynamic_import_bindings(assign: cst.Assign) -> list[tuple[str, str]]:
     return [(target.value, module)] if isinstance(target, cst.Name) and module else []
 
 
-def _bind(table: dict[str, str], pairs: list[tuple[str, str]]) -> None:
+def _add_bindings(table: dict[str, str], pairs: list[tuple[str, str]]) -> None:
     """Add the module-level bindings `pairs` to `table`. A name that another branch of a version or `try`
     import binds to the device-generic API keeps it over `torch.cuda`'s (torchrl: `if HAS_DEVICE: from
     torch.amp import GradScaler` / `else: from torch.cuda.amp import GradScaler`): the code that uses the
@@ -124,9 +124,9 @@ class Scopes:
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, (cst.Import, cst.ImportFrom)):
-                        _bind(table, import_bindings(small))
+                        _add_bindings(table, import_bindings(small))
                     elif isinstance(small, cst.Assign):
-                        _bind(table, dynamic_import_bindings(small))
+                        _add_bindings(table, dynamic_import_bindings(small))
             elif isinstance(stmt, (cst.Try, cst.TryStar)):
                 pending.extend(stmt.body.body)
                 for handler in stmt.handlers:
