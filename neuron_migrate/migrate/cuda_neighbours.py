@@ -7,6 +7,11 @@ stored in (used by `cuda_context`).
 - They name a process-group backend (`ProcessGroup.BackendType.GLOO`, `"nccl"`): the call pairs CUDA with a
   backend that may not serve other devices (`pg._register_backend(torch.device("cuda"), BackendType.GLOO,
   ...)`: gloo only moves CPU and CUDA tensors). A person registers the accelerator's own backend instead.
+- It is Ray's GPU resource: the value of `num_gpus` (or Ray Train's `use_gpu`) in a call or a dict that asks
+  Ray for resources (the module imports `ray`, or the same request names `num_cpus`), or a name `num_gpus`
+  assigned in a module that imports `ray`. Ray counts NVIDIA GPUs there; Trainium is its `neuron_cores`
+  resource, so an accelerator's answer would ask for GPUs a Trainium host does not have (torchrl's
+  collectors: `"num_gpus": 0.2 if torch.cuda.is_available() else None`).
 - It passes `device_type="cuda"` (or `device="cuda"`) to a function the module also calls with other device
   types under the same keyword (`device_type="cpu"`, `"mps"`, `device="xpu"`): one entry of a per-device
   choice, which stays CUDA's.
@@ -42,6 +47,8 @@ _OTHER_DEVICE_TYPES = frozenset(
     {"cpu", "mps", "xpu", "hpu", "npu", "mlu", "musa", "meta", "xla", "tpu", "neuron", "privateuseone"}
 )
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+#: the keywords Ray reads its (NVIDIA) GPU resource from: `ray.remote(num_gpus=1)`, `ScalingConfig(use_gpu=True)`
+_RAY_GPU_KEYS = frozenset({"num_gpus", "use_gpu"})
 #: (why, whether a person still has something to do), as `paired_with_cuda` answers
 _TABLE_ENTRY = (
     "it is stored in a table, not called: the table holds that very function (a registry, or one device's "
@@ -60,6 +67,13 @@ def paired_with_cuda(ctx, stack: tuple[cst.CSTNode, ...], covered: set[int]) -> 
     """Why the device at the end of `stack` is CUDA's by its call (see the module docstring), and whether a
     person still has something to do there; None when its call says nothing. `covered`: ids of the nodes
     the applied fixes replace (rewritten code mentions nothing)."""
+    if (key := _ray_gpu_resource(ctx, stack)) is not None:
+        return (
+            f"it is Ray's `{key}` resource, which counts NVIDIA GPUs (Trainium is Ray's `neuron_cores` "
+            'resource): keep it CUDA\'s, and ask for `resources={"neuron_cores": n}` where a task needs '
+            "Trainium",
+            True,
+        )
     found = _argument_of_call(stack)
     if found is None:
         return None
@@ -87,6 +101,33 @@ def paired_with_cuda(ctx, stack: tuple[cst.CSTNode, ...], covered: set[int]) -> 
                 False,
             )
     return None
+
+
+def _ray_gpu_resource(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The Ray GPU keyword, dict key or name (`num_gpus`) whose value holds the node at the end of `stack`,
+    if any (see the module docstring); the innermost keyword or key decides."""
+    for index in range(len(stack) - 1, 0, -1):
+        node, parent = stack[index], stack[index - 1]
+        if isinstance(parent, cst.Call) and isinstance(node, cst.Arg) and node.keyword is not None:
+            key = node.keyword.value
+            asked = {arg.keyword.value for arg in parent.args if arg.keyword is not None}
+        elif isinstance(parent, cst.Dict) and isinstance(node, cst.DictElement):
+            key = string_value(node.key)
+            asked = {string_value(e.key) for e in parent.elements if isinstance(e, cst.DictElement)}
+        elif isinstance(parent, cst.Assign) and node is parent.value:
+            targets = [t.target.value for t in parent.targets if isinstance(t.target, cst.Name)]
+            return next((t for t in targets if t in _RAY_GPU_KEYS and _imports_ray(ctx)), None)
+        else:
+            if isinstance(node, _STATEMENTS):
+                return None
+            continue
+        return key if key in _RAY_GPU_KEYS and ("num_cpus" in asked or _imports_ray(ctx)) else None
+    return None
+
+
+def _imports_ray(ctx) -> bool:
+    """Whether the module's top-level imports bind a name from Ray."""
+    return any(q == "ray" or q.startswith("ray.") for q in ctx.scopes.module_table.values())
 
 
 def _argument_of_call(stack: tuple[cst.CSTNode, ...]) -> tuple[cst.Call, cst.Arg] | None:
