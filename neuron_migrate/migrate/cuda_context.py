@@ -41,11 +41,11 @@ A fix is withdrawn, with a note saying why, when its code:
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
 All but the last, the per-device functions, CUDA graph code and arguments of code left for a person need
-no change (the finding becomes a note). "Mentions CUDA" means a name or attribute
-containing `cuda`, `nvidia`, `cublas`, `cudnn`, `nccl` or NVIDIA's embedded CUDA platforms (`jetson`,
-`tegra`), a call of a function whose name contains `gpu`, a
-string containing `cuda`, `gpu`, `nvidia`, `nccl` or `EGL_DEVICE` (the GPU that renders through EGL), or a CUDA-only library or capability name
-(`patterns.CUDA_ONLY_CODE`, ROCm/HIP included), outside the code that the fixes applied in this run replace.
+no change (the finding becomes a note). "Mentions CUDA" means a name or attribute containing `cuda`,
+`nvidia`, `cublas`, `cudnn`, `nccl` or NVIDIA's embedded CUDA platforms (`jetson`, `tegra`), a call of a
+function whose name contains `gpu`, a string containing `cuda`, `gpu`, `nvidia`, `nccl` or `EGL_DEVICE` (the
+GPU that renders through EGL), or a CUDA-only library or capability name (`patterns.CUDA_ONLY_CODE`,
+ROCm/HIP and TensorPipe's device maps included), outside the code that the fixes applied in this run replace.
 A *strong* mention (what keeps a precondition's check CUDA's, `settle`) leaves out what people also say of
 any accelerator: `cuda` and `gpu` in names and messages ("needs a CUDA GPU").
 """
@@ -77,7 +77,8 @@ from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import imported_library, library_of
 from neuron_migrate.migrate.walk import find, statements, walk
 
-#: EGL_DEVICE_ID picks the GPU that renders through EGL (MuJoCo, dm_control): a GPU index, not an accelerator's
+#: EGL_DEVICE_ID picks the GPU that renders through EGL (MuJoCo, dm_control): a GPU's index, not an
+#: accelerator's
 _STRING_CUE = re.compile(r"cuda|gpu|nvidia|nccl|egl_device", re.IGNORECASE)
 #: Jetson and Tegra are NVIDIA's embedded CUDA platforms (torch's `IS_JETSON`)
 _NAME_CUE = re.compile(r"cuda|nvidia|cublas|cudnn|nccl|jetson|(?<![a-z])tegra", re.IGNORECASE)

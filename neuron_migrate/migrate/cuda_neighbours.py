@@ -47,7 +47,8 @@ _OTHER_DEVICE_TYPES = frozenset(
     {"cpu", "mps", "xpu", "hpu", "npu", "mlu", "musa", "meta", "xla", "tpu", "neuron", "privateuseone"}
 )
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-#: the keywords Ray reads its (NVIDIA) GPU resource from: `ray.remote(num_gpus=1)`, `ScalingConfig(use_gpu=True)`
+#: the keywords Ray reads its (NVIDIA) GPU resource from: `ray.remote(num_gpus=1)`,
+#: `ScalingConfig(use_gpu=True)`
 _RAY_GPU_KEYS = frozenset({"num_gpus", "use_gpu"})
 #: (why, whether a person still has something to do), as `paired_with_cuda` answers
 _TABLE_ENTRY = (
