@@ -138,7 +138,7 @@ def _taken_along(
     first_left: list[tuple[Finding, str]], final_left: list[tuple[Finding, str]], later_applied: list[Finding]
 ) -> list[Finding]:
     """Findings the first pass left that no later pass fixes or finds again: a fix of another finding took
-    them with it (it replaced the expression around them, or removed their statement), so they are fixed
+    them with it (it replaced the expression around them), so they are fixed
     too. Matched by rule code, since the fixes move lines."""
     remaining = Counter(f.code for f, _ in final_left) + Counter(f.code for f in later_applied)
     taken = []

@@ -5,8 +5,7 @@
   `elif torch.accelerator.is_available():` / `call()`. A comment on the `else:` line stays on the `elif`
   line; comments between the two move into the block with it.
 - A comment right below a newly guarded statement that points up at it (`# ^^ ...`) and speaks of CUDA
-  described the unguarded CUDA call ("safe to call even if cuda is not available"): it goes, as the comment
-  above a removed statement does.
+  described the unguarded CUDA call ("safe to call even if cuda is not available"): it goes.
 
 Only guards the fixes wrote count (lines `after` changed), never one the project wrote itself.
 """

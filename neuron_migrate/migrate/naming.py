@@ -30,6 +30,7 @@ import libcst as cst
 from neuron_migrate.migrate.bindings import Binding
 from neuron_migrate.migrate.device_literals import is_cuda_and_neuron, string_value
 from neuron_migrate.migrate.fixes import (
+    CERTAIN_DEVICE_EXPR,
     DEVICE,
     DEVICE_ATOM,
     DEVICE_EXPR,
@@ -230,9 +231,16 @@ class DeviceNames:
         kind = "type" if all(u.types_only for u in uses) else "device"
         name = self._fresh(scope, NAMES[kind])
         value = DEVICE_TYPE_EXPR if kind == "type" else DEVICE_EXPR
+        if kind == "device" and self._certain_at(statement, uses) and not any(_needs_type(u) for u in uses):
+            value = CERTAIN_DEVICE_EXPR  # after `if not torch.accelerator.is_available(): return`: no CPU
         insertion = Insertion(statement, f"{name} = {value}")
         for use in uses:
             self._name(use, name, kind, insertion)
+
+    def _certain_at(self, statement: cst.CSTNode, uses: list[Use]) -> bool:
+        """Whether an accelerator is certain where `statement`, on the stack of one of `uses`, runs."""
+        stack = next((u.stack for u in uses if statement in u.stack), None)
+        return stack is not None and accelerator(self.ctx, stack[: stack.index(statement) + 1]) == "certain"
 
     def _insertion_point(self, scope: cst.CSTNode, uses: list[Use]) -> cst.CSTNode | None:
         """The earliest statement needing the device, in the innermost line-holding block around every use
@@ -364,6 +372,12 @@ def _holds(text: str) -> bool:
 
 def _inline(text: str) -> str:
     return inline(text)
+
+
+def _needs_type(use: Use) -> bool:
+    """Whether the fix writes the device's type (`device.type`: a type checker rejects it on the
+    `torch.device | None` that `current_accelerator()` is typed as)."""
+    return any(DEVICE_TYPE in r.text or DEVICE_ATOM in r.text for r in use.pending.fix.replacements)
 
 
 def _inline_in_fstring(text: str) -> str:

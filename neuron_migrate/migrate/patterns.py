@@ -314,33 +314,3 @@ def _guarded_after(ctx, check: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
     if check not in body:  # an `elif`: the `if` above it holds it, not a block
         return None
     return (check.test, *body[body.index(check) + 1 :])
-
-
-def statement_removal(ctx, statement: cst.SimpleStatementLine) -> Replacement:
-    """Delete a statement: with the `if` around it when it is all that `if` (an availability check, no
-    `else`) holds; with its `else:` when it is all that `else` holds; as `pass` when it is the only
-    statement of another block; else just its line."""
-    from neuron_migrate.migrate.guards import implies
-
-    index = next(i for i in range(len(ctx.stack) - 1, -1, -1) if ctx.stack[i] is statement)
-    block = ctx.stack[index - 1] if index > 0 else None
-    owner = ctx.stack[index - 2] if index > 1 else None
-    alone = isinstance(block, cst.IndentedBlock) and len(block.body) == 1
-    if (
-        alone
-        and isinstance(owner, cst.If)
-        and owner.orelse is None
-        and implies(ctx, owner.test)[0] == "certain"
-    ):
-        if (
-            index > 2
-            and isinstance(ctx.stack[index - 3], (cst.IndentedBlock, cst.Module))
-            and (len(ctx.stack[index - 3].body) > 1)
-        ):
-            return Replacement(owner, "")
-        return Replacement(owner, "pass")
-    if alone and isinstance(owner, cst.Else):
-        return Replacement(owner, "")
-    if alone:
-        return Replacement(statement.body[0], "pass")
-    return Replacement(statement, "")

@@ -18,7 +18,7 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
     where: CodeRange = positions[pending.node]
     fix = None
     if pending.fix is not None:
-        edits = [_replacement_edit(r, positions, lines) for r in pending.fix.replacements]
+        edits = [_edit(positions[r.node], r.text) for r in pending.fix.replacements]
         edits += [_insertion_edit(i, positions, lines) for i in pending.fix.insertions]
         imports = [name for name in pending.fix.imports if not _imported_locally(name, pending.stack)]
         if "torch" in imports and (aliased := _through_alias(edits, ctx)) is not None:
@@ -72,24 +72,6 @@ def _edit(where: CodeRange, text: str) -> Edit:
     return Edit(where.start.line, where.start.column, where.end.line, where.end.column, text)
 
 
-def _replacement_edit(replacement, positions, lines: list[str]) -> Edit:
-    """The edit of a replacement; removing a whole statement also removes the comment lines right above it
-    (they described it: left behind they would describe the next statement)."""
-    where = positions[replacement.node]
-    edit = _edit(where, replacement.text)
-    if replacement.text or not isinstance(
-        replacement.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)
-    ):
-        return edit
-    line = where.start.line
-    indent = lines[line - 1][: where.start.column] if line <= len(lines) else ""
-    while line > 1 and lines[line - 2].startswith(indent) and lines[line - 2][len(indent) :].startswith("#"):
-        line -= 1
-    if line == where.start.line:
-        return edit
-    return Edit(line, len(indent), edit.end_line, edit.end_col, "")
-
-
 def _insertion_edit(insertion: Insertion, positions, lines: list[str]) -> Edit:
     """New lines above a statement: above its decorators and the comment lines directly over it."""
     statement = insertion.statement
@@ -109,19 +91,27 @@ def _insertion_edit(insertion: Insertion, positions, lines: list[str]) -> Edit:
 
 
 def _imported_locally(name: str, stack: tuple[cst.CSTNode, ...]) -> bool:
-    """Whether a function around the fix imports `name` itself (`def f(): import torch; ...`)."""
-    for node in stack:
-        if isinstance(node, cst.FunctionDef) and isinstance(node.body, cst.IndentedBlock):
-            for stmt in node.body.body:
-                if isinstance(stmt, cst.SimpleStatementLine) and any(
-                    isinstance(small, cst.Import)
-                    and any(
-                        getattr(alias.name, "value", None) == name and alias.asname is None
-                        for alias in small.names
-                    )
-                    for small in stmt.body
-                ):
-                    return True
+    """Whether a function around the fix imports `name` itself (`def f(): import torch; ...`), also in a
+    `try`, `if` or `with` block of its body (espnet's `try: import torch` with an `ImportError` fallback)."""
+    return any(isinstance(node, cst.FunctionDef) and _imports_in(name, node.body) for node in stack)
+
+
+def _imports_in(name: str, block: cst.CSTNode) -> bool:
+    """Whether the statements of `block` (and of the blocks of its compound statements, not of nested
+    functions or classes) hold `import name`."""
+    for stmt in getattr(block, "body", ()):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            if any(
+                isinstance(small, cst.Import)
+                and any(getattr(a.name, "value", None) == name and a.asname is None for a in small.names)
+                for small in stmt.body
+            ):
+                return True
+        elif isinstance(stmt, (cst.Try, cst.If, cst.With)) and any(
+            _imports_in(name, inner.body if isinstance(inner, cst.ExceptHandler) else inner)
+            for inner in (stmt.body, *getattr(stmt, "handlers", ()))
+        ):
+            return True
     return False
 
 

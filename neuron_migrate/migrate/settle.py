@@ -21,7 +21,9 @@ In order, for every finding with a fix:
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
-   those findings become notes). A CUDA device-type test whose fixed form would send neuron into
+   those findings become notes). A check whose body is only code that needs no change (a note: a CUDA
+   seed right after `torch.manual_seed`, cuDNN flags) is itself a note: it works everywhere as it is. A CUDA
+   device-type test whose fixed form would send neuron into
    code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
    device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
    (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
@@ -31,8 +33,7 @@ In order, for every finding with a fix:
    code, a CUDA setting or NCCL-named code reads; so is a check that only warns without an accelerator
    while the same check stays CUDA's in its class or module (the warning describes that one's choice).
    Repeated until nothing changes, since withdrawing one fix can keep the check around it;
-4. a fix that removes a statement takes the fixes inside that statement with it (they would overlap);
-5. the device placeholders of the remaining fixes are resolved (`naming.py`).
+4. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
+    # the notes their rule made (code that works everywhere as it is), not those a step below makes
+    inherent_notes = [p for p in pendings if p.no_change]
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
             withdraw(pending, f"vendored code (`{vendored}/`): change it where it comes from, not here")
@@ -177,8 +180,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             pending.fix is not None and _safety(pending) == "safe" and (note := _caution(ctx, pending, style))
         ):
             make_unsafe(pending, note)
-    _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back)
-    _removals_take_inner_fixes(pendings, style)
+    _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back, inherent_notes)
 
     def overflow(pending, replacement, text: str) -> bool:
         where = positions[replacement.node]
@@ -225,7 +227,13 @@ def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
 
 
 def _keep_cuda_checks(
-    ctx, pendings: list, style: FixStyle, positions, lines: list[str], held_back: set[int]
+    ctx,
+    pendings: list,
+    style: FixStyle,
+    positions,
+    lines: list[str],
+    held_back: set[int],
+    inherent_notes: list,
 ) -> None:
     """Step 3, to a fixed point: a check guarding CUDA-only code keeps it CUDA's, and code that only runs on
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
@@ -246,6 +254,16 @@ def _keep_cuda_checks(
             and not p.rule.device_test
         ]
         for check in checks:
+            noted = _guards_only_notes(ctx, check, inherent_notes) if check.fix is not None else None
+            if noted is not None:
+                withdraw(
+                    check,
+                    f"it only guards code that needs no change (`{noted}`), which works everywhere as it is: "
+                    "no change needed",
+                    no_change=True,
+                )
+                changed = True
+                continue
             if check.fix is not None or id(check) in held_back:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
                 if reason is not None:
@@ -394,6 +412,22 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     return None
 
 
+def _guards_only_notes(ctx, check, notes: list) -> str | None:
+    """For an `if` check without an `else` whose body is only statements that hold `notes` (findings their
+    rule found right as they are: `torch.cuda.manual_seed_all(s)` right after `torch.manual_seed(s)`, cuDNN
+    flags): the first of them, as text. The `if` works everywhere as it is, and rewriting its test would
+    change nothing but the line."""
+    if len(check.region) != 2 or not isinstance(check.region[1], cst.IndentedBlock):
+        return None
+    owner = next((n for n in check.stack if isinstance(n, cst.If) and n.test is check.region[0]), None)
+    if owner is None or owner.orelse is not None or owner.body is not check.region[1]:
+        return None
+    for statement in owner.body.body:
+        if not any(statement in p.stack for p in notes):
+            return None
+    return first_line(ctx, owner.body.body[0])
+
+
 def _warning_twin(ctx, check, leftovers: list):
     """For a check that only warns when there is no accelerator: another finding of its rule in its class (in
     its module outside a class) that stays for a person, if any. transformers' SINQ quantizer warns
@@ -447,20 +481,3 @@ def _precondition_of(check) -> cst.If | cst.Assert | None:
     if isinstance(owner, cst.Assert):
         return owner
     return owner if owner is not None and owner.orelse is None and owner.body not in check.region else None
-
-
-def _removals_take_inner_fixes(pendings: list, style: FixStyle) -> None:
-    removed = [
-        r.node
-        for p in pendings
-        if applies(p, style)
-        for r in p.fix.replacements
-        if r.text in ("", "pass") and isinstance(r.node, (cst.BaseCompoundStatement, cst.SimpleStatementLine))
-    ]
-    for pending in pendings:
-        if (
-            pending.fix is not None
-            and any(node in pending.stack for node in removed)
-            and not any(r.node in removed for r in pending.fix.replacements)
-        ):
-            withdraw(pending, "the statement around it is removed by another fix")

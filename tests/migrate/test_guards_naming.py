@@ -174,7 +174,8 @@ def test_a_device_only_reached_without_an_accelerator_is_left_alone(source):
 
 
 def test_a_binding_goes_above_the_first_use_this_run_rewrites():
-    """An unsafe fix left for a person (a parameter's default) does not pull the binding up to it."""
+    """An unsafe fix left for a person (a parameter's default) does not pull the binding up to it; under the
+    availability check the name needs no CPU fallback."""
     before = (
         "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
         "    return torch.tensor(values, device=device)\n\n\n"
@@ -186,8 +187,7 @@ def test_a_binding_goes_above_the_first_use_this_run_rewrites():
         "import torch\n\n\ndef scalars(values, device=torch.device('cuda')):\n"
         "    return torch.tensor(values, device=device)\n\n\n"
         "if torch.accelerator.is_available():\n"
-        "    accelerator = torch.accelerator.current_accelerator(check_available=True) or "
-        'torch.device("cpu")\n'
+        "    accelerator = torch.accelerator.current_accelerator()\n"
         "    print('staged', stage_to_device(torch.ones(2), accelerator, non_blocking=True, "
         "copy=True).device)\n"
     )

@@ -123,34 +123,54 @@ def test_a_module_that_imports_torch_under_an_alias_gets_no_second_import():
     compile(text, "example.py", "exec")
 
 
-def test_repeats_a_fix_creates_are_dropped():
-    source = "import torch\ntorch.manual_seed(0)\nrandom.seed(0)\ntorch.cuda.manual_seed_all(0)\n"
-    assert fixed(source, ("NM404",)) == "import torch\ntorch.manual_seed(0)\nrandom.seed(0)\n"
-
-
-def test_a_repeated_seed_its_comment_keeps_is_a_note():
-    """composer seeds CUDA again after `torch.manual_seed`, and says why in a comment: the call does nothing
-    off CUDA, so it stays."""
+def test_a_function_that_imports_torch_itself_gets_no_module_import():
+    """espnet's batch synchronisation imports torch in a `try` with an `ImportError` fallback, so the module
+    works without torch: a module-level `import torch` would defeat that, and shadow the local one."""
     source = (
+        "def sync(batches):\n    try:\n        import torch\n    except ImportError:\n"
+        "        return batches\n    if not torch.cuda.is_available():\n        return batches\n"
+        "    return torch.ones(1).cuda()\n"
+    )
+    after = fixed(source)
+    assert after.startswith("def sync(batches):\n") and after.count("import torch") == 1
+    assert "torch.accelerator.is_available()" in after
+
+
+def test_repeats_a_fix_creates_are_dropped():
+    """A rewrite that makes a copy of the statement right above it drops the copy, and the comment under it
+    that pointed up at it (`# ^^`: under the statement above, it would describe the wrong line)."""
+    source = (
+        "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n"
+        "    torch.cuda.synchronize()\n    # ^^ waits for the kernels\n    x = 1\n"
+    )
+    assert fixed(source, ("NM401",)) == (
+        "import torch\nif torch.accelerator.is_available():\n    torch.accelerator.synchronize()\n    x = 1\n"
+    )
+    kept = "import torch\ntorch.manual_seed(1)\n# ^^ the CPU generator\nx = torch.ones(2)\n"
+    assert fixed(kept, ("NM404",)) == kept
+
+
+def test_a_cuda_seed_right_after_the_same_torch_seed_is_a_note():
+    """composer and nanotron seed CUDA again after `torch.manual_seed` (with a comment, or in an `if
+    torch.cuda.is_available():`): it does nothing off CUDA and `torch.manual_seed` already seeds every
+    device, so the code works everywhere as it is. Deleting it would be a clean-up, not a migration, and
+    reviewers read it as noise; the check around it is a note too."""
+    commented = (
         "import torch\ndef seed(s):\n    torch.manual_seed(s)\n"
         "    # torch.manual_seed may call manual_seed_all but calling it again here\n"
         "    torch.cuda.manual_seed_all(s)\n"
     )
-    assert fixed(source, ("NM404",)) == source
-    [note] = findings(source, ("NM404",))
-    assert note.fix is None and "on purpose: no change needed" in note.message
-    bare = source.replace("    # torch.manual_seed may call manual_seed_all but calling it again here\n", "")
-    trailing = bare.replace("_all(s)\n", "_all(s)  # again\n")
-    assert fixed(trailing, ("NM404",)) == trailing
-    assert fixed(bare, ("NM404",)) == "import torch\ndef seed(s):\n    torch.manual_seed(s)\n"
-
-
-def test_a_removed_statement_takes_the_comment_above_it():
-    source = (
-        "import torch\ntorch.manual_seed(s)\n# and CUDA's generators too\nif torch.cuda.is_available():\n"
-        "    torch.cuda.manual_seed_all(s)\nprint('ok')\n"
+    guarded = (
+        "import torch, numpy as np\ntorch.manual_seed(s)\nnp.random.seed(s)\n# and CUDA's generators too\n"
+        "if torch.cuda.is_available():\n    torch.cuda.manual_seed_all(s)\nprint('ok')\n"
     )
-    assert fixed(source, ("NM404", "NM106")) == "import torch\ntorch.manual_seed(s)\nprint('ok')\n"
+    for source in (commented, guarded):
+        assert fixed(source) == source
+        assert all(f.fix is None for f in findings(source)), source
+    [seed] = findings(commented, ("NM404",))
+    assert "already seeds every device" in seed.message and "no change needed" in seed.message
+    check = next(f for f in findings(guarded) if f.code == "NM106")
+    assert "it only guards code that needs no change" in check.message
 
 
 def test_a_guard_that_is_all_of_an_else_becomes_an_elif():

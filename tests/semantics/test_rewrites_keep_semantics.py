@@ -12,6 +12,7 @@ import ast
 
 import pytest
 
+from tests.migrate.helpers import findings
 from tests.semantics.harness import (
     NAMES,
     SCRIPTS,
@@ -79,9 +80,12 @@ def test_fix_writes_every_script(workspace):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_no_cuda_construct_left_unreported(workspace, name):
-    """Every `torch.cuda` use and CUDA device string left in the rewritten file was reported for a person."""
+    """Every `torch.cuda` use and CUDA device string left in the rewritten file was reported for a person, or
+    is a note that needs no change (a CUDA seed right after `torch.manual_seed`)."""
     left = left_for_a_person(workspace.fix).get(f"{name}.py", {})
-    unexplained = unexplained_cuda(workspace.rewritten_sources[name], set(left))
+    source = workspace.rewritten_sources[name]
+    noted = {f.line for f in findings(source) if f.fix is None and f.severity == "info"}
+    unexplained = unexplained_cuda(source, set(left) | noted)
     assert not unexplained, (
         f"left for a person: {left}\nstill CUDA:\n" + "\n".join(unexplained) + workspace.fix.describe()
     )

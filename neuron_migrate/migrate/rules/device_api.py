@@ -92,6 +92,10 @@ class CudaDeviceApi(QualifiedNameRule):
             "with torch.accelerator.device_index(1 if torch.accelerator.is_available() else None):\n"
             "    pass\n",
         ),
+        Invalid(  # a `torch.cuda.device` as a value: `device_index` is a context manager only
+            "import torch\ntorch.cuda.set_device(torch.cuda.device(rank))\n",
+            count=2,
+        ),
         Invalid(
             "def f():\n    from torch import cuda\n    return cuda.current_device()\n",
             "import torch\ndef f():\n    return torch.accelerator.current_device_index()\n",
@@ -126,6 +130,14 @@ class CudaDeviceApi(QualifiedNameRule):
         self.tests.append(node)
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        if name == "torch.cuda.device" and call is not None and not self._with_item(call):
+            self.report(
+                call,
+                self.message_for(name) + " (a `torch.cuda.device` used as a value: pass its index itself, "
+                "`torch.accelerator.set_device_index(i)`)",
+                None,
+            )
+            return
         if name not in _CHECKS or call is None:
             super().on_use(node, call, name)
             return
@@ -195,7 +207,9 @@ class CudaDeviceApi(QualifiedNameRule):
 
     def _device_index_fix(self, node: cst.CSTNode, call: cst.Call) -> FixSpec | None:
         """`torch.cuda.device(i)` takes an index or a device; `torch.accelerator.device_index` an index
-        only."""
+        only, and is a context manager only: `torch.cuda.set_device(torch.cuda.device(i))` (nanotron) reads
+        the index of a `torch.cuda.device`, which `set_device_index` cannot: `on_use` reports that use
+        without a fix."""
         arg = call.args[0] if len(call.args) == 1 and not call.args[0].star else None
         if arg is None:
             return None
@@ -216,6 +230,12 @@ class CudaDeviceApi(QualifiedNameRule):
         else:
             return None
         return FixSpec(title, (Replacement(call, f"{target}({index})"),), imports=("torch",))
+
+    def _with_item(self, call: cst.Call) -> bool:
+        """Whether `call` is the context manager of a `with` item."""
+        stack = self.ctx.stack
+        at = next((index for index, node in enumerate(stack) if node is call), 0)
+        return at > 0 and isinstance(stack[at - 1], cst.WithItem) and stack[at - 1].item is call
 
     def _flag_assigned(self) -> str | None:
         """`use_cuda` for `use_cuda = torch.cuda.is_available()` (or `args.cuda = ... and is_available()`)."""

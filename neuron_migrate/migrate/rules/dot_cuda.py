@@ -17,7 +17,8 @@ class DotCuda(Rule):
 
     What it does
     Flags calls of a `.cuda(...)` method: `x.cuda()`, `model.cuda(local_rank)`,
-    `batch.cuda(non_blocking=True)`.
+    `batch.cuda(non_blocking=True)`. A class that defines `cuda` or `to` itself keeps `self.cuda()` (its
+    own method; a `.to()` there could call itself) for a person.
 
     Why it matters on Trainium
     `.cuda()` always means CUDA: on Trainium and on a CPU-only machine it raises "Torch not compiled with
@@ -70,6 +71,10 @@ class DotCuda(Rule):
             "    return model, [t.to(device=torch.device(device_type, 0)) for t in batch]\n",
             count=2,
         ),
+        Invalid(  # the class's own `cuda`, called from its own `to`
+            "class Index:\n    def cuda(self):\n        return self\n\n"
+            "    def to(self, device):\n        return self.cuda()\n",
+        ),
         Invalid(
             'import torch\ndevice = f"cuda:{rank}"\nif torch.cuda.is_available():\n    x = x.cuda().half()\n'
             "y = y.cuda(device)\nz = z.cuda(args.which)\n",
@@ -94,7 +99,17 @@ class DotCuda(Rule):
         if (self.ctx.qualified_name(func) or "").startswith("torch.") or self._on_module(func.value):
             return  # torch.Tensor.cuda(x) (unbound, rare); tvm.cuda(0), a module's own function
 
+        own = self._own_method(func.value)
+
         def decide() -> None:
+            if own is not None:
+                self.report(
+                    node,
+                    self.message + f"; its class defines `{own}` itself, so `self.cuda()` is the class's "
+                    f"own method (a `.to()` here would call its `{own}`): give the class a device-generic "
+                    "method by hand",
+                )
+                return
             if any(arg.star for arg in node.args):  # `.cuda(*args)`: a device index may be in there
                 self.report(node, self.message + "; its arguments are unpacked: pass the device by hand")
                 return
@@ -102,6 +117,17 @@ class DotCuda(Rule):
             self.report(node, self.message + note, fix)
 
         self.ctx.defer(decide)  # whether a name holds a device can be decided further down the file
+
+    def _own_method(self, receiver: cst.BaseExpression) -> str | None:
+        """For `self.cuda()` in a class that defines `cuda` or `to` itself (gpytorch's `NNUtil`: a `to` that
+        calls `self.cuda()`, a `cuda` that builds a faiss GPU index), the method's name."""
+        if not (isinstance(receiver, cst.Name) and receiver.value == "self"):
+            return None
+        owner = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.ClassDef)), None)
+        if owner is None or not isinstance(owner.body, cst.IndentedBlock):
+            return None
+        methods = {s.name.value for s in owner.body.body if isinstance(s, cst.FunctionDef)}
+        return next((name for name in ("cuda", "to") if name in methods), None)
 
     def _on_module(self, receiver: cst.BaseExpression) -> bool:
         key = dotted(receiver) if isinstance(receiver, (cst.Name, cst.Attribute)) else None

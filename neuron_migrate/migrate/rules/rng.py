@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import (
@@ -16,7 +17,6 @@ from neuron_migrate.migrate.patterns import (
     is_expression_statement,
     keyword,
     positional,
-    statement_removal,
 )
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
@@ -49,13 +49,12 @@ class CudaManualSeed(QualifiedNameRule):
     Fix safety
     Safe. When the same block already calls `torch.manual_seed` with the same seed and only other seeding
     statements sit in between (the usual "seed everything" function), that call already seeds CUDA and every
-    other accelerator: the CUDA call is removed (with the `if torch.cuda.is_available():` around it when it is
-    all that check guards, with its `else:` when it is all that `else` holds); a comment on it or directly
-    above it says the author wants it there, and since it does nothing off CUDA it stays (a note). Otherwise
-    it becomes the accelerator's own seeding function, `torch.get_device_module().manual_seed(_all)(seed)`,
-    run only when there is an accelerator (as the CUDA call did nothing without CUDA): the same call on
-    CUDA, and it leaves the CPU generator alone, where `torch.manual_seed` would reseed it and change every
-    CPU random number drawn afterwards.
+    other accelerator, and the CUDA call does nothing off CUDA: it is code that works everywhere, so it stays
+    (a note; deleting it would be a clean-up, not a migration). Otherwise it becomes the accelerator's own
+    seeding function, `torch.get_device_module().manual_seed(_all)(seed)`, run only when there is an
+    accelerator (as the CUDA call did nothing without CUDA): the same call on CUDA, and it leaves the CPU
+    generator alone, where `torch.manual_seed` would reseed it and change every CPU random number drawn
+    afterwards.
     """
 
     code = "NM404"
@@ -79,16 +78,9 @@ class CudaManualSeed(QualifiedNameRule):
         "import random\nrandom.seed(0)\n",
     )
     INVALID = (
-        Invalid(
+        Invalid(  # already seeded by `torch.manual_seed(s)`: a note, no change
             "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n"
             "    if torch.cuda.is_available():\n        torch.cuda.manual_seed_all(s)\n",
-            "import random, torch\ndef seed_all(s):\n    torch.manual_seed(s)\n    random.seed(s)\n",
-        ),
-        Invalid(
-            "import torch\ndef seed_all(s, on_xpu=False):\n    torch.manual_seed(s)\n    if on_xpu:\n"
-            "        torch.xpu.manual_seed_all(s)\n    else:\n        torch.cuda.manual_seed_all(s)\n",
-            "import torch\ndef seed_all(s, on_xpu=False):\n    torch.manual_seed(s)\n    if on_xpu:\n"
-            "        torch.xpu.manual_seed_all(s)\n",
         ),
         Invalid(
             "from torch.cuda import manual_seed\nmanual_seed(1234)\n",
@@ -106,9 +98,8 @@ class CudaManualSeed(QualifiedNameRule):
     )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
-        redundant = self._redundant(call)
-        if redundant is not None and _commented(redundant):
-            self.report(call, self.message_for(name), no_change=_DELIBERATE)
+        if self._redundant(call) is not None:
+            self.report(call, self.message_for(name), no_change=_REDUNDANT)
             return
         super().on_use(node, call, name)
 
@@ -116,11 +107,6 @@ class CudaManualSeed(QualifiedNameRule):
         seed = _only_argument(call, "seed") if call is not None else None
         if seed is None:
             return None
-        if (statement := self._redundant(call)) is not None:
-            return FixSpec(
-                f"Remove `{name}`: `torch.manual_seed` above already seeds every device",
-                (statement_removal(self.ctx, statement),),
-            )
         function = name.rsplit(".", 1)[-1]
         return guarded_fix(
             self,
@@ -166,17 +152,10 @@ class CudaManualSeed(QualifiedNameRule):
         return False
 
 
-_DELIBERATE = (
-    "`torch.manual_seed` above already seeds every device and this call does nothing off CUDA; its comment "
-    "says it is there on purpose: no change needed"
+_REDUNDANT = (
+    "`torch.manual_seed` just before it already seeds every device, `neuron` included, and this call does "
+    "nothing off CUDA: no change needed"
 )
-
-
-def _commented(statement: cst.SimpleStatementLine) -> bool:
-    """Whether a comment sits on the statement's line or on the lines directly above it."""
-    return statement.trailing_whitespace.comment is not None or any(
-        line.comment is not None for line in statement.leading_lines
-    )
 
 
 def _only_argument(call: cst.Call, name: str) -> cst.Arg | None:
@@ -277,6 +256,13 @@ class CudaRngState(QualifiedNameRule):
             "    torch.get_device_module().set_rng_state(saved)\n",
             count=2,
         ),
+        Invalid(  # `"cuda"`, the current device, is the default: `torch.neuron` must not be told CUDA
+            "import torch\nif torch.cuda.is_available():\n    s = torch.cuda.get_rng_state('cuda')\n"
+            "    torch.cuda.set_rng_state(s, device='cuda:0')\n",
+            "import torch\nif torch.cuda.is_available():\n    s = torch.get_device_module().get_rng_state()\n"
+            "    torch.get_device_module().set_rng_state(s, device=0)\n",
+            count=2,
+        ),
         Invalid(
             "from torch.cuda.random import set_rng_state\nset_rng_state(s)\n",
             "import torch\nif torch.accelerator.is_available():\n"
@@ -289,7 +275,9 @@ class CudaRngState(QualifiedNameRule):
         if call is None:
             return None
         title = f"Replace `{name}` with the device module's `{short.removesuffix('_all')}`"
-        args = call_args(self, call)
+        args = self._args_without_cuda_device(call, short)
+        if args is None:
+            return None
         if short == "get_rng_state":
             return FixSpec(
                 title, (Replacement(call, f"{_DEVICE_MODULE}.get_rng_state{args}"),), imports=("torch",)
@@ -302,6 +290,27 @@ class CudaRngState(QualifiedNameRule):
         if short == "set_rng_state_all":
             return self._set_all_fix(call, title)
         return None
+
+    def _args_without_cuda_device(self, call: cst.Call, short: str) -> str | None:
+        """The call's arguments for the device module's function. A CUDA device string (nanotron's
+        `torch.cuda.get_rng_state("cuda")`) would name CUDA to `torch.neuron`: `"cuda"`, the current device,
+        is dropped (the default), `"cuda:1"` becomes its index; None for another device literal."""
+        at = {"get_rng_state": 0, "set_rng_state": 1}.get(short)
+        device = None if at is None else positional(call, at) or keyword(call, "device")
+        literal = string_value(device.value) if device is not None else None
+        if literal is None:
+            return call_args(self, call)
+        matched = re.fullmatch(r"cuda(?::(\d+))?", literal)
+        if matched is None:
+            return None
+        texts = [
+            (f"{a.keyword.value}=" if a.keyword is not None else "") + self.ctx.code(a.value)
+            for a in call.args
+            if a is not device
+        ]
+        if matched.group(1) is not None:
+            texts.append(("device=" if device.keyword is not None else "") + matched.group(1))
+        return f"({', '.join(texts)})"
 
     def _set_all_fix(self, call: cst.Call, title: str) -> FixSpec | None:
         states = _only_argument(call, "new_states")

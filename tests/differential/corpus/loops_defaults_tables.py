@@ -2,7 +2,7 @@
 # uses it (not in every iteration), a device in a parameter's default (an unsafe fix: the safe tier leaves
 # it), a device-type test kept in a name that only selects device plumbing, a device only reached without an
 # accelerator (`acc.type if acc is not None else "cuda"`), a CUDA function stored in a table, a per-device
-# `device_type=` choice, and a CUDA seed removed with the `# ^^` comment that described it.
+# `device_type=` choice, and a CUDA seed right after `torch.manual_seed` (a note: it works everywhere).
 import torch
 
 
