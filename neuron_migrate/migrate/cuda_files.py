@@ -113,6 +113,49 @@ def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:
     return blocks
 
 
+#: extension libraries whose kernels are built for the CPU and CUDA only: a tensor moved to another device
+#: fails in them (k2's FSAs and RNN-T losses, warp-transducer, PyTorch Geometric's sparse and scatter kernels)
+CPU_AND_CUDA_LIBRARIES = frozenset(
+    {
+        "k2",
+        "warprnnt_pytorch",
+        "warp_rnnt",
+        "torch_sparse",
+        "torch_scatter",
+        "torch_cluster",
+        "torch_spline_conv",
+        "pyg_lib",
+    }
+)
+
+
+def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The CPU-and-CUDA-only library (`CPU_AND_CUDA_LIBRARIES`) the code at the end of `stack` works with:
+    one the module imports at its top, or a function around the code imports in its body."""
+    for qualified in ctx.scopes.module_table.values():
+        if (top := qualified.split(".")[0]) in CPU_AND_CUDA_LIBRARIES:
+            return top
+    for node in stack:
+        if isinstance(node, cst.FunctionDef) and (library := _imports_cpu_and_cuda_library(node)):
+            return library
+    return None
+
+
+def _imports_cpu_and_cuda_library(function: cst.FunctionDef) -> str | None:
+    found: list[str] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> None:
+            found.extend(dotted(alias.name) or "" for alias in node.names)
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if node.module is not None and not node.relative:
+                found.append(dotted(node.module) or "")
+
+    function.body.visit(Finder())
+    return next((top for name in found if (top := name.split(".")[0]) in CPU_AND_CUDA_LIBRARIES), None)
+
+
 #: the dispatch key (last argument) of a kernel registration: `torch.library.impl(lib, "op", "CUDA")`,
 #: `lib.impl("op", fn, "CUDA")`
 _REGISTERED_KEY = re.compile(r"""\bimpl\((?:[^()]|\([^()]*\))*?,\s*["'](\w+)["']\s*\)""")

@@ -314,6 +314,17 @@ _OPERATORS = {">=": ">=", ">": ">", "<": "<", "<=": "<=", "ge": ">=", "gt": ">",
 _COMPARISONS = {cst.GreaterThanEqual: ">=", cst.GreaterThan: ">", cst.LessThan: "<", cst.LessThanEqual: "<="}
 #: the oldest torch with `torch.accelerator` and the API the fixes use: older than that, a fallback is needed
 _ACCELERATOR_COMPLETE = (2, 9)
+#: torch APIs code probes with `hasattr` to tell torch versions apart, and the release that added them: the
+#: branch for a torch without one (DeepSpeed's "PyTorch < 2.4 only has per-device getters") is older still
+_PROBED_APIS = {
+    "torch.accelerator": (2, 6),
+    "torch.get_autocast_dtype": (2, 4),
+    "torch.amp.GradScaler": (2, 3),
+    "torch.amp.custom_fwd": (2, 4),
+    "torch.amp.custom_bwd": (2, 4),
+    "torch.library.custom_op": (2, 4),
+    "torch.library.register_fake": (2, 4),
+}
 
 
 def _version_test(ctx, test: cst.CSTNode) -> bool | None:
@@ -356,9 +367,10 @@ def _operator_of(node: cst.BaseExpression) -> str | None:
 
 
 def _api_test(ctx, test: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool | None:
-    """True when `test` holds exactly if `torch.accelerator` (with the API the fixes use) exists, False for
-    its negation, else None: `hasattr(torch, "accelerator")` and torch version tests. `seen`: the names
-    already followed to their values (`x = f(x)` must not be followed forever)."""
+    """True when `test` being false means a torch without `torch.accelerator` (with the API the fixes use),
+    False for its negation, else None: `hasattr(torch, "accelerator")`, a `hasattr` probe of an API that an
+    older torch added (`hasattr(torch, "get_autocast_dtype")`, torch 2.4) and torch version tests. `seen`:
+    the names already followed to their values (`x = f(x)` must not be followed forever)."""
     version = _version_test(ctx, test)
     if version is not None:
         return version
@@ -369,10 +381,9 @@ def _api_test(ctx, test: cst.CSTNode, seen: frozenset[str] = frozenset()) -> boo
         left, right = _api_test(ctx, test.left), _api_test(ctx, test.right)
         return True if True in (left, right) else None
     if isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2:
-        owner, attr = test.args[0].value, _string(test.args[1].value)
-        if attr == "accelerator" and ctx.qualified_name(owner) == "torch":
-            return True
-        if attr is not None and ctx.qualified_name(owner) == "torch.accelerator":
+        owner, attr = ctx.qualified_name(test.args[0].value), _string(test.args[1].value)
+        added = _PROBED_APIS.get(f"{owner}.{attr}")
+        if attr is not None and (owner == "torch.accelerator" or (added and added <= _ACCELERATOR_COMPLETE)):
             return True
     if (
         isinstance(test, cst.Comparison) and len(test.comparisons) == 1

@@ -3,9 +3,10 @@
 In order, for every finding with a fix:
 
 1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`) is not fixed: the
-   change belongs where it comes from (a to-do); code that only runs when `torch.accelerator` itself is
-   missing (an old-torch fallback branch) keeps its CUDA calls: the fix is withdrawn (a note); so does a
-   device that is only reached without an accelerator
+   change belongs where it comes from (a to-do); nor is a module that imports DeepSpeed's accelerator
+   abstraction (`from deepspeed.accelerator import get_accelerator`): its device code is written with it;
+   code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
+   CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
    (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version
    (held back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only
@@ -13,8 +14,10 @@ In order, for every finding with a fix:
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
    inside a parameter's default becomes unsafe (the default is the function's interface, and the device
    would be looked up when the function is defined, at import), so does one that writes `torch.accelerator`
-   into code TorchScript may compile (`torchscript.py`) or makes a test's skip condition generic
-   (`test_gates.py`), and so does a safe fix that makes code
+   into code TorchScript may compile (`torchscript.py`), makes a test's skip condition generic
+   (`test_gates.py`) or makes code generic that works with a library whose kernels are built for the CPU
+   and CUDA only (k2, warp-transducer, `torch_sparse`, `pyg_lib`: `cuda_files`), and so does a safe fix that
+   makes code
    generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
    listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
    apart, and its CUDA code is CUDA's part;
@@ -47,6 +50,7 @@ import libcst as cst
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.chains import after_device_branches, other_device_named
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
+from neuron_migrate.migrate.cuda_files import cpu_and_cuda_library
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
     conjunct_left,
@@ -123,14 +127,17 @@ def make_unsafe(pending, note: str) -> None:
 
 def _caution(ctx, pending, style: FixStyle) -> str | None:
     """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, makes a test's skip
-    condition generic, writes what TorchScript cannot run into code it may compile, or makes code generic in
-    a module that keeps other accelerators apart."""
+    condition generic, writes what TorchScript cannot run into code it may compile, makes code generic that
+    works with a library whose kernels are the CPU's and CUDA's only, or in a module that keeps other
+    accelerators apart."""
     if _in_parameter_default(pending.stack):
         return _DEFAULT
     if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
         return SKIP_GATE.format(gate=gate)
     if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
         return SCRIPTED.format(scope=scope)
+    if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
+        return _CPU_AND_CUDA.format(library=library)
     if (
         pending.fix.generalizes
         and (other := other_device_named(ctx)) is not None
@@ -150,12 +157,15 @@ def tie(pending, note: str) -> None:
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
+    own_api = _deepspeed_accelerator(ctx)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
     # the notes their rule made (code that works everywhere as it is), not those a step below makes
     inherent_notes = [p for p in pendings if p.no_change]
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
             withdraw(pending, f"vendored code (`{vendored}/`): change it where it comes from, not here")
+        elif pending.fix is not None and own_api is not None:
+            withdraw(pending, _DEEPSPEED_ACCELERATOR.format(own_api))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
@@ -200,6 +210,24 @@ def _too_new(version: str, style: FixStyle) -> str:
             f"({style.torch_floor}): raise that minimum, or set `target-torch`, to apply it"
         )
     return f"the fix needs torch >= {version}; raise `target-torch` to apply it"
+
+
+_CPU_AND_CUDA = (
+    "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
+    "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
+)
+_DEEPSPEED_ACCELERATOR = (
+    "the module imports DeepSpeed's accelerator abstraction (`{}()`), which names the device for each "
+    "accelerator DeepSpeed supports: write this with it, as DeepSpeed code does "
+    "(`get_accelerator().current_device_name()`, `.device_name(i)`, `.communication_backend_name()`)"
+)
+
+
+def _deepspeed_accelerator(ctx) -> str | None:
+    """The local name of DeepSpeed's `get_accelerator` when the module imports it (DeepSpeed itself, and
+    projects built on it): its device code goes through that abstraction, not `torch.accelerator`."""
+    table = ctx.scopes.module_table
+    return next((local for local, q in table.items() if q == "deepspeed.accelerator.get_accelerator"), None)
 
 
 def _vendored_folder(path: str) -> str | None:

@@ -1,5 +1,6 @@
-"""Values other libraries read as CUDA's: Ray's GPU resource, TensorPipe's RPC device maps and the GPU that
-renders through EGL keep their CUDA checks (torchrl's collectors and environments, as they were seen)."""
+"""Values other libraries read as CUDA's (Ray's GPU resource, TensorPipe's RPC device maps, the GPU that
+renders through EGL) keep their CUDA checks (torchrl's collectors and environments, as they were seen); a
+module written against DeepSpeed's accelerator abstraction keeps its device code for it."""
 
 from __future__ import annotations
 
@@ -68,3 +69,43 @@ def test_the_egl_rendering_device_keeps_its_cuda_count():
         "    os.environ['EGL_DEVICE_ID'] = str(1 + (os.getpid() % n))\n"
     )
     assert fixed(source) == source
+
+
+def test_a_module_with_deepspeeds_accelerator_abstraction_is_left_to_it():
+    """DeepSpeed's zenflow and nvme modules import `get_accelerator` and name devices with it: a maintainer
+    wants `get_accelerator().device_name(i)` there, not the `torch.accelerator` idiom beside it."""
+    source = (
+        "import torch\nfrom deepspeed.accelerator import get_accelerator\n\n\ndef f(x, i):\n"
+        "    return x.to(f'cuda:{i}')\n"
+    )
+    assert fixed(source) == source
+    [finding] = findings(source)
+    assert "DeepSpeed's accelerator abstraction (`get_accelerator()`)" in finding.message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # espnet's k2 decoding script (k2 at the module's top) and transducer loss (imported in its function)
+        "import k2\nimport torch\n\n\ndef decode(ngpu):\n    device = 'cuda' if ngpu > 0 else 'cpu'\n"
+        "    return k2.Fsa.from_str('').to(device)\n",
+        "import torch\n\n\ndef loss(x):\n    try:\n        import k2\n    except ImportError:\n"
+        "        raise\n    with torch.cuda.amp.autocast(enabled=False):\n        return k2.rnnt_loss(x)\n",
+    ],
+)
+def test_code_that_works_with_a_cpu_and_cuda_only_library_gets_an_unsafe_fix(source):
+    """k2, warp-transducer and PyTorch Geometric's sparse kernels exist for the CPU and CUDA only: made
+    generic, the device would be neuron on Trainium, where the CPU used to run them."""
+    assert fixed(source) == source
+    generic = [f for f in findings(source) if f.fix is not None]
+    assert generic and all(f.fix.safety == "unsafe" for f in generic)
+    assert all("whose kernels run on the CPU and CUDA only" in f.message for f in generic)
+
+
+def test_a_function_beside_one_that_imports_k2_keeps_its_safe_fix():
+    source = (
+        "import torch\n\n\ndef loss(x):\n    import k2\n    return k2.rnnt_loss(x.cuda())\n\n\n"
+        "def other(x):\n    return x.cuda()\n"
+    )
+    safety = {f.line: f.fix.safety for f in findings(source) if f.code == "NM103"}
+    assert safety == {6: "unsafe", 10: "safe"}

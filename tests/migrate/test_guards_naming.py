@@ -69,6 +69,9 @@ def test_guard_where_an_accelerator_is_only_possible(source):
         "import torch\ns = torch.Stream() if _is_torch_greater_or_equal_than_2_7 else torch.cuda.Stream()\n",
         "import torch\nif version.parse(torch.__version__) < version.parse('2.6'):\n"
         "    torch.cuda.synchronize()\n",
+        # DeepSpeed: the code after a probe of an API torch 2.4 added runs on an older torch still
+        "import torch\ndef dtype(device_type):\n    if hasattr(torch, 'get_autocast_dtype'):\n"
+        "        return torch.get_autocast_dtype(device_type)\n    torch.cuda.synchronize()\n",
     ],
 )
 def test_old_torch_fallbacks_keep_their_cuda_calls(source):
@@ -94,6 +97,8 @@ def test_a_newer_version_test_is_not_a_fallback():
         "import torch\nif is_torch_greater_or_equal('2.12'):\n    pass\nelse:\n    s = torch.cuda.Stream()\n"
     )
     assert "torch.Stream()" in fixed(source, ("NM406",))
+    probe = "import torch\nif hasattr(torch, 'compile'):\n    pass\nelse:\n    s = torch.cuda.Stream()\n"
+    assert "torch.Stream()" in fixed(probe, ("NM406",))
 
 
 def test_the_device_is_named_once_per_function_and_reused():
