@@ -121,12 +121,15 @@ class FixStyle:
     names (for import grouping) and the oldest torch the fixed code must run on (`torch_floor`: where the
     project declares it, when that is where it came from). `include_generated`: fix files marked generated
     too (`generated.py`). `torchscript`: the scanned project guards code for TorchScript
-    (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`)."""
+    (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`).
+    `deepspeed_accelerator`: the project writes device code with DeepSpeed's accelerator abstraction (a
+    module imports `deepspeed.accelerator`), which its fixes should use (`settle`)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
     include_generated: bool = False
     torchscript: bool = False
+    deepspeed_accelerator: bool = False
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
@@ -138,4 +141,5 @@ class FixStyle:
     @property
     def cache_key(self) -> str:
         """What of the style changes a file's findings, for the scan cache."""
-        return f"{self.line_length}:{self.target_torch}:{self.torch_floor}:{int(self.torchscript)}"
+        project = f"{int(self.torchscript)}{int(self.deepspeed_accelerator)}"
+        return f"{self.line_length}:{self.target_torch}:{self.torch_floor}:{project}"

@@ -92,6 +92,8 @@ def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
 
 #: what a project writes where it guards code for TorchScript: its modules are meant to be scripted
 _SCRIPTING = b"jit.is_scripting("
+#: what a project writes where its device code goes through DeepSpeed's accelerator abstraction
+_DEEPSPEED_ACCELERATOR = b"deepspeed.accelerator import"
 
 
 def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
@@ -101,16 +103,18 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
             raise UsageError(f"{path}: no such file or directory; pass a file or folder to scan")
     planned = []
     sources = list(discover(list(options.paths), options.root, options.selection))
-    # first the content hashes, and whether the project scripts (part of every key): one file in memory at a
-    # time; a file the cache misses is read again below
+    # first the content hashes, and what is true of the whole project (part of every key): one file in
+    # memory at a time; a file the cache misses is read again below
     digests: list[str | SourceProblem | None] = []
-    scripts = False
+    scripts = deepspeed = False
     for source in sources:
         data = None if source.kind == "kernel" else read_bytes(source)
         digests.append(content_hash(data) if isinstance(data, bytes) else data)
         scripts = scripts or (isinstance(data, bytes) and _SCRIPTING in data)
+        deepspeed = deepspeed or (isinstance(data, bytes) and _DEEPSPEED_ACCELERATOR in data)
+    project = {"torchscript": scripts, "deepspeed_accelerator": deepspeed}
     for source, digest in zip(sources, digests, strict=True):
-        item = Planned(source, replace(style_for(source, options), torchscript=scripts))
+        item = Planned(source, replace(style_for(source, options), **project))
         planned.append(item)
         if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
             item.findings = cache.get(source.rel, "kernel")

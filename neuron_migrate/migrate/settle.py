@@ -3,7 +3,7 @@
 In order, for every finding with a fix:
 
 1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`) is not fixed: the
-   change belongs where it comes from (a to-do); nor is a module that imports DeepSpeed's accelerator
+   change belongs where it comes from (a to-do); nor is a project that imports DeepSpeed's accelerator
    abstraction (`from deepspeed.accelerator import get_accelerator`): its device code is written with it;
    code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
    CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
@@ -157,7 +157,7 @@ def tie(pending, note: str) -> None:
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
-    own_api = _deepspeed_accelerator(ctx)
+    own_api = _deepspeed_accelerator(ctx, style)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
     # the notes their rule made (code that works everywhere as it is), not those a step below makes
     inherent_notes = [p for p in pendings if p.no_change]
@@ -217,17 +217,19 @@ _CPU_AND_CUDA = (
     "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
 )
 _DEEPSPEED_ACCELERATOR = (
-    "the module imports DeepSpeed's accelerator abstraction (`{}()`), which names the device for each "
-    "accelerator DeepSpeed supports: write this with it, as DeepSpeed code does "
+    "the {} DeepSpeed's accelerator abstraction (`get_accelerator()`), which names the device for each "
+    "accelerator DeepSpeed supports: write this with it, as the rest of its device code is "
     "(`get_accelerator().current_device_name()`, `.device_name(i)`, `.communication_backend_name()`)"
 )
 
 
-def _deepspeed_accelerator(ctx) -> str | None:
-    """The local name of DeepSpeed's `get_accelerator` when the module imports it (DeepSpeed itself, and
-    projects built on it): its device code goes through that abstraction, not `torch.accelerator`."""
-    table = ctx.scopes.module_table
-    return next((local for local, q in table.items() if q == "deepspeed.accelerator.get_accelerator"), None)
+def _deepspeed_accelerator(ctx, style: FixStyle) -> str | None:
+    """Who uses DeepSpeed's `get_accelerator` (DeepSpeed itself, and projects built on it): the module, or
+    another module of the project, as text; None when neither does. Such device code goes through that
+    abstraction, not `torch.accelerator`."""
+    if "deepspeed.accelerator.get_accelerator" in ctx.scopes.module_table.values():
+        return "module imports"
+    return "project writes its device code with" if style.deepspeed_accelerator else None
 
 
 def _vendored_folder(path: str) -> str | None:

@@ -109,3 +109,16 @@ def test_a_function_beside_one_that_imports_k2_keeps_its_safe_fix():
     )
     safety = {f.line: f.fix.safety for f in findings(source) if f.code == "NM103"}
     assert safety == {6: "unsafe", 10: "safe"}
+
+
+def test_a_project_that_uses_deepspeeds_accelerator_keeps_every_module_for_it(tmp_path, run_cli):
+    """DeepSpeed's `nvme/torch_io.py` does not import `get_accelerator`, but its siblings name devices with
+    it: the project's device code goes through that abstraction, and the scan cache keys on the fact."""
+    (tmp_path / "io.py").write_text("def buffer(torch, i):\n    return torch.ones(2, device=f'cuda:{i}')\n")
+    (tmp_path / "aio.py").write_text("import torch\n\n\ndef move(x, i):\n    return x.to(f'cuda:{i}')\n")
+    done = run_cli("fix", ".", cwd=tmp_path)
+    assert "+    return x.to(" in done.stdout  # no DeepSpeed yet: fixed
+    (tmp_path / "handle.py").write_text("from deepspeed.accelerator import get_accelerator\n")
+    done = run_cli("fix", ".", cwd=tmp_path)
+    assert "+    return x.to(" not in done.stdout, done.stdout
+    assert "DeepSpeed's accelerator abstraction" in run_cli("scan", ".", cwd=tmp_path).stderr
