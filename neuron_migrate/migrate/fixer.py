@@ -3,7 +3,6 @@ and prove the result still parses. Pure text in, text out; writing files is `fix
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,10 +17,9 @@ from neuron_migrate.migrate.edits import (
 )
 from neuron_migrate.migrate.guard_layout import tidy_new_guards
 from neuron_migrate.migrate.layout import Layout, reflow
-from neuron_migrate.migrate.names import import_bindings
 from neuron_migrate.migrate.parsing import parse
 from neuron_migrate.migrate.quotes import in_quotes, preferred_quote
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.unused_imports import remove_unused_imports
 from neuron_migrate.model import Edit, Finding
 
 
@@ -96,101 +94,3 @@ def _why_not(finding: Finding, unsafe: bool) -> str:
     if finding.fix.safety == "none":
         return "no automatic fix"
     return ""
-
-
-def _referenced_names(module: cst.Module) -> Counter:
-    """How often each bare name is referenced outside import statements."""
-    counts: Counter = Counter()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            counts[node.value] += 1
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            walk(node.value, self)  # `x.attr`: only `x` is a reference
-            return False
-
-    walk(module, Visitor())
-    return counts
-
-
-class _DropImports(cst.CSTTransformer):
-    """Drops the imports of `names`, except inside `if`/`try` blocks: a conditional import (a fallback for
-    another torch version, an optional dependency) is there on purpose, whatever the rest of the file uses."""
-
-    def __init__(self, names: set[str]) -> None:
-        super().__init__()
-        self.names = names
-        self.conditional = 0
-
-    def visit_If(self, node: cst.If) -> None:
-        self.conditional += 1
-
-    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-        self.conditional -= 1
-        return updated
-
-    def visit_Try(self, node: cst.Try) -> None:
-        self.conditional += 1
-
-    def leave_Try(self, original: cst.Try, updated: cst.Try) -> cst.Try:
-        self.conditional -= 1
-        return updated
-
-    def _keep(self, node: cst.Import | cst.ImportFrom) -> list[cst.ImportAlias]:
-        kept = []
-        for alias in node.names:  # type: ignore[union-attr]
-            bound = import_bindings(
-                node.with_changes(names=[alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
-            )
-            if not bound or bound[0][0] not in self.names:
-                kept.append(alias)
-        return kept
-
-    def leave_Import(self, original: cst.Import, updated: cst.Import):
-        return self._rebuild(updated)
-
-    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom):
-        if isinstance(updated.names, cst.ImportStar) or updated.relative:
-            return updated
-        return self._rebuild(updated)
-
-    def _rebuild(self, node):
-        if self.conditional:
-            return node
-        kept = self._keep(node)
-        if len(kept) == len(node.names):
-            return node
-        if not kept:
-            return cst.RemoveFromParent()
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return node.with_changes(names=kept)
-
-
-def remove_unused_imports(before: str, after: str) -> str:
-    """Drop imported names that `before` used and `after` no longer does (imports the fix made unused)."""
-    try:
-        old, new = parse(before), parse(after)
-    except cst.ParserSyntaxError:
-        return after
-    old_refs, new_refs = _referenced_names(old), _referenced_names(new)
-    bound: set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> None:
-            bound.update(local for local, _ in import_bindings(node))
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            bound.update(local for local, _ in import_bindings(node))
-
-    walk(new, Collect())
-    unused = {name for name in bound if old_refs[name] and not new_refs[name]}
-    if not unused:
-        return after
-    return new.visit(_DropImports(unused)).code

@@ -2,8 +2,9 @@
 
 In order, for every finding with a fix:
 
-1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`) is not fixed: the
-   change belongs where it comes from (a to-do); nor is a project that imports DeepSpeed's accelerator
+1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`), or an install-time
+   copy of the package's own repository (OpenMMLab's `.mim/`), is not fixed: the change belongs where it
+   comes from (a to-do); nor is a project that imports DeepSpeed's accelerator
    abstraction (`from deepspeed.accelerator import get_accelerator`): its device code is written with it;
    code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
    CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
@@ -80,7 +81,13 @@ _DEFAULT = (
     "a parameter's default is part of the function's interface and is computed when the function is "
     "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
 )
-_VENDOR_FOLDERS = frozenset({"_vendor", "vendor", "vendored", "_vendored", "third_party"})
+_VENDOR_FOLDERS = frozenset({"_vendor", "vendor", "vendored", "_vendored", "third_party", ".mim"})
+_VENDORED = "vendored code (`{}/`): change it where it comes from, not here"
+#: folders of copies made when a package is built or installed, and what they copy
+_COPIED = {
+    ".mim": "an install-time copy (`{}/`, OpenMMLab's `mim` copies the repository's `tools/` and `configs/` "
+    "into the package): change the original, not here",
+}
 _RAISES = re.compile(r"(^|\.)(assertRaises\w*|raises)$")
 _NO_ACCELERATOR = (
     "it is only reached when there is no accelerator, where the rewrite would name the CPU, which the code "
@@ -163,7 +170,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     inherent_notes = [p for p in pendings if p.no_change]
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
-            withdraw(pending, f"vendored code (`{vendored}/`): change it where it comes from, not here")
+            withdraw(pending, _COPIED.get(vendored, _VENDORED).format(vendored))
         elif pending.fix is not None and own_api is not None:
             withdraw(pending, _DEEPSPEED_ACCELERATOR.format(own_api))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
@@ -233,9 +240,11 @@ def _deepspeed_accelerator(ctx, style: FixStyle) -> str | None:
 
 
 def _vendored_folder(path: str) -> str | None:
-    """The folder that marks `path` as a vendored copy of another project (`torch/_vendor/quack/...`)."""
+    """The folder that marks `path` as a copy of code that lives elsewhere: another project's, vendored
+    (`torch/_vendor/quack/...`), or the package's own repository's, copied at install time
+    (`mmdet/.mim/tools/...`)."""
     parts = path.replace("\\", "/").split("/")[:-1]
-    return next((part for part in parts if part.lower() in _VENDOR_FOLDERS), None)
+    return next((part.lower() for part in parts if part.lower() in _VENDOR_FOLDERS), None)
 
 
 def _expected_to_raise(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:

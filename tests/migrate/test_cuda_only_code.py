@@ -1120,6 +1120,15 @@ def test_vendored_copies_are_not_fixed(tmp_path):
     assert "torch.accelerator.synchronize()" in fixed(source, path="vendors_tools/sync.py")
 
 
+def test_install_time_copies_are_not_fixed():
+    """mmdet and mmseg ship `.mim/tools/` and `.mim/configs/`, copies of the repository's own folders that
+    OpenMMLab's `mim` makes at install time: an edit there is lost on the next build (reviews 15 and 18)."""
+    source = "import torch\ntorch.cuda.synchronize()\n"
+    assert fixed(source, path="mmseg/.mim/tools/analysis_tools/benchmark.py") == source
+    [finding] = findings(source, path="mmseg/.mim/tools/analysis_tools/benchmark.py")
+    assert "an install-time copy (`.mim/`" in finding.message and "change the original" in finding.message
+
+
 def test_code_a_kept_cuda_flag_selects_stays_cudas():
     """`on_gpu = device.type == "cuda" and HAS_ORT_CUDA` stays a CUDA check, so what `if on_gpu:` guards only
     runs on CUDA: rewriting it half-migrated the code (ONNX Runtime's runner in transformers)."""

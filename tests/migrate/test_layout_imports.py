@@ -341,3 +341,30 @@ def test_a_project_without_a_formatter_keeps_the_quotes_of_the_literals_a_wrap_m
     wrapped = reflow(before, after, Layout(line_length=88), path)
     assert wrapped != after and "init_method='env://'" in wrapped
     assert all(len(line) <= 88 for line in wrapped.splitlines())
+
+
+_SWITCH = (
+    "import torch\nfrom contextlib import contextmanager\nfrom packaging.version import parse as V\n\n"
+    "if V(torch.__version__) >= V('1.6.0'):\n    from torch.cuda.amp import autocast\nelse:\n"
+    "    # Nothing to do if torch<1.6.0\n    @contextmanager\n    def autocast(enabled=True):\n"
+    "        yield\n\n\n"
+)
+
+
+def test_a_version_switch_the_fix_leaves_unused_goes_with_its_imports():
+    """espnet binds `autocast` for torch < 1.6 in about 20 modules: once every `autocast(False)` is
+    `torch.amp.autocast(...)`, the switch is dead code and its import an F401, so both go, and so do the
+    imports only its test used (`V`, `contextmanager`)."""
+    source = _SWITCH + "def forward(x):\n    with autocast(False):\n        return x\n"
+    after = fixed(source)
+    assert after.startswith("import torch\n\n\ndef forward(x):\n"), after
+    assert "torch.amp.autocast(" in after and "V(" not in after and "contextmanager" not in after
+
+
+def test_a_version_switch_with_a_use_left_stays():
+    source = (
+        _SWITCH + "def forward(x):\n    with autocast(False):\n        return x\n\n\n"
+        "def factory():\n    return autocast\n"
+    )
+    after = fixed(source)
+    assert after.startswith(_SWITCH) and "torch.amp.autocast(" in after

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.migrate.amp import (
-    CUDA_AUTOCAST_DTYPE,
     bind_arguments,
     enabled_value,
     is_literal,
@@ -89,8 +88,10 @@ class AutocastCudaDevice(Rule):
 
     Fix safety
     Safe: on CUDA the call is unchanged in effect. CUDA autocast was off on a machine without CUDA, so the
-    rewrite passes `enabled=... torch.accelerator.is_available()` (not under an existing availability check)
-    and, when no dtype was given, CUDA's default `torch.float16` (the CPU default would be bfloat16). A call
+    rewrite passes `enabled=... torch.accelerator.is_available()` (not under an existing availability check).
+    No dtype is added: without one, autocast takes the device's current autocast dtype (`float16` on CUDA,
+    unless an outer autocast or `torch.set_autocast_dtype` chose another: coqui's loss under the trainer's
+    bf16 autocast), and a written `float16` would change that on CUDA. A call
     with `*args`/`**kwargs` only gets its device string replaced, as an unsafe fix: on a CPU-only machine
     that autocast is then on.
     """
@@ -112,7 +113,7 @@ class AutocastCudaDevice(Rule):
         Invalid(
             "import torch\nwith torch.autocast('cuda'):\n    pass\n",
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\nwith torch.autocast(device_type, dtype=torch.float16,'
+            ' torch.device("cpu")).type\nwith torch.autocast(device_type,'
             " enabled=torch.accelerator.is_available()):\n    pass\n",
         ),
         Invalid(
@@ -179,13 +180,10 @@ class AutocastCudaDevice(Rule):
                     (Replacement(device.value, f"{tensor}.device.type"),),
                 )
             overrides = {"enabled": enabled_value(self.ctx, enabled)}
-            if "dtype" not in bound and not is_literal(enabled, "False"):
-                overrides["dtype"] = CUDA_AUTOCAST_DTYPE
             new = device_first_call(self, call, "device_type", self.ORDER, overrides)
             if new is not None:
                 return FixSpec(
-                    "Autocast on the current device (float16 as on CUDA, off without an accelerator "
-                    "as before)",
+                    "Autocast on the current device (off without an accelerator as before)",
                     (Replacement(call, new),),
                     imports=("torch",),
                     safety=rebuilt_safety(call),
