@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from itertools import pairwise
 from typing import Literal
 
 import libcst as cst
@@ -333,6 +334,18 @@ def _version_test(ctx, test: cst.CSTNode) -> bool | None:
     `_is_torch_greater_or_equal_than_2_7`, `is_torch_greater_or_equal("2.6")`, `torch.__version__ >= "2.6"`,
     `version.parse(torch.__version__) < version.parse("2.8")`, accelerate's `is_torch_version(">=", "2.3")`,
     `torch_version >= (2, 3)`, ultralytics' `TORCH_2_4` (a flag named after the version it requires)."""
+    found = _version_comparison(ctx, test)
+    if found is None:
+        return None
+    operator, version = found
+    if operator in (">=", "<"):
+        return None if version > _ACCELERATOR_COMPLETE else operator == ">="
+    return None if version >= _ACCELERATOR_COMPLETE else operator == ">"
+
+
+def _version_comparison(ctx, test: cst.CSTNode) -> tuple[str, tuple[int, int]] | None:
+    """(operator, version) of a torch version test (see `_version_test`), the operator as `torch <op>
+    version` reads."""
     text = ctx.code(test)
     if "torch" not in text.lower():
         return None
@@ -350,10 +363,43 @@ def _version_test(ctx, test: cst.CSTNode) -> bool | None:
     found = _VERSION.search(text)
     if operator is None or found is None:
         return None
-    version = (int(found.group(1)), int(found.group(2)))
-    if operator in (">=", "<"):
-        return None if version > _ACCELERATOR_COMPLETE else operator == ">="
-    return None if version >= _ACCELERATOR_COMPLETE else operator == ">"
+    return operator, (int(found.group(1)), int(found.group(2)))
+
+
+def branch_torch_floor(ctx, stack) -> tuple[tuple[int, int], str] | None:
+    """The oldest torch the code at the end of `stack` runs on by the tests around it, and the test, when
+    one says: the body of `if` torch >= X (or a `hasattr` probe of an API torch X added: funasr's shim
+    `hasattr(torch.amp, "GradScaler")`, torch 2.3) only runs from X on, so a fix there may only use what X
+    has."""
+    best: tuple[tuple[int, int], str] | None = None
+    for parent, child in pairwise(stack):
+        if isinstance(parent, (cst.If, cst.IfExp)) and child is parent.body:
+            for conjunct in conjuncts(parent.test):
+                floor = _floor_of(ctx, conjunct)
+                if floor is not None and (best is None or floor > best[0]):
+                    best = (floor, ctx.excerpt(conjunct, 60))
+    return best
+
+
+def _floor_of(ctx, test: cst.CSTNode) -> tuple[int, int] | None:
+    if isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2:
+        return _PROBED_APIS.get(f"{_owner_name(ctx, test.args[0].value)}.{_string(test.args[1].value)}")
+    found = _version_comparison(ctx, test)
+    return found[1] if found is not None and found[0] == ">=" else None
+
+
+def _owner_name(ctx, owner: cst.CSTNode) -> str | None:
+    """The qualified name of a `hasattr` owner, also through a name bound once to `getattr(torch, "amp",
+    None)`."""
+    name = ctx.qualified_name(owner)
+    if name is not None and (name == "torch" or name.startswith("torch.")):
+        return name
+    values = ctx.bindings.values(key_of(owner)) if isinstance(owner, cst.Name) else []
+    if len(values) == 1 and isinstance(value := values[0], cst.Call) and ctx.call_name(value) == "getattr":
+        args = value.args
+        if len(args) >= 2 and (attr := _string(args[1].value)) is not None:
+            return f"{ctx.qualified_name(args[0].value)}.{attr}"
+    return name
 
 
 def _operator_of(node: cst.BaseExpression) -> str | None:
@@ -381,7 +427,7 @@ def _api_test(ctx, test: cst.CSTNode, seen: frozenset[str] = frozenset()) -> boo
         left, right = _api_test(ctx, test.left), _api_test(ctx, test.right)
         return True if True in (left, right) else None
     if isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2:
-        owner, attr = ctx.qualified_name(test.args[0].value), _string(test.args[1].value)
+        owner, attr = _owner_name(ctx, test.args[0].value), _string(test.args[1].value)
         added = _PROBED_APIS.get(f"{owner}.{attr}")
         if attr is not None and (owner == "torch.accelerator" or (added and added <= _ACCELERATOR_COMPLETE)):
             return True

@@ -70,7 +70,7 @@ from neuron_migrate.migrate.cuda_ties import (
 )
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
-from neuron_migrate.migrate.guards import accelerator, implies, without_accelerator_api
+from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torch_floor import HELD_BACK
@@ -186,6 +186,14 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         ):
             withdraw(pending, _too_new(version, style))
             held_back.add(id(pending))
+        elif (
+            pending.fix is not None
+            and (branch := branch_torch_floor(ctx, pending.stack)) is not None
+            and (version := needs_torch(pending.fix, branch[0])) is not None
+        ):
+            withdraw(
+                pending, _BRANCH_TOO_OLD.format(version=version, floor=_dotted(branch[0]), test=branch[1])
+            )
         elif pending.fix is not None and (check := _expected_to_raise(ctx, pending.stack)) is not None:
             withdraw(
                 pending,
@@ -209,9 +217,19 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     DeviceNames(ctx, style.line_length, lambda p: applies(p, style), overflow).resolve(pendings)
 
 
+_BRANCH_TOO_OLD = (
+    "the fix needs torch >= {version}, and this code runs from torch {floor} on (`{test}`): write it with "
+    "what torch {floor} has, or raise that test"
+)
+
+
+def _dotted(version: tuple[int, int]) -> str:
+    return ".".join(map(str, version))
+
+
 def _too_new(version: str, style: FixStyle) -> str:
     if style.torch_floor:
-        floor = ".".join(map(str, style.target_torch))
+        floor = _dotted(style.target_torch)
         return (
             f"the fix needs torch >= {version}, {HELD_BACK} {floor} "
             f"({style.torch_floor}): raise that minimum, or set `target-torch`, to apply it"

@@ -92,6 +92,27 @@ def test_an_except_around_a_newer_device_generic_api_is_an_old_torch_fallback():
     assert "in a fallback for a torch without `torch.accelerator`: no change needed" in finding.message
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nif is_torch_version('>=', '2.3'):\n    torch.cuda.synchronize()\n",
+        # funasr's amp shim: the branch runs wherever `torch.amp.GradScaler` exists, torch 2.3 on
+        "import torch\ntorch_amp = getattr(torch, 'amp', None)\n"
+        "if torch_amp is not None and hasattr(torch_amp, 'GradScaler'):\n"
+        "    def autocast(enabled=True):\n        return torch.amp.autocast('cuda', enabled=enabled)\n",
+    ],
+)
+def test_a_branch_for_an_older_torch_only_gets_what_that_torch_has(source):
+    """The body of a test for torch >= 2.3 runs on torch 2.3 to 2.6 too, where `torch.accelerator` (2.6)
+    and `current_accelerator(check_available=True)` (2.7) are missing: a fix there would raise on CUDA."""
+    assert fixed(source) == source
+    held = [f for f in findings(source) if "this code runs from torch 2.3 on" in f.message]
+    assert held and all(f.fix is None for f in held)
+    newer = source.replace("'2.3'", "'2.9'")
+    if newer != source:
+        assert "torch.accelerator.synchronize()" in fixed(newer)
+
+
 def test_a_newer_version_test_is_not_a_fallback():
     source = (
         "import torch\nif is_torch_greater_or_equal('2.12'):\n    pass\nelse:\n    s = torch.cuda.Stream()\n"
