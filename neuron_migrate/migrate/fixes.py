@@ -122,8 +122,9 @@ class FixStyle:
     project declares it, when that is where it came from). `include_generated`: fix files marked generated
     too (`generated.py`). `torchscript`: the scanned project guards code for TorchScript
     (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`).
-    `deepspeed_accelerator`: the project writes device code with DeepSpeed's accelerator abstraction (a
-    module imports `deepspeed.accelerator`), which its fixes should use (`settle`)."""
+    `deepspeed_accelerator`: the project writes device code with DeepSpeed's accelerator abstraction (at
+    least a quarter as many of its files import `deepspeed.accelerator` as mention CUDA: DeepSpeed itself,
+    not transformers' one integration module), which its fixes should use (`settle`)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False

@@ -122,3 +122,8 @@ def test_a_project_that_uses_deepspeeds_accelerator_keeps_every_module_for_it(tm
     done = run_cli("fix", ".", cwd=tmp_path)
     assert "+    return x.to(" not in done.stdout, done.stdout
     assert "DeepSpeed's accelerator abstraction" in run_cli("scan", ".", cwd=tmp_path).stderr
+    # one integration module among many files with CUDA code (transformers) is no project abstraction
+    for n in range(4):
+        (tmp_path / f"model_{n}.py").write_text("import torch\nx = torch.ones(1).cuda()\n")
+    done = run_cli("fix", ".", cwd=tmp_path)
+    assert "+    return x.to(" in done.stdout, done.stdout
