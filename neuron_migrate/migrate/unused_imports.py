@@ -94,6 +94,34 @@ class _DropImports(cst.CSTTransformer):
             return updated
         return self._rebuild(updated)
 
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        """A removed import line's blank lines go to the statement after it (the blank line between a
+        docstring and the imports stays)."""
+        removed = [self._removed(statement) for statement in original.body]
+        if len(updated.body) != removed.count(False):
+            return updated  # not the statements this pass removes: leave the layout alone
+        body, carry, survivors = [], None, iter(updated.body)
+        for statement, gone in zip(original.body, removed, strict=True):
+            if gone:
+                carry = statement.leading_lines if carry is None else carry
+                continue
+            kept = next(survivors)
+            if carry and not kept.leading_lines:
+                kept = kept.with_changes(leading_lines=[line for line in carry if line.comment is None])
+            body.append(kept)
+            carry = None
+        return updated.with_changes(body=body)
+
+    def _removed(self, statement: cst.CSTNode) -> bool:
+        """Whether every statement of a module-level line is an import this pass drops whole."""
+        return isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(small, (cst.Import, cst.ImportFrom))
+            and not isinstance(small.names, cst.ImportStar)
+            and not getattr(small, "relative", None)
+            and not self._keep(small)
+            for small in statement.body
+        )
+
     def _rebuild(self, node):
         if self.conditional:
             return node

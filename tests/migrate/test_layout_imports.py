@@ -368,3 +368,14 @@ def test_a_version_switch_with_a_use_left_stays():
     )
     after = fixed(source)
     assert after.startswith(_SWITCH) and "torch.amp.autocast(" in after
+
+
+def test_the_blank_line_under_the_docstring_stays_when_the_first_import_goes():
+    """espnet's gan_tts model: the removed imports took the blank line between the module docstring and the
+    imports with them (review 19)."""
+    source = '"""GAN-based TTS model."""\n\n' + _SWITCH.replace("import torch\n", "", 1).replace(
+        "from packaging", "import torch\nfrom packaging", 1
+    )
+    source += "def forward(x):\n    with autocast(False):\n        return x\n"
+    after = fixed(source)
+    assert after.startswith('"""GAN-based TTS model."""\n\nimport torch\n\n\ndef forward(x):\n'), after
