@@ -549,6 +549,9 @@ def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression, lefto
     if call is None or not call.args or name not in ("skipIf", "skipif", "skipUnless"):
         return False
     condition = call.args[0].value
+    runs = implies(mentions.ctx, condition)[1 if name in ("skipIf", "skipif") else 0]
+    if runs == "certain" and (mentions.find(condition) is not None or _holds_any(condition, leftovers)):
+        return True  # `skipIf(torch.cuda.device_count() < 2, ...)`: runs with two CUDA devices or more
     negated = isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not)
     if negated != (name in ("skipIf", "skipif")):
         return False  # skipIf(TEST_CUDA) and skipUnless(not TEST_CUDA) run without CUDA

@@ -136,6 +136,8 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
                 return ("certain", "absent") if value == 1 else ("certain", None)
             if isinstance(op, (cst.Equal, cst.LessThan)) and value == (0 if isinstance(op, cst.Equal) else 1):
                 return "absent", "certain"
+            if (isinstance(op, cst.LessThan) and value > 1) or (isinstance(op, cst.LessThanEqual) and value):
+                return None, "certain"  # `device_count() < 2`: false means two or more
             if isinstance(op, cst.NotEqual) and value == 0:
                 return "certain", "absent"
         return _NONE

@@ -1505,3 +1505,18 @@ def test_a_count_and_ed_with_a_cuda_test_that_stays_waits_for_it():
     )
     count = next(f for f in findings(source) if f.code == "NM106")
     assert count.fix is None and count.tied and '"cuda" in device.kind' in count.message
+
+
+def test_a_test_skipped_below_two_cuda_devices_keeps_its_cuda_code():
+    """opacus' multi-device tests: `@unittest.skipIf(torch.cuda.device_count() < 2, ...)` runs them only with
+    two CUDA devices, so a generic body could never run anywhere else (review 18: 14 hunks, class d). With
+    `--unsafe-fixes` the gate itself becomes generic, and the body with it."""
+    source = (
+        "import unittest\nimport torch\n\n\nclass T(unittest.TestCase):\n"
+        "    @unittest.skipIf(torch.cuda.device_count() < 2, 'Need at least 2 GPUs')\n"
+        "    def test_multi(self):\n        return torch.device('cuda:1')\n"
+    )
+    assert fixed(source) == source
+    body = next(f for f in findings(source) if f.code == "NM102")
+    assert "a test decorator runs it only with CUDA" in body.message
+    assert "torch.cuda.device_count" not in fixed(source, unsafe=True)
