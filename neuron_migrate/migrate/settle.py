@@ -75,6 +75,7 @@ from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
+from neuron_migrate.migrate.walk import find
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
 _DEFAULT = (
@@ -135,8 +136,8 @@ def make_unsafe(pending, note: str) -> None:
 def _caution(ctx, pending, style: FixStyle) -> str | None:
     """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, makes a test's skip
     condition generic, writes what TorchScript cannot run into code it may compile, makes code generic that
-    works with a library whose kernels are the CPU's and CUDA's only, or in a module that keeps other
-    accelerators apart."""
+    works with a library whose kernels are the CPU's and CUDA's only, widens a check around pinning memory
+    (which MPS cannot do), or makes code generic in a module that keeps other accelerators apart."""
     if _in_parameter_default(pending.stack):
         return _DEFAULT
     if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
@@ -145,6 +146,8 @@ def _caution(ctx, pending, style: FixStyle) -> str | None:
         return SCRIPTED.format(scope=scope)
     if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
         return _CPU_AND_CUDA.format(library=library)
+    if pending.fix.generalizes and (pinning := _pins_memory(ctx, pending)) is not None:
+        return _PINS_MEMORY.format(call=pinning)
     if (
         pending.fix.generalizes
         and (other := other_device_named(ctx)) is not None
@@ -237,6 +240,11 @@ def _too_new(version: str, style: FixStyle) -> str:
     return f"the fix needs torch >= {version}; raise `target-torch` to apply it"
 
 
+_PINS_MEMORY = (
+    "the code it guards pins host memory (`{call}`), which raises on MPS (torch's DataLoader turns pinning "
+    "off there): made generic, the check sends Apple hosts into it; keep MPS out "
+    '(`acc is not None and acc.type != "mps"`, `acc` the current accelerator) or check'
+)
 _CPU_AND_CUDA = (
     "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
     "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
@@ -466,6 +474,19 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     test = check.region[0]
     if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
         return f"`{cue}`"
+    return None
+
+
+def _pins_memory(ctx, pending) -> str | None:
+    """The first `.pin_memory()` call in the code an availability check guards (also through the flag it is
+    assigned to: torchani's `pin_memory = torch.cuda.is_available()` then `if pin_memory:
+    ds.pin_memory()`), as text. `DataLoader(pin_memory=...)` is no such call: the loader skips MPS itself."""
+    if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
+        return None  # `in ("cuda", "neuron")` lets no MPS in
+    for node in (*pending.region, *flag_side(ctx, pending)):
+        for call in find(node, cst.Call):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "pin_memory":
+                return ctx.excerpt(call, 40)
     return None
 
 

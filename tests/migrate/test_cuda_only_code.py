@@ -1520,3 +1520,21 @@ def test_a_test_skipped_below_two_cuda_devices_keeps_its_cuda_code():
     body = next(f for f in findings(source) if f.code == "NM102")
     assert "a test decorator runs it only with CUDA" in body.message
     assert "torch.cuda.device_count" not in fixed(source, unsafe=True)
+
+
+def test_a_check_around_pinning_memory_gets_an_unsafe_fix():
+    """torchani pins its in-memory datasets when CUDA is available: `Tensor.pin_memory()` raises on MPS
+    (torch's DataLoader turns pinning off there), so a generic check would break Apple hosts. A flag that only
+    reaches `DataLoader(pin_memory=...)` stays safe, and another function's parameter of the same name is
+    another flag."""
+    source = (
+        "import torch\n\n\ndef make(ds, pin_memory=None):\n    if pin_memory is None:\n"
+        "        pin_memory = torch.cuda.is_available()\n    if pin_memory:\n        ds.pin_memory()\n"
+        "    return ds\n\n\ndef loader(ds, pin_memory=None):\n    if pin_memory is None:\n"
+        "        pin_memory = torch.cuda.is_available()\n"
+        "    return torch.utils.data.DataLoader(ds, pin_memory=pin_memory)\n"
+    )
+    safety = {f.line: f.fix.safety for f in findings(source) if f.code == "NM106"}
+    assert safety == {6: "unsafe", 14: "safe"}
+    pinned = next(f for f in findings(source) if f.code == "NM106")
+    assert "pins host memory (`ds.pin_memory()`), which raises on MPS" in pinned.message

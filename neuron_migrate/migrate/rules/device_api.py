@@ -118,16 +118,20 @@ class CudaDeviceApi(QualifiedNameRule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self.tests: list[cst.If | cst.While | cst.IfExp] = []
+        #: each test with the function it is in (None at module level)
+        self.tests: list[tuple[cst.If | cst.While | cst.IfExp, cst.FunctionDef | None]] = []
 
     def visit_If(self, node: cst.If) -> None:
-        self.tests.append(node)
+        self.tests.append((node, self._function()))
 
     def visit_While(self, node: cst.While) -> None:
-        self.tests.append(node)
+        self.tests.append((node, self._function()))
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
-        self.tests.append(node)
+        self.tests.append((node, self._function()))
+
+    def _function(self) -> cst.FunctionDef | None:
+        return next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         if name == "torch.cuda.device" and call is not None and not self._with_item(call):
@@ -158,9 +162,11 @@ class CudaDeviceApi(QualifiedNameRule):
             super().on_use(node, call, name)
             return
         fix = self.fix_for(node, call, name)
-        statement = check_region(self.ctx)
+        statement, function = check_region(self.ctx), self._function()
         self.ctx.defer(
-            lambda: self.report(call, self.message_for(name), fix, region=statement + self._guarded_by(flag))
+            lambda: self.report(
+                call, self.message_for(name), fix, region=statement + self._guarded_by(flag, function)
+            )
         )
 
     def _saved_device_choice(self, call: cst.Call) -> cst.Arg | cst.Assign | None:
@@ -256,11 +262,12 @@ class CudaDeviceApi(QualifiedNameRule):
                 return None
         return None
 
-    def _guarded_by(self, flag: str) -> tuple[cst.CSTNode, ...]:
-        """The tests and bodies of the checks that test the flag: the code this availability answer guards."""
+    def _guarded_by(self, flag: str, function: cst.FunctionDef | None) -> tuple[cst.CSTNode, ...]:
+        """The tests and bodies of the checks that test the flag in the function that assigns it (another
+        function's `pin_memory` parameter is another name): the code this availability answer guards."""
         region: list[cst.CSTNode] = []
-        for test in self.tests:
-            if flag in {key_of(n) for n in _names(test.test)}:
+        for test, where in self.tests:
+            if where is function and flag in {key_of(n) for n in _names(test.test)}:
                 region.extend((test.test, test.body))
         return tuple(region)
 
