@@ -1538,3 +1538,16 @@ def test_a_check_around_pinning_memory_gets_an_unsafe_fix():
     assert safety == {6: "unsafe", 14: "safe"}
     pinned = next(f for f in findings(source) if f.code == "NM106")
     assert "pins host memory (`ds.pin_memory()`), which raises on MPS" in pinned.message
+
+
+def test_an_attribute_flag_guards_its_tests_in_every_method():
+    """torchrl's `_rng_decorator`: `self.has_cuda = torch.cuda.is_available()` in `__init__`, tested in
+    `_get_state`; a plain name's tests are its own function's, an attribute's are every method's."""
+    source = (
+        "import torch\n\n\nclass Rng:\n    def __init__(self):\n"
+        "        self.has_cuda = torch.cuda.is_available()\n\n    def state(self):\n"
+        "        if self.has_cuda:\n            return torch.cuda.get_device_properties(0)\n"
+    )
+    assert fixed(source) == source
+    check = next(f for f in findings(source) if f.code == "NM106")
+    assert "get_device_properties" in check.message

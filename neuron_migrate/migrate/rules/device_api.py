@@ -263,11 +263,13 @@ class CudaDeviceApi(QualifiedNameRule):
         return None
 
     def _guarded_by(self, flag: str, function: cst.FunctionDef | None) -> tuple[cst.CSTNode, ...]:
-        """The tests and bodies of the checks that test the flag in the function that assigns it (another
-        function's `pin_memory` parameter is another name): the code this availability answer guards."""
+        """The tests and bodies of the checks that test the flag: the code this availability answer guards. A
+        plain name's tests are those of the function that assigns it (another function's `pin_memory`
+        parameter is another name); an attribute's (`self.has_cuda`) are anywhere in the module."""
         region: list[cst.CSTNode] = []
+        local = "." not in flag
         for test, where in self.tests:
-            if where is function and flag in {key_of(n) for n in _names(test.test)}:
+            if (where is function or not local) and flag in {key_of(n) for n in _names(test.test)}:
                 region.extend((test.test, test.body))
         return tuple(region)
 
