@@ -28,6 +28,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.names import dotted, import_bindings
 from neuron_migrate.migrate.rules.libraries import imported_library, library_of
+from neuron_migrate.migrate.walk import find
 
 _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
 #: CUDA and its libraries, NVIDIA's (`nv_universal_gemm`, `nvmath`) and its embedded CUDA platforms (Jetson,
@@ -132,28 +133,11 @@ CPU_AND_CUDA_LIBRARIES = frozenset(
 def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     """The CPU-and-CUDA-only library (`CPU_AND_CUDA_LIBRARIES`) the code at the end of `stack` works with:
     one the module imports at its top, or a function around the code imports in its body."""
-    for qualified in ctx.scopes.module_table.values():
-        if (top := qualified.split(".")[0]) in CPU_AND_CUDA_LIBRARIES:
-            return top
-    for node in stack:
-        if isinstance(node, cst.FunctionDef) and (library := _imports_cpu_and_cuda_library(node)):
-            return library
-    return None
-
-
-def _imports_cpu_and_cuda_library(function: cst.FunctionDef) -> str | None:
-    found: list[str] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> None:
-            found.extend(dotted(alias.name) or "" for alias in node.names)
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            if node.module is not None and not node.relative:
-                found.append(dotted(node.module) or "")
-
-    function.body.visit(Finder())
-    return next((top for name in found if (top := name.split(".")[0]) in CPU_AND_CUDA_LIBRARIES), None)
+    imported = list(ctx.scopes.module_table.values())
+    for function in (node for node in stack if isinstance(node, cst.FunctionDef)):
+        for statement in find(function.body, (cst.Import, cst.ImportFrom)):
+            imported.extend(qualified for _, qualified in import_bindings(statement))
+    return next((top for name in imported if (top := name.split(".")[0]) in CPU_AND_CUDA_LIBRARIES), None)
 
 
 #: the dispatch key (last argument) of a kernel registration: `torch.library.impl(lib, "op", "CUDA")`,

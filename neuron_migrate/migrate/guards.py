@@ -384,10 +384,19 @@ def branch_torch_floor(ctx, stack) -> tuple[tuple[int, int], str] | None:
 
 
 def _floor_of(ctx, test: cst.CSTNode) -> tuple[int, int] | None:
-    if isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2:
-        return _PROBED_APIS.get(f"{_owner_name(ctx, test.args[0].value)}.{_string(test.args[1].value)}")
+    if _is_hasattr(ctx, test):
+        return _PROBED_APIS.get(_probed_api(ctx, test))
     found = _version_comparison(ctx, test)
     return found[1] if found is not None and found[0] == ">=" else None
+
+
+def _is_hasattr(ctx, test: cst.CSTNode) -> bool:
+    return isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2
+
+
+def _probed_api(ctx, call: cst.Call) -> str:
+    """What a `hasattr(owner, "name")` probe asks for, as `owner.name` (`torch.amp.GradScaler`)."""
+    return f"{_owner_name(ctx, call.args[0].value)}.{_string(call.args[1].value)}"
 
 
 def _owner_name(ctx, owner: cst.CSTNode) -> str | None:
@@ -428,10 +437,10 @@ def _api_test(ctx, test: cst.CSTNode, seen: frozenset[str] = frozenset()) -> boo
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         left, right = _api_test(ctx, test.left), _api_test(ctx, test.right)
         return True if True in (left, right) else None
-    if isinstance(test, cst.Call) and ctx.call_name(test) == "hasattr" and len(test.args) == 2:
-        owner, attr = _owner_name(ctx, test.args[0].value), _string(test.args[1].value)
-        added = _PROBED_APIS.get(f"{owner}.{attr}")
-        if attr is not None and (owner == "torch.accelerator" or (added and added <= _ACCELERATOR_COMPLETE)):
+    if _is_hasattr(ctx, test) and _string(test.args[1].value) is not None:
+        probed = _probed_api(ctx, test)
+        added = _PROBED_APIS.get(probed)
+        if probed.startswith("torch.accelerator.") or (added and added <= _ACCELERATOR_COMPLETE):
             return True
     if (
         isinstance(test, cst.Comparison) and len(test.comparisons) == 1

@@ -3,40 +3,38 @@
 In order, for every finding with a fix:
 
 1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`), or an install-time
-   copy of the package's own repository (OpenMMLab's `.mim/`), is not fixed: the change belongs where it
-   comes from (a to-do); nor is a project that imports DeepSpeed's accelerator
-   abstraction (`from deepspeed.accelerator import get_accelerator`): its device code is written with it;
-   code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its
-   CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an accelerator
-   (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
-2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version
-   (held back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only
-   runs on CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
+   copy of the package's own repository (OpenMMLab's `.mim/`), is not fixed: the change belongs where it comes
+   from (a to-do); nor is a project that imports DeepSpeed's accelerator abstraction (`from
+   deepspeed.accelerator import get_accelerator`): its device code is written with it; code that only runs
+   when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its CUDA calls: the fix is
+   withdrawn (a note); so does a device that is only reached without an accelerator (`acc.type if acc is not
+   None else "cuda"`), where the idiom would always name the CPU;
+2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version (held
+   back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only runs on
+   CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
-   inside a parameter's default becomes unsafe (the default is the function's interface, and the device
-   would be looked up when the function is defined, at import), so does one that writes `torch.accelerator`
-   into code TorchScript may compile (`torchscript.py`), makes a test's skip condition generic
-   (`test_gates.py`) or makes code generic that works with a library whose kernels are built for the CPU
-   and CUDA only (k2, warp-transducer, `torch_sparse`, `pyg_lib`: `cuda_files`), and so does a safe fix that
-   makes code
-   generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
-   listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
-   apart, and its CUDA code is CUDA's part;
+   inside a parameter's default becomes unsafe (the default is the function's interface, and the device would
+   be looked up when the function is defined, at import), so does one that writes `torch.accelerator` into
+   code TorchScript may compile (`torchscript.py`), makes a test's skip condition generic (`test_gates.py`),
+   makes code generic that works with a library whose kernels are built for the CPU and CUDA only (k2,
+   warp-transducer, `torch_sparse`, `pyg_lib`: `cuda_files`) or widens a check around `Tensor.pin_memory()`
+   (which raises on MPS), and so does a safe fix that makes code generic in a module that chooses by other
+   accelerators (`"mps"`, `is_torch_xpu_available()`; not a type listed with CUDA's or neuron's, and not for
+   code in a branch after theirs): that module keeps the devices apart, and its CUDA code is CUDA's part;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
-   those findings become notes). A check whose body is only code that needs no change (a note: a CUDA
-   seed right after `torch.manual_seed`, cuDNN flags) is itself a note: it works everywhere as it is. A CUDA
-   device-type test whose fixed form would send neuron into
-   code that is neither device plumbing nor fixed in this run, that selects (or skips) a plain choice with no
-   device work, or that sits in a file using CUDA-only libraries, keeps its fix as an unsafe one
-   (`device_neutral`). A fix tied to CUDA code that stays is withdrawn (`cuda_ties`): one argument of a
-   call whose other arguments stay CUDA's, a call its function also makes for a person, a call taking a
-   value CUDA-only code gives, a test whose `if` body
-   keeps a CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only
-   code, a CUDA setting or NCCL-named code reads; so is a check that only warns without an accelerator
-   while the same check stays CUDA's in its class or module (the warning describes that one's choice).
-   Repeated until nothing changes, since withdrawing one fix can keep the check around it;
+   those findings become notes). A check whose body is only code that needs no change (a note: a CUDA seed
+   right after `torch.manual_seed`, cuDNN flags) is itself a note: it works everywhere as it is. A CUDA
+   device-type test whose fixed form would send neuron into code that is neither device plumbing nor fixed in
+   this run, that selects (or skips) a plain choice with no device work, or that sits in a file using
+   CUDA-only libraries, keeps its fix as an unsafe one (`device_neutral`). A fix tied to CUDA code that stays
+   is withdrawn (`cuda_ties`): one argument of a call whose other arguments stay CUDA's, a call its function
+   also makes for a person, a call taking a value CUDA-only code gives, a test whose `if` body keeps a
+   CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only code, a
+   CUDA setting or NCCL-named code reads; so is a check that only warns without an accelerator while the same
+   check stays CUDA's in its class or module (the warning describes that one's choice). Repeated until nothing
+   changes, since withdrawing one fix can keep the check around it;
 4. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
 
@@ -82,10 +80,11 @@ _DEFAULT = (
     "a parameter's default is part of the function's interface and is computed when the function is "
     "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
 )
-_VENDOR_FOLDERS = frozenset({"_vendor", "vendor", "vendored", "_vendored", "third_party", ".mim"})
 _VENDORED = "vendored code (`{}/`): change it where it comes from, not here"
-#: folders of copies made when a package is built or installed, and what they copy
-_COPIED = {
+#: folders that hold copies of code that lives elsewhere, and what to say of a fix there: another project's
+#: (vendored), or the package's own repository's, copied at install time (OpenMMLab's `.mim/`)
+_COPY_FOLDERS = {
+    **dict.fromkeys(("_vendor", "vendor", "vendored", "_vendored", "third_party"), _VENDORED),
     ".mim": "an install-time copy (`{}/`, OpenMMLab's `mim` copies the repository's `tools/` and `configs/` "
     "into the package): change the original, not here",
 }
@@ -173,7 +172,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     inherent_notes = [p for p in pendings if p.no_change]
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
-            withdraw(pending, _COPIED.get(vendored, _VENDORED).format(vendored))
+            withdraw(pending, _COPY_FOLDERS[vendored].format(vendored))
         elif pending.fix is not None and own_api is not None:
             withdraw(pending, _DEEPSPEED_ACCELERATOR.format(own_api))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
@@ -270,7 +269,7 @@ def _vendored_folder(path: str) -> str | None:
     (`torch/_vendor/quack/...`), or the package's own repository's, copied at install time
     (`mmdet/.mim/tools/...`)."""
     parts = path.replace("\\", "/").split("/")[:-1]
-    return next((part.lower() for part in parts if part.lower() in _VENDOR_FOLDERS), None)
+    return next((part.lower() for part in parts if part.lower() in _COPY_FOLDERS), None)
 
 
 def _expected_to_raise(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
