@@ -175,6 +175,8 @@ class CudaMentions:
                     name_cue.search(child.value) or CUDA_ONLY_CODE.search(child.value)
                 ):
                     text = dotted(self.chain[0]) if self.chain else child.value  # `torch.cuda._sleep`
+                elif (key := _keyword_key(child)) and (name_cue.search(key) or CUDA_ONLY_CODE.search(key)):
+                    text = key  # `{"fused": ...}`: keyword arguments in a dict, as `fused=...` spells them
                 elif not strong and isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
                     text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
                 elif (
@@ -627,6 +629,16 @@ def gpu_among_devices(ctx, test: cst.BaseExpression, tests: list[cst.BaseExpress
         return "DistributedType.MULTI_GPU"
     word = next((w for w in re.findall(r"\w+", code) if _GPU.search(w)), None)
     return word if word is not None and chain_of_tests(ctx, tests) is not None else None
+
+
+def _keyword_key(node: cst.CSTNode) -> str | None:
+    """The identifier a dict entry's string key spells (`{"fused": True}`, keyword arguments passed as
+    `**kwargs`), else None."""
+    if isinstance(node, cst.DictElement) and isinstance(node.key, cst.SimpleString):
+        key = node.key.evaluated_value
+        if isinstance(key, str) and key.isidentifier():
+            return key
+    return None
 
 
 def _cuda_only_comment(stack) -> str | None:
