@@ -87,6 +87,7 @@ _STRONG_NAME_CUE = re.compile(r"nvidia|cublas|nccl|jetson|(?<![a-z])tegra", re.I
 #: properties: "Roofline estimation needs to access CUDA capabilities", torch's runtime estimator)
 _STRONG_STRING_CUE = re.compile(r"nccl|cuda\s+capabilit", re.IGNORECASE)
 _GPU = re.compile(r"(?<![a-z])gpus?(?![a-z])", re.IGNORECASE)
+_GPU_IN_NAME = re.compile("gpu", re.IGNORECASE)
 #: "only on CUDA", "CUDA-only", CUDA named with ROCm's HIP, its one other backend ("makes sure this is
 #: CUDA or HIP": torch's SVD meta function conjugates for what cuSOLVER and hipSOLVER return), and NVIDIA's
 #: kernel templates, CUDA's by nature (a "CuTe-DSL kernel", CUTLASS)
@@ -179,6 +180,17 @@ class CudaMentions:
                     text = key  # `{"fused": ...}`: keyword arguments in a dict, as `fused=...` spells them
                 elif not strong and isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
                     text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
+                elif isinstance(child, cst.SubscriptElement) and (key := _identifier(child.slice)):
+                    # a key names a setting: "GPU" in it says "an accelerator", as in `args.use_gpu`
+                    # (`config["use_gpu"]`); CUDA's names still count (`environ["EGL_DEVICE_ID"]`)
+                    if (
+                        name_cue.search(key)
+                        or string_cue.search(_GPU_IN_NAME.sub("", key))
+                        or CUDA_ONLY_CODE.search(key)
+                    ):
+                        text = key
+                    else:
+                        return False
                 elif (
                     not names_only
                     and isinstance(child, (cst.SimpleString, cst.FormattedStringText))
@@ -634,10 +646,17 @@ def gpu_among_devices(ctx, test: cst.BaseExpression, tests: list[cst.BaseExpress
 def _keyword_key(node: cst.CSTNode) -> str | None:
     """The identifier a dict entry's string key spells (`{"fused": True}`, keyword arguments passed as
     `**kwargs`), else None."""
-    if isinstance(node, cst.DictElement) and isinstance(node.key, cst.SimpleString):
-        key = node.key.evaluated_value
-        if isinstance(key, str) and key.isidentifier():
-            return key
+    return _identifier(node.key) if isinstance(node, cst.DictElement) else None
+
+
+def _identifier(node: cst.CSTNode | None) -> str | None:
+    """The identifier a plain string literal (or a subscript's index holding one) spells, else None."""
+    if isinstance(node, cst.Index):
+        node = node.value
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        if isinstance(value, str) and value.isidentifier():
+            return value
     return None
 
 

@@ -25,7 +25,7 @@ import libcst as cst
 from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.patterns import positional
+from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.walk import walk
 
 _DEVICE_NAME = re.compile(r"^(dev|device|device_type|device_str|\w+_device|\w+_device_type)$", re.IGNORECASE)
@@ -62,14 +62,19 @@ class Slot:
 
     kind: `device` (a torch API takes it directly: a device object or a string will do), `string` (a name,
     parameter or setting: keep it a string), `type` (a device type string), `none` (no agnostic value exists).
-    `map_location`: the value reaches `torch.load(map_location=...)`, which rejects `cpu:N`. `compared`: only
-    its name says the value is a device (it reaches no device slot) and the module compares that name: a
-    device type the code matches others against, where the idiom's CPU fallback would match CPU entries."""
+    `map_location`: the value reaches `torch.load(map_location=...)`, which rejects `cpu:N`. `review`: why a
+    generic value needs a person's review there (the fix is unsafe), as a clause for the message."""
 
     kind: str
     where: str
     map_location: bool = False
-    compared: bool = False
+    review: str = ""
+
+
+_COMPARED = (
+    " (the name is compared, not used as a device here: without an accelerator it would become `cpu` and "
+    "match CPU entries)"
+)
 
 
 @dataclass
@@ -219,6 +224,17 @@ def _is_device_option(call: cst.Call) -> bool:
     return any(_DEVICE_OPTION.match(string_value(a.value) or "") for a in call.args if a.keyword is None)
 
 
+def _choices_without_neuron(option: cst.Call) -> str:
+    """For an option whose `choices=` lists CUDA's device type but not neuron's (ColossalAI's `choices=["cpu",
+    "cuda"]`), why its default may not become the accelerator's type; else ""."""
+    choices = keyword(option, "choices")
+    if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple)):
+        values = {string_value(element.value) for element in choices.value.elements}
+        if "cuda" in values and "neuron" not in values:
+            return " (its `choices=` do not list `neuron`: add it there, or argparse refuses it on Trainium)"
+    return ""
+
+
 def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
     """The device slot `arg` of `call` (whose callee resolves to `name`) is, if any.
 
@@ -237,7 +253,7 @@ def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
     if keyword is None and arg is positional(call, 0) and (method == "to" or name in _POSITIONAL_DEVICE):
         return Slot("device", f"`{name or '.' + method}()`")
     if keyword == "default" and _is_device_option(call):
-        return Slot("string", "the default of a `--device` option")
+        return Slot("string", "the default of a `--device` option", review=_choices_without_neuron(call))
     getter = method or (name.rsplit(".", 1)[-1] if name else "")
     if keyword is None and getter in _GETTERS:
         key_index = 1 if getter == "getattr" else 0
@@ -322,9 +338,14 @@ def _named_slot(keys: list[str | None], ctx, indexed: bool, what: str = "") -> S
     for key in keys:
         if key and (is_device_name(key) or key in flow.uses):
             where = f"{what} `{key}`" if what else f"`{key} = ...`"
+            # only its name says the value is a device (it reaches no device slot) and the module compares
+            # that name: a device type matched against others, where the CPU fallback matches CPU entries
             compared = key not in flow.uses and key in _compared_names(ctx, flow)
             return Slot(
-                "string", where, map_location=indexed and key in flow.map_locations, compared=compared
+                "string",
+                where,
+                map_location=indexed and key in flow.map_locations,
+                review=_COMPARED if compared else "",
             )
     return None
 

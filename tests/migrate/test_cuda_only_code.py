@@ -114,6 +114,17 @@ def test_a_precondition_is_judged_by_the_code_it_protects_not_by_its_message():
     )
 
 
+@pytest.mark.parametrize(
+    ("setting", "generic"),
+    [('config["use_gpu"]', True), ("config.use_gpu", True), ('config["nccl_port"]', False)],
+)
+def test_a_settings_name_says_gpu_for_any_accelerator(setting, generic):
+    """recbole's `torch.cuda.is_available() and config["use_gpu"]`: the key names a setting, as `use_gpu`
+    does as an attribute, and "GPU" there means an accelerator; CUDA's names in a key still count."""
+    source = f"import torch\ndef f(config):\n    return torch.cuda.is_available() and {setting}\n"
+    assert ("torch.accelerator.is_available()" in fixed(source)) is generic
+
+
 def test_a_warning_that_only_runs_without_an_accelerator_does_not_keep_its_check_cuda():
     """transformers' SINQ quantizer: kept CUDA's, the warning told a Trainium user that the model runs on the
     CPU while the rewritten device choice next to it put it on neuron. Rewritten, it warns only where there is

@@ -137,6 +137,18 @@ def test_capability_gates_get_no_fix():
     assert all(f.fix is None and "CUDA-only" in f.message for f in got)
 
 
+def test_a_device_option_whose_choices_leave_out_neuron_gets_an_unsafe_default():
+    """ColossalAI's `choices=["cpu", "cuda"]`: a default of `neuron` would be refused on Trainium."""
+    source = (
+        "import argparse\np = argparse.ArgumentParser()\n"
+        'p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")\n'
+        'p.add_argument("--dev", choices=("cpu", "cuda", "neuron"), default="cuda")\n'
+    )
+    got = {f.line: f for f in findings(source, CODES)}
+    assert got[3].fix.safety == "unsafe" and "its `choices=` do not list `neuron`" in got[3].message
+    assert got[4].fix.safety == "safe" and "choices" not in got[4].message
+
+
 def test_unknown_type_owner_is_unsafe():
     """`node.type` may not be a device's (torch's RPC backend validates `d.type` against CUDA's device
     count): the fix is for review."""

@@ -21,10 +21,6 @@ _FORK_RNG = (
     "`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
     "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`"
 )
-_COMPARED = (
-    " (the name is compared, not used as a device here: without an accelerator it would become `cpu` and "
-    "match CPU entries)"
-)
 #: `torch.load(map_location=...)` rejects `cpu:N`: an index is kept only where there is an accelerator
 _MAP_LOCATION_CPU = '"cpu"'
 
@@ -210,6 +206,6 @@ class CudaDeviceString(Rule):
             (Replacement(node, text),),
             imports=("torch",),
             needs_name=needs_name,
-            safety="unsafe" if slot.compared else None,
+            safety="unsafe" if slot.review else None,
         )
-        self.report(node, message + (_COMPARED if slot.compared else ""), fix)
+        self.report(node, message + slot.review, fix)
