@@ -114,20 +114,6 @@ def inline_certain(text: str) -> str:
 _DEFAULT_LAYOUT = Layout()
 
 
-#: frameworks whose device code goes through their own accelerator abstraction, which has a backend per
-#: accelerator: the qualified name of its getter, and the calls a person writes with it instead
-ACCELERATOR_ABSTRACTIONS = {
-    "DeepSpeed": (
-        "deepspeed.accelerator.get_accelerator",
-        "`get_accelerator().current_device_name()`, `.device_name(i)`, `.communication_backend_name()`",
-    ),
-    "ColossalAI": (
-        "colossalai.accelerator.get_accelerator",
-        "`get_accelerator().get_current_device()`, `.synchronize()`, `.communication_backend`",
-    ),
-}
-
-
 @dataclass(frozen=True)
 class FixStyle:
     """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe
@@ -136,16 +122,15 @@ class FixStyle:
     project declares it, when that is where it came from). `include_generated`: fix files marked generated
     too (`generated.py`). `torchscript`: the scanned project guards code for TorchScript
     (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`).
-    `accelerator_abstraction`: the framework (of `ACCELERATOR_ABSTRACTIONS`) whose accelerator abstraction
-    the project writes its device code with (at least a quarter as many of its files import it as mention
-    CUDA: DeepSpeed and ColossalAI themselves, not transformers' one DeepSpeed integration module), which
-    its fixes should use (`settle`)."""
+    `deepspeed_accelerator`: the project writes device code with DeepSpeed's accelerator abstraction (at
+    least a quarter as many of its files import `deepspeed.accelerator` as mention CUDA: DeepSpeed itself,
+    not transformers' one integration module), which its fixes should use (`settle`)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
     include_generated: bool = False
     torchscript: bool = False
-    accelerator_abstraction: str = ""
+    deepspeed_accelerator: bool = False
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
@@ -157,5 +142,5 @@ class FixStyle:
     @property
     def cache_key(self) -> str:
         """What of the style changes a file's findings, for the scan cache."""
-        project = f"{int(self.torchscript)}{self.accelerator_abstraction}"
+        project = f"{int(self.torchscript)}{int(self.deepspeed_accelerator)}"
         return f"{self.line_length}:{self.target_torch}:{self.torch_floor}:{project}"

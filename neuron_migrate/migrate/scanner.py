@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from neuron_migrate import __version__
 from neuron_migrate.errors import UsageError
 from neuron_migrate.migrate.cache import ScanCache, content_hash
-from neuron_migrate.migrate.fixes import ACCELERATOR_ABSTRACTIONS, FixStyle
+from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import layout_for
 from neuron_migrate.migrate.sources import (
     Selection,
@@ -92,11 +92,8 @@ def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
 
 #: what a project writes where it guards code for TorchScript: its modules are meant to be scripted
 _SCRIPTING = b"jit.is_scripting("
-#: what a module writes where its device code goes through a framework's accelerator abstraction
-_OWN_ACCELERATOR_IMPORTS = {
-    framework: getter.rpartition(".")[0].encode() + b" import"  # `from deepspeed.accelerator import ...`
-    for framework, (getter, _) in ACCELERATOR_ABSTRACTIONS.items()
-}
+#: what a module writes where its device code goes through DeepSpeed's accelerator abstraction
+_DEEPSPEED_ACCELERATOR = b"deepspeed.accelerator import"
 
 
 def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[FileError]) -> list[Planned]:
@@ -109,22 +106,18 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     # first the content hashes, and what is true of the whole project (part of every key): one file in
     # memory at a time; a file the cache misses is read again below
     digests: list[str | SourceProblem | None] = []
-    scripts, device_code = False, 0
-    abstraction_users = dict.fromkeys(_OWN_ACCELERATOR_IMPORTS, 0)
+    scripts, deepspeed, device_code = False, 0, 0
     for source in sources:
         data = None if source.kind == "kernel" else read_bytes(source)
         digests.append(content_hash(data) if isinstance(data, bytes) else data)
         if isinstance(data, bytes):
             scripts = scripts or _SCRIPTING in data
-            for framework, spelled in _OWN_ACCELERATOR_IMPORTS.items():
-                abstraction_users[framework] += spelled in data
+            deepspeed += _DEEPSPEED_ACCELERATOR in data
             device_code += b"cuda" in data
-    # an abstraction is the project's own when a good share of its device code imports it (DeepSpeed's in 123
-    # of DeepSpeed's 98 files that mention CUDA, ColossalAI's in 69 of its 202), not when one integration
-    # module does (1 of transformers' 144)
-    users, framework = max((count, name) for name, count in abstraction_users.items())
-    own = framework if users > 0 and 4 * users >= device_code else ""
-    project = {"torchscript": scripts, "accelerator_abstraction": own}
+    # DeepSpeed's abstraction is the project's own when a good share of its device code imports it (123 of
+    # DeepSpeed's 98 files that mention CUDA), not when one integration module does (1 of transformers' 144)
+    own_deepspeed = deepspeed > 0 and 4 * deepspeed >= device_code
+    project = {"torchscript": scripts, "deepspeed_accelerator": own_deepspeed}
     for source, digest in zip(sources, digests, strict=True):
         item = Planned(source, replace(style_for(source, options), **project))
         planned.append(item)

@@ -4,7 +4,7 @@ In order, for every finding with a fix:
 
 1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`), or an install-time
    copy of the package's own repository (OpenMMLab's `.mim/`), is not fixed: the change belongs where it comes
-   from (a to-do); nor is a project that imports DeepSpeed's or ColossalAI's accelerator abstraction (`from
+   from (a to-do); nor is a project that imports DeepSpeed's accelerator abstraction (`from
    deepspeed.accelerator import get_accelerator`): its device code is written with it; code that only runs
    when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its CUDA calls: the fix is
    withdrawn (a note); so does a device that is only reached without an accelerator (`acc.type if acc is not
@@ -67,7 +67,7 @@ from neuron_migrate.migrate.cuda_ties import (
     vendor_list_left,
 )
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
-from neuron_migrate.migrate.fixes import ACCELERATOR_ABSTRACTIONS, FixStyle
+from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
 from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
@@ -166,7 +166,7 @@ def tie(pending, note: str) -> None:
 def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
-    own_api = _own_accelerator(ctx, style)
+    own_api = _deepspeed_accelerator(ctx, style)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
     # the notes their rule made (code that works everywhere as it is), not those a step below makes
     inherent_notes = [p for p in pendings if p.no_change]
@@ -174,7 +174,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
         if pending.fix is not None and vendored is not None:
             withdraw(pending, _COPY_FOLDERS[vendored].format(vendored))
         elif pending.fix is not None and own_api is not None:
-            withdraw(pending, own_api)
+            withdraw(pending, _DEEPSPEED_ACCELERATOR.format(own_api))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
@@ -248,26 +248,20 @@ _CPU_AND_CUDA = (
     "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
     "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
 )
-_OWN_ACCELERATOR = (
-    "the {who} {framework}'s accelerator abstraction (`get_accelerator()`), which names the device for each "
-    "accelerator {framework} supports: write this with it, as the rest of its device code is ({calls})"
+_DEEPSPEED_ACCELERATOR = (
+    "the {} DeepSpeed's accelerator abstraction (`get_accelerator()`), which names the device for each "
+    "accelerator DeepSpeed supports: write this with it, as the rest of its device code is "
+    "(`get_accelerator().current_device_name()`, `.device_name(i)`, `.communication_backend_name()`)"
 )
 
 
-def _own_accelerator(ctx, style: FixStyle) -> str | None:
-    """Why the module's device code goes through a framework's accelerator abstraction
-    (`ACCELERATOR_ABSTRACTIONS`), not `torch.accelerator`: the module imports it, or the project writes its
-    device code with it (`style.accelerator_abstraction`); None when neither holds."""
-    imported = set(ctx.scopes.module_table.values())
-    for framework, (getter, calls) in ACCELERATOR_ABSTRACTIONS.items():
-        if getter in imported:
-            return _OWN_ACCELERATOR.format(who="module imports", framework=framework, calls=calls)
-    if style.accelerator_abstraction:
-        _, calls = ACCELERATOR_ABSTRACTIONS[style.accelerator_abstraction]
-        return _OWN_ACCELERATOR.format(
-            who="project writes its device code with", framework=style.accelerator_abstraction, calls=calls
-        )
-    return None
+def _deepspeed_accelerator(ctx, style: FixStyle) -> str | None:
+    """Who uses DeepSpeed's `get_accelerator` (DeepSpeed itself, and projects built on it): the module, or
+    another module of the project, as text; None when neither does. Such device code goes through that
+    abstraction, not `torch.accelerator`."""
+    if "deepspeed.accelerator.get_accelerator" in ctx.scopes.module_table.values():
+        return "module imports"
+    return "project writes its device code with" if style.deepspeed_accelerator else None
 
 
 def _vendored_folder(path: str) -> str | None:
