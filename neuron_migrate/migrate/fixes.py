@@ -124,13 +124,16 @@ class FixStyle:
     (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`).
     `deepspeed_accelerator`: the project writes device code with DeepSpeed's accelerator abstraction (at
     least a quarter as many of its files import `deepspeed.accelerator` as mention CUDA: DeepSpeed itself,
-    not transformers' one integration module), which its fixes should use (`settle`)."""
+    not transformers' one integration module), which its fixes should use (`settle`). `stale_import`: for a
+    file that cannot be imported (`stale_imports.py`), the import that fails, the missing module it leads
+    to, and whether the import is that of an enclosing package: it is not fixed."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
     include_generated: bool = False
     torchscript: bool = False
     deepspeed_accelerator: bool = False
+    stale_import: tuple[str, str, bool] = ("", "", False)
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
@@ -142,5 +145,5 @@ class FixStyle:
     @property
     def cache_key(self) -> str:
         """What of the style changes a file's findings, for the scan cache."""
-        project = f"{int(self.torchscript)}{int(self.deepspeed_accelerator)}"
+        project = f"{int(self.torchscript)}{int(self.deepspeed_accelerator)}:{self.stale_import}"
         return f"{self.line_length}:{self.target_torch}:{self.torch_floor}:{project}"

@@ -29,6 +29,7 @@ from neuron_migrate.migrate.sources import (
     local_modules,
     read_bytes,
 )
+from neuron_migrate.migrate.stale_imports import StaleImports
 from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, torch_floor
 from neuron_migrate.model import FileError, Finding, ScanResult
 
@@ -106,11 +107,13 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     # first the content hashes, and what is true of the whole project (part of every key): one file in
     # memory at a time; a file the cache misses is read again below
     digests: list[str | SourceProblem | None] = []
+    imports = StaleImports()
     scripts, deepspeed, device_code = False, 0, 0
     for source in sources:
         data = None if source.kind == "kernel" else read_bytes(source)
         digests.append(content_hash(data) if isinstance(data, bytes) else data)
         if isinstance(data, bytes):
+            imports.read(source.path, data)
             scripts = scripts or _SCRIPTING in data
             deepspeed += _DEEPSPEED_ACCELERATOR in data
             device_code += b"cuda" in data
@@ -118,8 +121,10 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     # DeepSpeed's 98 files that mention CUDA), not when one integration module does (1 of transformers' 144)
     own_deepspeed = deepspeed > 0 and 4 * deepspeed >= device_code
     project = {"torchscript": scripts, "deepspeed_accelerator": own_deepspeed}
+    failing = imports.verdicts()
     for source, digest in zip(sources, digests, strict=True):
-        item = Planned(source, replace(style_for(source, options), **project))
+        stale = failing.get(source.path.absolute(), ("", "", False))
+        item = Planned(source, replace(style_for(source, options), **project, stale_import=stale))
         planned.append(item)
         if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
             item.findings = cache.get(source.rel, "kernel")

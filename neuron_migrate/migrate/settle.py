@@ -4,11 +4,12 @@ In order, for every finding with a fix:
 
 1. a vendored copy of another project (a file under `_vendor/`, `vendor/`, `third_party/`), or an install-time
    copy of the package's own repository (OpenMMLab's `.mim/`), is not fixed: the change belongs where it comes
-   from (a to-do); nor is a project that imports DeepSpeed's accelerator abstraction (`from
-   deepspeed.accelerator import get_accelerator`): its device code is written with it; code that only runs
-   when `torch.accelerator` itself is missing (an old-torch fallback branch) keeps its CUDA calls: the fix is
-   withdrawn (a note); so does a device that is only reached without an accelerator (`acc.type if acc is not
-   None else "cuda"`), where the idiom would always name the CPU;
+   from (a to-do); nor is a module that cannot be imported (it imports a module of its own package from a
+   package the project does not have: `stale_imports.py`); nor is a project that imports DeepSpeed's
+   accelerator abstraction (`from deepspeed.accelerator import get_accelerator`): its device code is written
+   with it; code that only runs when `torch.accelerator` itself is missing (an old-torch fallback branch)
+   keeps its CUDA calls: the fix is withdrawn (a note); so does a device that is only reached without an
+   accelerator (`acc.type if acc is not None else "cuda"`), where the idiom would always name the CPU;
 2. a fix that needs a newer torch than the project's `target-torch` is withdrawn, saying which version (held
    back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only runs on
    CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
@@ -69,6 +70,7 @@ from neuron_migrate.migrate.cuda_ties import (
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torch_floor import HELD_BACK
@@ -167,6 +169,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     pendings = ctx.pending
     vendored = _vendored_folder(ctx.path)
     own_api = _deepspeed_accelerator(ctx, style)
+    stale = _stale_import(ctx, style)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
     # the notes their rule made (code that works everywhere as it is), not those a step below makes
     inherent_notes = [p for p in pendings if p.no_change]
@@ -175,6 +178,8 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             withdraw(pending, _COPY_FOLDERS[vendored].format(vendored))
         elif pending.fix is not None and own_api is not None:
             withdraw(pending, _DEEPSPEED_ACCELERATOR.format(own_api))
+        elif pending.fix is not None and stale:
+            withdraw(pending, stale)
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
@@ -248,6 +253,10 @@ _CPU_AND_CUDA = (
     "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
     "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
 )
+_STALE_IMPORT = (
+    "the module imports {}, {}: it fails at import, so it is dead or stale code; port it where it is still "
+    "used"
+)
 _DEEPSPEED_ACCELERATOR = (
     "the {} DeepSpeed's accelerator abstraction (`get_accelerator()`), which names the device for each "
     "accelerator DeepSpeed supports: write this with it, as the rest of its device code is "
@@ -262,6 +271,36 @@ def _deepspeed_accelerator(ctx, style: FixStyle) -> str | None:
     if "deepspeed.accelerator.get_accelerator" in ctx.scopes.module_table.values():
         return "module imports"
     return "project writes its device code with" if style.deepspeed_accelerator else None
+
+
+def _stale_import(ctx, style: FixStyle) -> str:
+    """Why the module cannot be imported (`style.stale_import`; an import of its own confirmed at its top),
+    or ""."""
+    written, missing, package = style.stale_import
+    if not written or not (package or _imported_at_top(ctx.module, written)):
+        return ""
+    what = f"its package `{written}`" if package else f"`{written}`"
+    lacking = (
+        "which is not in the project"
+        if written == missing
+        else f"which needs `{missing}`, not in the project"
+    )
+    return _STALE_IMPORT.format(what, lacking)
+
+
+def _imported_at_top(module: cst.Module, written: str) -> bool:
+    """Whether a statement at the top of `module` imports the module `written` (as `StaleImports` read it)."""
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.ImportFrom):
+                dots = "." * len(small.relative)
+                if f"{dots}{dotted(small.module) if small.module is not None else ''}" == written:
+                    return True
+            elif isinstance(small, cst.Import) and any(dotted(a.name) == written for a in small.names):
+                return True
+    return False
 
 
 def _vendored_folder(path: str) -> str | None:
