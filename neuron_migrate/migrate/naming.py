@@ -231,16 +231,20 @@ class DeviceNames:
         kind = "type" if all(u.types_only for u in uses) else "device"
         name = self._fresh(scope, NAMES[kind])
         value = DEVICE_TYPE_EXPR if kind == "type" else DEVICE_EXPR
-        if kind == "device" and self._certain_at(statement, uses) and not any(_needs_type(u) for u in uses):
+        if kind == "device" and not any(_needs_type(u) for u in uses) and self._certain(statement, uses):
             value = CERTAIN_DEVICE_EXPR  # after `if not torch.accelerator.is_available(): return`: no CPU
         insertion = Insertion(statement, f"{name} = {value}")
         for use in uses:
             self._name(use, name, kind, insertion)
 
-    def _certain_at(self, statement: cst.CSTNode, uses: list[Use]) -> bool:
-        """Whether an accelerator is certain where `statement`, on the stack of one of `uses`, runs."""
+    def _certain(self, statement: cst.CSTNode, uses: list[Use]) -> bool:
+        """Whether the device never needs its CPU fallback: an accelerator is certain where `statement`, on
+        the stack of one of `uses`, runs, or wherever each use runs (a binding above a loop whose uses are all
+        under `if run_on_gpu:`, the flag of an availability check)."""
         stack = next((u.stack for u in uses if statement in u.stack), None)
-        return stack is not None and accelerator(self.ctx, stack[: stack.index(statement) + 1]) == "certain"
+        if stack is not None and accelerator(self.ctx, stack[: stack.index(statement) + 1]) == "certain":
+            return True
+        return all(accelerator(self.ctx, u.stack) == "certain" for u in uses)
 
     def _insertion_point(self, scope: cst.CSTNode, uses: list[Use]) -> cst.CSTNode | None:
         """The earliest statement needing the device, in the innermost line-holding block around every use

@@ -19,9 +19,10 @@ In order, for every finding with a fix:
    code TorchScript may compile (`torchscript.py`), makes a test's skip condition generic (`test_gates.py`),
    makes code generic that works with a library whose kernels are built for the CPU and CUDA only (k2,
    warp-transducer, `torch_sparse`, `pyg_lib`: `cuda_files`) or widens a check around `Tensor.pin_memory()`
-   (which raises on MPS), and so does a safe fix that makes code generic in a module that chooses by other
-   accelerators (`"mps"`, `is_torch_xpu_available()`; not a type listed with CUDA's or neuron's, and not for
-   code in a branch after theirs): that module keeps the devices apart, and its CUDA code is CUDA's part;
+   or a move of float64 data to the device (both raise on MPS), and so does a safe fix that makes code
+   generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
+   listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
+   apart, and its CUDA code is CUDA's part;
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
@@ -71,7 +72,7 @@ from neuron_migrate.migrate.device_neutral import flag_side, is_message, widenin
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.naming import DeviceNames
+from neuron_migrate.migrate.naming import DeviceNames, scope_of
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
@@ -137,8 +138,9 @@ def make_unsafe(pending, note: str) -> None:
 def _caution(ctx, pending, style: FixStyle) -> str | None:
     """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, makes a test's skip
     condition generic, writes what TorchScript cannot run into code it may compile, makes code generic that
-    works with a library whose kernels are the CPU's and CUDA's only, widens a check around pinning memory
-    (which MPS cannot do), or makes code generic in a module that keeps other accelerators apart."""
+    works with a library whose kernels are the CPU's and CUDA's only, widens a check around code MPS cannot
+    run (pinning memory, float64 data), or makes code generic in a module that keeps other accelerators
+    apart."""
     if _in_parameter_default(pending.stack):
         return _DEFAULT
     if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
@@ -147,8 +149,8 @@ def _caution(ctx, pending, style: FixStyle) -> str | None:
         return SCRIPTED.format(scope=scope)
     if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
         return _CPU_AND_CUDA.format(library=library)
-    if pending.fix.generalizes and (pinning := _pins_memory(ctx, pending)) is not None:
-        return _PINS_MEMORY.format(call=pinning)
+    if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
+        return cannot
     if (
         pending.fix.generalizes
         and (other := other_device_named(ctx)) is not None
@@ -244,11 +246,17 @@ def _too_new(version: str, style: FixStyle) -> str:
     return f"the fix needs torch >= {version}; raise `target-torch` to apply it"
 
 
-_PINS_MEMORY = (
-    "the code it guards pins host memory (`{call}`), which raises on MPS (torch's DataLoader turns pinning "
-    "off there): made generic, the check sends Apple hosts into it; keep MPS out "
-    '(`acc is not None and acc.type != "mps"`, `acc` the current accelerator) or check'
+_MPS_CANNOT = (
+    "the code it guards {what} (`{call}`), which raises on MPS ({why}): made generic, the check sends Apple "
+    'hosts into it; keep MPS out (`acc is not None and acc.type != "mps"`, `acc` the current accelerator) or '
+    "check"
 )
+_FLOAT64 = ("torch.float64", "torch.double")
+#: what MPS cannot do: (what the guarded code does, why it fails there)
+_MPS_CANNOT_WHAT = {
+    "pin_memory": ("pins host memory", "torch's DataLoader turns pinning off there"),
+    "float64": ("moves float64 data to the device", "it has no float64"),
+}
 _CPU_AND_CUDA = (
     "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
     "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
@@ -515,17 +523,49 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     return None
 
 
-def _pins_memory(ctx, pending) -> str | None:
-    """The first `.pin_memory()` call in the code an availability check guards (also through the flag it is
-    assigned to: torchani's `pin_memory = torch.cuda.is_available()` then `if pin_memory:
-    ds.pin_memory()`), as text. `DataLoader(pin_memory=...)` is no such call: the loader skips MPS itself."""
+def _mps_cannot(ctx, pending) -> str | None:
+    """Why MPS cannot run the code an availability check guards, made generic with `torch.accelerator`
+    (also through the flag it is assigned to), or None: it pins host memory (torchani's `pin_memory =
+    torch.cuda.is_available()` then `if pin_memory: ds.pin_memory()`; `DataLoader(pin_memory=...)` is no such
+    call: the loader skips MPS itself), or moves a float64 value to the device (fairseq's `ratios =
+    torch.DoubleTensor(ratios)`, then `ratios.cuda()`)."""
     if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
         return None  # `in ("cuda", "neuron")` lets no MPS in
+    scope = scope_of(pending.stack)
     for node in (*pending.region, *flag_side(ctx, pending)):
         for call in find(node, cst.Call):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "pin_memory":
-                return ctx.excerpt(call, 40)
+            if not isinstance(call.func, cst.Attribute):
+                continue
+            method = call.func.attr.value
+            if method == "pin_memory":
+                what, why = _MPS_CANNOT_WHAT["pin_memory"]
+            elif method in ("cuda", "to") and _float64(ctx, call.func.value, scope):
+                what, why = _MPS_CANNOT_WHAT["float64"]
+            else:
+                continue
+            return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
     return None
+
+
+def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode, follow: bool = True) -> bool:
+    """Whether `value` is made float64 (`torch.DoubleTensor(...)`, `x.double()`, `x.to(torch.float64)`,
+    `dtype=torch.float64`), or is a name every assignment of which in `scope` is (a parameter it replaces
+    does not count: `x = x.double()`)."""
+    if isinstance(value, cst.Name) and follow:
+        bound = [b for b in ctx.bindings.in_scope(value.value, scope) if b.kind != "param"]
+        return bool(bound) and all(
+            b.value is not None and _float64(ctx, b.value, scope, follow=False) for b in bound
+        )
+    if not isinstance(value, cst.Call):
+        return False
+    method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
+    if method in ("DoubleTensor", "double"):
+        return True
+    return any(
+        ((arg.keyword is None and method in ("to", "type")) or (arg.keyword and arg.keyword.value == "dtype"))
+        and dotted(arg.value) in _FLOAT64
+        for arg in value.args
+    )
 
 
 def _guards_only_notes(ctx, check, notes: list) -> str | None:

@@ -1551,6 +1551,28 @@ def test_a_check_around_pinning_memory_gets_an_unsafe_fix():
     assert "pins host memory (`ds.pin_memory()`), which raises on MPS" in pinned.message
 
 
+@pytest.mark.parametrize(
+    ("moved", "mps_cannot"),
+    [
+        ("ratios.cuda()", True),  # fairseq: `ratios = torch.DoubleTensor(ratios)` above
+        ("torch.ones(2, dtype=torch.float64).cuda()", True),
+        ("weights.double().to('cuda')", True),
+        ("weights.cuda()", False),
+        ("weights.to('cuda')", False),
+    ],
+)
+def test_a_check_around_moving_float64_data_to_the_device_is_not_safe(moved, mps_cannot):
+    """MPS has no float64: a check made generic around a move of float64 data sends Apple hosts into an
+    error where the CPU branch used to run."""
+    source = (
+        "import torch\n\n\ndef sync(ratios, weights):\n    ratios = torch.DoubleTensor(ratios)\n"
+        f"    if torch.cuda.is_available():\n        return {moved}\n    return ratios\n"
+    )
+    check = next(f for f in findings(source) if f.code == "NM106")
+    assert ("moves float64 data to the device" in check.message) is mps_cannot
+    assert (check.fix is not None and check.fix.safety == "safe") is not mps_cannot
+
+
 def test_an_attribute_flag_guards_its_tests_in_every_method():
     """torchrl's `_rng_decorator`: `self.has_cuda = torch.cuda.is_available()` in `__init__`, tested in
     `_get_state`; a plain name's tests are its own function's, an attribute's are every method's."""
