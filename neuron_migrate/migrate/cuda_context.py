@@ -761,8 +761,18 @@ def _other_device_call(function: cst.FunctionDef, chain: cst.If | None) -> str |
 
 
 def _cuda_named_arguments(call: cst.Call, cue: re.Pattern) -> list[str]:
-    """The variable names among `call`'s arguments that mention CUDA (`cuda_rng_state`)."""
-    return [a.value.value for a in call.args if isinstance(a.value, cst.Name) and cue.search(a.value.value)]
+    """The names among `call`'s arguments that mention CUDA: a variable (`cuda_rng_state`), or the key a
+    subscript reads (`state["cuda_rng_state"]`: the state a CUDA check elsewhere stores)."""
+    found = []
+    for arg in call.args:
+        value = arg.value
+        if isinstance(value, cst.Subscript) and len(value.slice) == 1:
+            name = _identifier(value.slice[0].slice)
+        else:
+            name = value.value if isinstance(value, cst.Name) else None
+        if name is not None and cue.search(name):
+            found.append(name)
+    return found
 
 
 def _outermost_if(stack, start: int) -> cst.If | None:

@@ -238,6 +238,18 @@ def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
     assert "it takes a value CUDA-only code gives (`state = torch.cuda.get_rng_state()`)" in setter.message
 
 
+def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
+    """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
+    another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
+    source = (
+        "import torch\n\n\ndef get_rng_state():\n    state = {}\n    if torch.cuda.is_available():\n"
+        '        state["cuda_rng_state"] = torch.cuda.get_rng_state()\n    return state\n\n\n'
+        "def set_rng_state(state):\n    if torch.cuda.is_available():\n"
+        '        torch.cuda.set_rng_state(state["cuda_rng_state"])\n'
+    )
+    assert fixed(source) == source
+
+
 _MAKER = (
     "import torch\n_streams = {}\ndef _side_stream(priority=0):\n    if priority not in _streams:\n"
     "        _streams[priority] = torch.cuda.Stream(priority=priority)\n    return _streams[priority]\n"

@@ -167,9 +167,11 @@ class CudaAmpGradScaler(QualifiedNameRule):
 
     Fix safety
     Safe: on CUDA the scaler is the same; without an accelerator it stays disabled (scale 1, `step` just
-    steps), as the CUDA scaler was, because `torch.amp.GradScaler("cpu")` would be enabled. A use that is
-    not a call, or a call with `*args`/`**kwargs`, becomes `torch.amp.GradScaler` (the base class, whose
-    default device is 'cuda'): NM205 then asks for the device.
+    steps), as the CUDA scaler was, because `torch.amp.GradScaler("cpu")` would be enabled. A call with
+    `**kwargs`, or a class `isinstance` tests against, becomes `torch.amp.GradScaler` (the base class, whose
+    default device is 'cuda'): NM205 then asks for the device. Other uses get no fix: `torch.amp.GradScaler`
+    takes the device first, so a subclass, an alias called later or a call with `*args` would pass the
+    initial scale as the device.
     """
 
     code = "NM202"
@@ -211,6 +213,11 @@ class CudaAmpGradScaler(QualifiedNameRule):
             "import torch\ndef train(scaler: torch.cuda.amp.GradScaler):\n"
             "    assert isinstance(scaler, torch.amp.GradScaler)\n",
         ),
+        Invalid(  # fairscale: `GradScaler(1024.0)` would pass the scale as the device
+            "from torch.cuda.amp import GradScaler as TorchGradScaler\n"
+            "class GradScaler(TorchGradScaler):\n    pass\nscaler = TorchGradScaler(*args)\n",
+            count=2,
+        ),
         Invalid(
             "from torch.cuda import amp\nscaler = amp.GradScaler(enabled=not args.fp32)\n",
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
@@ -223,6 +230,13 @@ class CudaAmpGradScaler(QualifiedNameRule):
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         bound = bind_arguments(call, self.PARAMS) if call is not None else None
         if bound is None:
+            # `torch.amp.GradScaler` takes the device first: a positional argument (`*args`), a subclass or
+            # an alias called later (fairscale's `class GradScaler(TorchGradScaler)`, `GradScaler(1024.0)`)
+            # would pass the initial scale as the device; only a class test keeps its meaning
+            if call is not None and any(arg.star == "*" for arg in call.args):
+                return None
+            if call is None and not _class_test(self.ctx):
+                return None
             return FixSpec(
                 f"Replace `{name}` with `torch.amp.GradScaler`",
                 (Replacement(node, "torch.amp.GradScaler"),),
@@ -328,3 +342,13 @@ class CudaAmpCustomFwd(QualifiedNameRule):
         if arg.keyword is not None:
             return f"{arg.keyword.value}={value}"
         return f"{arg.star}{value}"
+
+
+def _class_test(ctx) -> bool:
+    """Whether the visited name is a class `isinstance` / `issubclass` tests against (alone or in a tuple)."""
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, cst.Call):
+            return isinstance(node.func, cst.Name) and node.func.value in ("isinstance", "issubclass")
+        if not isinstance(node, (cst.Arg, cst.Tuple, cst.Element)):
+            return False
+    return False
