@@ -394,12 +394,15 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
+    # the named function around a lambda too (mmpose's `def cuda(self): ... lambda x: x.cuda()`; Dynamo's
+    # cleanup hook `lambda: torch.cuda.set_device(prev)`)
+    named = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)
+    if named is not None and cuda_named(named.name.value):
+        return CudaOnly(
+            f"it is in `{named.name.value}`, which is about CUDA by its name: leave it, or rename the "
+            "function and port it by hand"
+        )
     if function is not None:
-        if cuda_named(function.name.value):
-            return CudaOnly(
-                f"it is in `{function.name.value}`, which is about CUDA by its name: leave it, or rename the "
-                "function and port it by hand"
-            )
         if (library := _library_around(mentions, stack)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
         if (query := mentions.nvidia_query(function)) is not None:
@@ -429,8 +432,6 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(
             f"it is registered as the handler of a CUDA function (`@{handled}`): no change needed"
         )
-    # the named function around a lambda too (Dynamo's cleanup hook `lambda: torch.cuda.set_device(prev)`)
-    named = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)
     if named is not None and (gate := mentions.callers_gate(named)) is not None:
         return CudaOnly(f"only code that runs with CUDA calls its function (`@{gate}`): no change needed")
     ctx = mentions.ctx

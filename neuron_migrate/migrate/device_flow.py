@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
@@ -228,11 +228,22 @@ def _choices_without_neuron(option: cst.Call) -> str:
     """For an option whose `choices=` lists CUDA's device type but not neuron's (ColossalAI's `choices=["cpu",
     "cuda"]`), why its default may not become the accelerator's type; else ""."""
     choices = keyword(option, "choices")
-    if choices is not None and isinstance(choices.value, (cst.List, cst.Tuple)):
-        values = {string_value(element.value) for element in choices.value.elements}
-        if "cuda" in values and "neuron" not in values:
-            return " (its `choices=` do not list `neuron`: add it there, or argparse refuses it on Trainium)"
+    if choices is not None and _lists_cuda_not_neuron(choices.value):
+        return " (its `choices=` do not list `neuron`: add it there, or argparse refuses it on Trainium)"
     return ""
+
+
+def _lists_cuda_not_neuron(node: cst.BaseExpression) -> bool:
+    """Whether `node` is a list or tuple of strings, or a `Literal[...]` of them, that has "cuda", not
+    "neuron"."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        values = {string_value(element.value) for element in node.elements}
+    elif isinstance(node, cst.Subscript) and (dotted(node.value) or "").split(".")[-1] == "Literal":
+        indexes = [element.slice for element in node.slice]
+        values = {string_value(index.value) for index in indexes if isinstance(index, cst.Index)}
+    else:
+        return False
+    return "cuda" in values and "neuron" not in values
 
 
 def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
@@ -306,7 +317,11 @@ def value_slot(ctx, indexed: bool) -> Slot | None:
         )
     if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
         targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-        return _named_slot([key_of(t) for t in targets], ctx, indexed)
+        slot = _named_slot([key_of(t) for t in targets], ctx, indexed)
+        annotation = parent.annotation.annotation if isinstance(parent, cst.AnnAssign) else None
+        if slot and annotation and _lists_cuda_not_neuron(annotation):  # `Literal["cpu", "cuda"] = "cuda"`
+            slot = replace(slot, review=" (its type does not list `neuron`: add it there too)")
+        return slot
     if isinstance(parent, cst.Element) and isinstance(grand, cst.Tuple) and index > 2:
         assign = stack[index - 3]
         if isinstance(assign, cst.Assign) and assign.value is grand and len(assign.targets) == 1:

@@ -73,6 +73,8 @@ def test_a_check_around_cuda_only_code_stays_cuda(source, stays):
         "import torch\nclass M(torch.nn.Module):\n    def cuda(self, *args, **kwargs):\n"
         "        return super().cuda(*args, **kwargs)\n",
         "import torch\ndef is_torch_cuda_available():\n    return torch.cuda.is_available()\n",
+        # mmpose's data container: its `cuda()` is its API, also through a lambda in it
+        "import torch\nclass Data:\n    def cuda(self):\n        return self._convert(lambda x: x.cuda())\n",
         # behind a test about CUDA that no rule rewrites
         "import torch\nif len(torch.cuda.default_generators) > 0:\n    i = torch.cuda.current_device()\n",
         "import torch\nif is_torch_cuda_available():\n    device = torch.device('cuda:0')\n",

@@ -137,16 +137,21 @@ def test_capability_gates_get_no_fix():
     assert all(f.fix is None and "CUDA-only" in f.message for f in got)
 
 
-def test_a_device_option_whose_choices_leave_out_neuron_gets_an_unsafe_default():
-    """ColossalAI's `choices=["cpu", "cuda"]`: a default of `neuron` would be refused on Trainium."""
+def test_a_device_setting_whose_choices_leave_out_neuron_gets_an_unsafe_default():
+    """ColossalAI's `choices=["cpu", "cuda"]`, nerfstudio's `Literal["cpu", "cuda", "mps"]`: a default of
+    `neuron` would be refused on Trainium, or break the type."""
     source = (
-        "import argparse\np = argparse.ArgumentParser()\n"
+        "import argparse\nfrom typing import Literal\np = argparse.ArgumentParser()\n"
         'p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")\n'
         'p.add_argument("--dev", choices=("cpu", "cuda", "neuron"), default="cuda")\n'
+        'class Config:\n    device_type: Literal["cpu", "cuda", "mps"] = "cuda"\n'
+        '    other_device: Literal["cpu", "cuda", "neuron"] = "cuda"\n'
     )
     got = {f.line: f for f in findings(source, CODES)}
-    assert got[3].fix.safety == "unsafe" and "its `choices=` do not list `neuron`" in got[3].message
-    assert got[4].fix.safety == "safe" and "choices" not in got[4].message
+    assert got[4].fix.safety == "unsafe" and "its `choices=` do not list `neuron`" in got[4].message
+    assert got[5].fix.safety == "safe" and "choices" not in got[5].message
+    assert got[7].fix.safety == "unsafe" and "its type does not list `neuron`" in got[7].message
+    assert got[8].fix.safety == "safe" and "its type" not in got[8].message
 
 
 def test_unknown_type_owner_is_unsafe():

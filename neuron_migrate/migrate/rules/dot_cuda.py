@@ -39,6 +39,8 @@ class DotCuda(Rule):
     `torch.device(type, index)`, and `cpu:N` is a valid placement. Other keywords (`non_blocking`,
     `memory_format`) are kept. Unsafe when the argument's name does not say it is an index: a device
     variable becomes `.to(device)` (wrong if it holds an int), anything else `torch.device(type, value)`.
+    The storage a `torch.load(map_location=lambda storage, loc: ...)` lambda receives gets `.to(device=...)`:
+    `UntypedStorage.to()` takes the device as a keyword only.
     """
 
     code = "NM103"
@@ -71,6 +73,14 @@ class DotCuda(Rule):
             "    return model, [t.to(device=torch.device(device_type, 0)) for t in batch]\n",
             count=2,
         ),
+        Invalid(  # basicsr: a storage's `to()` takes the device as a keyword only
+            "import io\nimport torch\nf = io.BytesIO()\ntorch.save(torch.ones(2), f)\nf.seek(0)\n"
+            "x = torch.load(f, map_location=lambda s, loc: s.cuda(0))\n",
+            "import io\nimport torch\nf = io.BytesIO()\ntorch.save(torch.ones(2), f)\nf.seek(0)\n"
+            "device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n'
+            "x = torch.load(f, map_location=lambda s, loc: s.to(device=torch.device(device_type, 0)))\n",
+        ),
         Invalid(  # the class's own `cuda`, called from its own `to`
             "class Index:\n    def cuda(self):\n        return self\n\n"
             "    def to(self, device):\n        return self.cuda()\n",
@@ -100,6 +110,7 @@ class DotCuda(Rule):
             return  # torch.Tensor.cuda(x) (unbound, rare); tvm.cuda(0), a module's own function
 
         own = self._own_method(func.value)
+        storage = self._map_location_storage(func.value)
 
         def decide() -> None:
             if own is not None:
@@ -113,7 +124,7 @@ class DotCuda(Rule):
             if any(arg.star for arg in node.args):  # `.cuda(*args)`: a device index may be in there
                 self.report(node, self.message + "; its arguments are unpacked: pass the device by hand")
                 return
-            fix, note = self._fix(node, func)
+            fix, note = self._fix(node, func, keyword_only=storage)
             self.report(node, self.message + note, fix)
 
         self.ctx.defer(decide)  # whether a name holds a device can be decided further down the file
@@ -134,17 +145,36 @@ class DotCuda(Rule):
         head = key.split(".")[0] if key else None
         return head is not None and self.ctx.scopes.imports(head)
 
-    def _fix(self, call: cst.Call, func: cst.Attribute) -> tuple[FixSpec, str]:
-        """The fix, and what a person must check when it is unsafe."""
+    def _map_location_storage(self, receiver: cst.BaseExpression) -> bool:
+        """Whether `receiver` is the storage a `torch.load(map_location=lambda storage, loc: ...)` lambda
+        receives: `UntypedStorage.to()` takes the device as a keyword only."""
+        lambdas = [node for node in self.ctx.stack if isinstance(node, cst.Lambda)]
+        if not lambdas or not isinstance(receiver, cst.Name):
+            return False
+        innermost = lambdas[-1]
+        params = innermost.params.params
+        at = self.ctx.stack.index(innermost)
+        holder = self.ctx.stack[at - 1] if at > 0 else None
+        return (
+            bool(params)
+            and params[0].name.value == receiver.value
+            and isinstance(holder, cst.Arg)
+            and holder.keyword is not None
+            and holder.keyword.value == "map_location"
+        )
+
+    def _fix(self, call: cst.Call, func: cst.Attribute, keyword_only: bool = False) -> tuple[FixSpec, str]:
+        """The fix, and what a person must check when it is unsafe. `keyword_only`: the device goes in as
+        `device=` (a storage's `to()`)."""
         arg = positional(call, 0) or keyword(call, "device")
         edits = [Replacement(func.attr, "to")]
         unsafe, note = False, ""
         if arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
             if arg is None:
-                text = DEVICE + (", " if call.args else "")
+                text = ("device=" if keyword_only else "") + DEVICE + (", " if call.args else "")
                 edits.append(Replacement(call.whitespace_before_args, text))
             else:
-                edits.append(Replacement(arg, _keep_keyword(arg, DEVICE)))
+                edits.append(Replacement(arg, _keep_keyword(arg, DEVICE, keyword_only)))
             title = "Replace `.cuda()` with `.to()` the current accelerator"
         else:
             key = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
@@ -157,10 +187,10 @@ class DotCuda(Rule):
             else:
                 text, unsafe = f"torch.device({DEVICE_TYPE}, {index})", True
                 note = f"; check that `{index}` is a device index"
-            edits.append(Replacement(arg, _keep_keyword(arg, text)))
+            edits.append(Replacement(arg, _keep_keyword(arg, text, keyword_only)))
             title = f"Replace `.cuda({index})` with `.to()` the current accelerator"
         return FixSpec(title, tuple(edits), imports=("torch",), safety="unsafe" if unsafe else None), note
 
 
-def _keep_keyword(arg: cst.Arg, text: str) -> str:
-    return f"device={text}" if arg.keyword is not None else text
+def _keep_keyword(arg: cst.Arg, text: str, keyword_only: bool = False) -> str:
+    return f"device={text}" if arg.keyword is not None or keyword_only else text
