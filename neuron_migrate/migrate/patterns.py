@@ -68,8 +68,13 @@ class QualifiedNameRule(Rule):
             self.use(node, matched)
 
     def use(self, node: cst.Name | cst.Attribute, name: str) -> None:
-        """A reference to `name` (a key of NAMES) at `node`, found by the analyzer's shared name index."""
+        """A reference to `name` (a key of NAMES) at `node`, found by the analyzer's shared name index; not a
+        plain name an assignment rebinds (espnet's `GradScaler = None` for an old torch), unlike an
+        attribute it sets (`torch.backends.cudnn.benchmark = True`)."""
         parent = self.ctx.parent
+        targets = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)
+        if isinstance(node, cst.Name) and isinstance(parent, targets) and parent.target is node:
+            return
         call = parent if isinstance(parent, cst.Call) and parent.func is node else None
         self.on_use(node, call, name)
 

@@ -192,6 +192,8 @@ class CudaAmpGradScaler(QualifiedNameRule):
     VALID = (
         "import torch\nscaler = torch.amp.GradScaler('cuda')\n",
         "from torch.amp import GradScaler\nscaler = GradScaler('cpu', enabled=False)\n",
+        # espnet's fallback for an old torch rebinds the name: no use of the CUDA scaler
+        "try:\n    from torch.cuda.amp import GradScaler\nexcept ImportError:\n    GradScaler = None\n",
     )
     INVALID = (
         Invalid(
