@@ -262,8 +262,8 @@ _CPU_AND_CUDA = (
     "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
 )
 _STALE_IMPORT = (
-    "the module imports {}, {}: it fails at import, so it is dead or stale code; port it where it is still "
-    "used"
+    "the module imports {}, {}: it fails at import, so it is dead or stale code (port it where it is still "
+    "used), unless the build writes that module (build first, then rerun)"
 )
 _DEEPSPEED_ACCELERATOR = (
     "the {} DeepSpeed's accelerator abstraction (`get_accelerator()`), which names the device for each "
