@@ -114,8 +114,10 @@ def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:
     return blocks
 
 
-#: extension libraries whose kernels are built for the CPU and CUDA only: a tensor moved to another device
-#: fails in them (k2's FSAs and RNN-T losses, warp-transducer, PyTorch Geometric's sparse and scatter kernels)
+#: extension libraries (or their kernel packages) whose kernels are built for the CPU and CUDA only: a tensor
+#: or device name moved to another device fails in them (k2's FSAs and RNN-T losses, warp-transducer, PyTorch
+#: Geometric's sparse and scatter kernels, OpenMMLab's `mmcv.ops` (CPU, CUDA and vendors' NPU/MLU kernels: no
+#: neuron), CTranslate2 and faster-whisper, whose `device=` takes "cpu" or "cuda")
 CPU_AND_CUDA_LIBRARIES = frozenset(
     {
         "k2",
@@ -126,6 +128,9 @@ CPU_AND_CUDA_LIBRARIES = frozenset(
         "torch_cluster",
         "torch_spline_conv",
         "pyg_lib",
+        "mmcv.ops",
+        "ctranslate2",
+        "faster_whisper",
     }
 )
 
@@ -137,7 +142,16 @@ def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     for function in (node for node in stack if isinstance(node, cst.FunctionDef)):
         for statement in find(function.body, (cst.Import, cst.ImportFrom)):
             imported.extend(qualified for _, qualified in import_bindings(statement))
-    return next((top for name in imported if (top := name.split(".")[0]) in CPU_AND_CUDA_LIBRARIES), None)
+    return next((library for name in imported if (library := _cpu_and_cuda(name)) is not None), None)
+
+
+def _cpu_and_cuda(qualified: str) -> str | None:
+    """The entry of `CPU_AND_CUDA_LIBRARIES` that `qualified` (an imported name) is, or is inside."""
+    parts = qualified.split(".")
+    return next(
+        (name for i in range(1, len(parts) + 1) if (name := ".".join(parts[:i])) in CPU_AND_CUDA_LIBRARIES),
+        None,
+    )
 
 
 #: the dispatch key (last argument) of a kernel registration: `torch.library.impl(lib, "op", "CUDA")`,

@@ -102,6 +102,35 @@ def test_code_that_works_with_a_cpu_and_cuda_only_library_gets_an_unsafe_fix(sou
     assert all("whose kernels run on the CPU and CUDA only" in f.message for f in generic)
 
 
+@pytest.mark.parametrize(
+    ("source", "library"),
+    [
+        # mmrotate's DOTA merge: mmcv's rotated NMS has CPU and CUDA kernels (and vendors'), none for neuron
+        (
+            "import torch\nfrom mmcv.ops import nms_rotated\n\n\ndef merge(dets):\n"
+            "    if torch.cuda.is_available():\n        dets = dets.cuda()\n"
+            "    return nms_rotated(dets, 0.1)\n",
+            "mmcv.ops",
+        ),
+        # whisperx: faster-whisper's (CTranslate2's) `device=` takes "cpu" or "cuda"
+        (
+            "import torch\nfrom faster_whisper import WhisperModel\n\n\ndef load(name):\n"
+            "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+            "    return WhisperModel(name, device=device)\n",
+            "faster_whisper",
+        ),
+    ],
+)
+def test_a_device_choice_beside_a_cpu_and_cuda_only_library_is_left_for_a_person(source, library):
+    assert fixed(source) == source
+    assert any(
+        f"works with `{library}`, whose kernels run on the CPU and CUDA only" in f.message
+        for f in findings(source)
+    )
+    # only mmcv's kernels count, not its other modules
+    assert ".to(" in fixed("import mmcv\nimport torch\nx = torch.ones(2).cuda()\n")
+
+
 def test_a_function_beside_one_that_imports_k2_keeps_its_safe_fix():
     source = (
         "import torch\n\n\ndef loss(x):\n    import k2\n    return k2.rnnt_loss(x.cuda())\n\n\n"
