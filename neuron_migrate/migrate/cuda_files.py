@@ -137,12 +137,25 @@ CPU_AND_CUDA_LIBRARIES = frozenset(
 
 def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     """The CPU-and-CUDA-only library (`CPU_AND_CUDA_LIBRARIES`) the code at the end of `stack` works with:
-    one the module imports at its top, or a function around the code imports in its body."""
-    imported = list(ctx.scopes.module_table.values())
-    for function in (node for node in stack if isinstance(node, cst.FunctionDef)):
+    one a function around the code imports in its body, or one the module imports at its top that the
+    code's (outermost) function uses, or any such import for module-level code. mmdet's random sampler
+    keeps its fix beside the NMS sampler of the same module that calls `mmcv.ops`."""
+    functions = [node for node in stack if isinstance(node, cst.FunctionDef)]
+    for function in functions:
         for statement in find(function.body, (cst.Import, cst.ImportFrom)):
-            imported.extend(qualified for _, qualified in import_bindings(statement))
-    return next((library for name in imported if (library := _cpu_and_cuda(name)) is not None), None)
+            for _, qualified in import_bindings(statement):
+                if (library := _cpu_and_cuda(qualified)) is not None:
+                    return library
+    bound = {
+        local: library
+        for local, qualified in ctx.scopes.module_table.items()
+        if (library := _cpu_and_cuda(qualified)) is not None
+    }
+    if not bound:
+        return None
+    if not functions:
+        return next(iter(bound.values()))
+    return next((bound[name.value] for name in find(functions[0], cst.Name) if name.value in bound), None)
 
 
 def _cpu_and_cuda(qualified: str) -> str | None:

@@ -140,6 +140,17 @@ def test_a_function_beside_one_that_imports_k2_keeps_its_safe_fix():
     assert safety == {6: "unsafe", 10: "safe"}
 
 
+def test_a_function_that_does_not_use_the_library_its_module_imports_keeps_its_safe_fix():
+    """mmdet's samplers: the NMS sampler calls `mmcv.ops`, the random sampler of the same module does not."""
+    source = (
+        "import torch\nfrom mmcv.ops import nms_match\n\n\ndef nms(dets):\n"
+        "    return nms_match(dets.cuda(), 0.5)\n\n\ndef sample(gallery):\n"
+        "    return torch.tensor(gallery, device=torch.cuda.current_device())\n"
+    )
+    safety = {f.line: f.fix.safety for f in findings(source) if f.fix is not None}
+    assert safety == {6: "unsafe", 10: "safe"}, safety
+
+
 def test_a_project_that_uses_deepspeeds_accelerator_keeps_every_module_for_it(tmp_path, run_cli):
     """DeepSpeed's `nvme/torch_io.py` does not import `get_accelerator`, but its siblings name devices with
     it: the project's device code goes through that abstraction, and the scan cache keys on the fact."""
