@@ -23,6 +23,7 @@ the integration of a CUDA-only library.
 from __future__ import annotations
 
 import re
+import weakref
 
 import libcst as cst
 
@@ -138,8 +139,9 @@ CPU_AND_CUDA_LIBRARIES = frozenset(
 def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     """The CPU-and-CUDA-only library (`CPU_AND_CUDA_LIBRARIES`) the code at the end of `stack` works with:
     one a function around the code imports in its body, or one the module imports at its top that the
-    code's (outermost) function uses, or any such import for module-level code. mmdet's random sampler
-    keeps its fix beside the NMS sampler of the same module that calls `mmcv.ops`."""
+    code's (outermost) function uses, itself or through the module's own functions and classes that do
+    (espnet's k2 `inference()` builds the module's `Speech2Text`), or any such import for module-level code.
+    mmdet's random sampler keeps its fix beside the NMS sampler of the same module that calls `mmcv.ops`."""
     functions = [node for node in stack if isinstance(node, cst.FunctionDef)]
     for function in functions:
         for statement in find(function.body, (cst.Import, cst.ImportFrom)):
@@ -155,7 +157,34 @@ def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
         return None
     if not functions:
         return next(iter(bound.values()))
-    return next((bound[name.value] for name in find(functions[0], cst.Name) if name.value in bound), None)
+    names = sorted({name.value for name in find(functions[0], cst.Name)})
+    if (direct := next((bound[name] for name in names if name in bound), None)) is not None:
+        return direct
+    users = _USERS.get(ctx)
+    if users is None:
+        users = _USERS[ctx] = _library_users(ctx.module, bound)
+    return next((users[name] for name in names if name in users), None)
+
+
+#: per file context, its `_library_users` (computed on first need)
+_USERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _library_users(module: cst.Module, bound: dict[str, str]) -> dict[str, str]:
+    """The module's top-level functions and classes that use a library of `bound` (a local name -> the
+    library), directly or through one another, with the library they reach."""
+    definitions = [s for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    uses = {d.name.value: sorted({n.value for n in find(d, cst.Name)}) for d in definitions}
+    users: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, used in uses.items():
+            reached = next((bound.get(n) or users[n] for n in used if n in bound or n in users), None)
+            if name not in users and reached is not None:
+                users[name] = reached
+                changed = True
+    return users
 
 
 def _cpu_and_cuda(qualified: str) -> str | None:

@@ -149,6 +149,13 @@ def test_a_function_that_does_not_use_the_library_its_module_imports_keeps_its_s
     )
     safety = {f.line: f.fix.safety for f in findings(source) if f.fix is not None}
     assert safety == {6: "unsafe", 10: "safe"}, safety
+    # espnet's k2 `inference()` hands its device to the module's own class, which calls k2
+    source = (
+        "import k2\nimport torch\n\n\nclass Speech2Text:\n    def __init__(self, device):\n"
+        "        self.graph = k2.Fsa.from_str('').to(device)\n\n\ndef inference(ngpu):\n"
+        "    device = 'cuda' if ngpu > 0 else 'cpu'\n    return Speech2Text(device)\n"
+    )
+    assert [f.fix.safety for f in findings(source) if f.fix is not None] == ["unsafe"]
 
 
 def test_a_project_that_uses_deepspeeds_accelerator_keeps_every_module_for_it(tmp_path, run_cli):
