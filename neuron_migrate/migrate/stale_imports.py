@@ -5,7 +5,7 @@ ColossalAI kept `legacy/inference/` after the code it imports moved away: `pipel
 imports `colossalai.inference.engine.microbatch_manager`, and `colossalai/inference/engine/` is gone; the
 engine of `legacy/inference/hybridengine/` imports that module, the package's `__init__.py` imports the
 engine, and every module of the package runs that `__init__.py` first. So they all fail at import, and so
-would any fix in them (review 21's maintainers rejected 36 hunks there as dead code).
+would any fix in them (review 21's maintainers rejected the hunks there as dead code).
 
 Only a missing *package* counts (a component of the module path other than the last), and not a private one:
 a missing last component may be a file the build writes (setuptools-scm's `_version.py`), a private one a
