@@ -70,7 +70,7 @@ from neuron_migrate.migrate.cuda_files import (
     requires_cuda,
 )
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
-from neuron_migrate.migrate.device_literals import is_cuda_string, literal_value
+from neuron_migrate.migrate.device_literals import is_cuda_string, literal_value, string_value
 from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
@@ -652,13 +652,8 @@ def _keyword_key(node: cst.CSTNode) -> str | None:
 
 def _identifier(node: cst.CSTNode | None) -> str | None:
     """The identifier a plain string literal (or a subscript's index holding one) spells, else None."""
-    if isinstance(node, cst.Index):
-        node = node.value
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        if isinstance(value, str) and value.isidentifier():
-            return value
-    return None
+    value = string_value(node.value if isinstance(node, cst.Index) else node)
+    return value if value is not None and value.isidentifier() else None
 
 
 def _cuda_only_comment(stack) -> str | None:

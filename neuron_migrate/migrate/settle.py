@@ -73,6 +73,7 @@ from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames, scope_of
+from neuron_migrate.migrate.rules.float64 import makes_float64
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torch_floor import HELD_BACK
 from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
@@ -251,7 +252,6 @@ _MPS_CANNOT = (
     'hosts into it; keep MPS out (`acc is not None and acc.type != "mps"`, `acc` the current accelerator) or '
     "check"
 )
-_FLOAT64 = ("torch.float64", "torch.double")
 #: what MPS cannot do: (what the guarded code does, why it fails there)
 _MPS_CANNOT_WHAT = {
     "pin_memory": ("pins host memory", "torch's DataLoader turns pinning off there"),
@@ -547,25 +547,13 @@ def _mps_cannot(ctx, pending) -> str | None:
     return None
 
 
-def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode, follow: bool = True) -> bool:
-    """Whether `value` is made float64 (`torch.DoubleTensor(...)`, `x.double()`, `x.to(torch.float64)`,
-    `dtype=torch.float64`), or is a name every assignment of which in `scope` is (a parameter it replaces
-    does not count: `x = x.double()`)."""
-    if isinstance(value, cst.Name) and follow:
+def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+    """Whether `value` is made float64 (`rules.float64.makes_float64`), or is a name every assignment of
+    which in `scope` is (a parameter it replaces does not count: `x = x.double()`)."""
+    if isinstance(value, cst.Name):
         bound = [b for b in ctx.bindings.in_scope(value.value, scope) if b.kind != "param"]
-        return bool(bound) and all(
-            b.value is not None and _float64(ctx, b.value, scope, follow=False) for b in bound
-        )
-    if not isinstance(value, cst.Call):
-        return False
-    method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
-    if method in ("DoubleTensor", "double"):
-        return True
-    return any(
-        ((arg.keyword is None and method in ("to", "type")) or (arg.keyword and arg.keyword.value == "dtype"))
-        and dotted(arg.value) in _FLOAT64
-        for arg in value.args
-    )
+        return bool(bound) and all(b.value is not None and makes_float64(b.value) for b in bound)
+    return makes_float64(value)
 
 
 def _guards_only_notes(ctx, check, notes: list) -> str | None:

@@ -8,6 +8,7 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.rule import Invalid
 from neuron_migrate.migrate.rules.dtype_uses import DtypeRule
 from neuron_migrate.migrate.rules.numpy_float64 import (
@@ -109,3 +110,24 @@ class Float64(DtypeRule):
                 "on Neuron; convert it on purpose (`.float()` / `dtype=torch.float32`), or keep "
                 "the precision-sensitive part on the CPU",
             )
+
+
+#: the dtypes this rule flags, as spelled (`torch.float64`), and the calls that make float64 by their own
+#: name (`torch.DoubleTensor(...)`, `x.double()`)
+_DTYPES = frozenset(name for name in Float64.DTYPE_STRINGS if name.startswith("torch."))
+_MAKERS = frozenset(name.rsplit(".", 1)[-1] for name in Float64.NAMES if name not in Float64.DTYPE_STRINGS)
+
+
+def makes_float64(value: cst.BaseExpression) -> bool:
+    """Whether the call `value` makes float64 data, read by spelling: `torch.DoubleTensor(...)`,
+    `x.double()`, a conversion to a float64 dtype (`x.to(torch.float64)`), a `dtype=torch.double`."""
+    if not isinstance(value, cst.Call):
+        return False
+    method = value.func.attr.value if isinstance(value.func, cst.Attribute) else ""
+    if method in _MAKERS:
+        return True
+    return any(
+        ((arg.keyword is None and method in ("to", "type")) or (arg.keyword and arg.keyword.value == "dtype"))
+        and dotted(arg.value) in _DTYPES
+        for arg in value.args
+    )
