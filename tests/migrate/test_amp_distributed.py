@@ -255,6 +255,25 @@ def test_a_backend_map_with_a_neuron_entry_needs_nothing():
     assert findings(before, ("NM304",)) == []
 
 
+def test_a_backend_map_the_module_reads_back_by_value_gets_an_unsafe_fix():
+    """ColossalAI's DeviceMesh finds a device by its backend: with the accelerator's entry first, `gloo`
+    would be found as `mps` on an Apple host (torch maps MPS to gloo, like CPU)."""
+    assert torch.distributed.Backend.default_device_backend_map["mps"] == "gloo"
+    source = (
+        "class Mesh:\n"
+        "    _BACKEND = {'cuda': 'nccl', 'cpu': 'gloo'}\n\n"
+        "    def device_of(self, backend):\n"
+        "        for device, name in Mesh._BACKEND.items():\n"
+        "            if name == backend:\n"
+        "                return device\n"
+    )
+    (finding,) = findings(source, ("NM304",))
+    assert finding.fix.safety == "unsafe" and "`_BACKEND.items()`" in finding.message
+    lookup_only = source.replace("for device, name in Mesh._BACKEND.items():", "for name in names:")
+    (finding,) = findings(lookup_only, ("NM304",))
+    assert finding.fix.safety == "safe"
+
+
 def test_a_scaler_waits_for_the_autocast_that_stays_cuda():
     """MONAI's trainer: `torch.autocast("cuda", **engine.amp_kwargs)` keeps CUDA (its fix is unsafe), so the
     scaler of the same module waits for it: a neuron scaler without neuron autocast scales float32 losses.

@@ -1598,3 +1598,23 @@ def test_an_attribute_flag_guards_its_tests_in_every_method():
     assert fixed(source) == source
     check = next(f for f in findings(source) if f.code == "NM106")
     assert "get_device_properties" in check.message
+
+
+def test_a_cuda_call_on_what_is_on_cuda_already_is_left_with_its_test():
+    """ludwig's 8-bit workaround: `model.cuda()` on a model found on CUDA moves nothing; it runs for
+    bitsandbytes' `Int8Params.cuda()`, which re-quantizes and which `.to()` skips. Widening the test and
+    rewriting the call would break the workaround on CUDA."""
+    source = (
+        "def reload(model, ecd):\n"
+        '    if model.kind == "llm" and model.model.device.type == "cuda":\n'
+        "        model.model.cuda()\n"
+        '    elif ecd.device.type == "cuda":\n'
+        "        ecd.cuda()\n"
+        "    model.to_gpu = model.cuda()\n"
+    )
+    got = findings(source)
+    calls = [f for f in got if f.code == "NM103"]
+    assert [f.line for f in calls] == [3, 5, 6]
+    assert all("is on CUDA already here" in f.message and f.fix is None for f in calls[:2])
+    assert all(f.fix is None for f in got if f.line < 6)
+    assert calls[2].fix is not None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import libcst as cst
@@ -36,7 +37,9 @@ class CudaBackendMap(Rule):
     Fix safety
     Safe: the new entry comes first, so every existing key keeps its value (on CUDA and on a CPU-only
     machine the dict is unchanged); the accelerator's entry is the backend torch registered for it, or None
-    for a device without one (no error while building the dict).
+    for a device without one (no error while building the dict). Unsafe when the module reads the map's
+    values back (`BACKENDS.items()`, `.values()`): a device found by its backend would be the accelerator's
+    where it shares one with another key (MPS and CPU both use gloo).
     """
 
     code = "NM304"
@@ -98,14 +101,37 @@ class CudaBackendMap(Rule):
         if isinstance(whitespace, cst.ParenthesizedWhitespace):
             separator = "\n" + indentation(self.ctx) + whitespace.last_line.value
         entry = f"{DEVICE_TYPE}: {self.VALUE},{separator}{self.ctx.code(first.key)}"
+        read_back = self._read_back()
         self.report(
             cuda[0],
+            self.message
+            + (
+                f"; the module looks devices up by backend (`{read_back}`): the new entry comes first, so an "
+                "accelerator that shares a backend with another key (MPS uses gloo, like CPU) is found "
+                "instead of that key: check those lookups"
+                if read_back
+                else ""
+            ),
             fix=FixSpec(
                 "Add an entry for the current accelerator",
                 (Replacement(first.key, entry),),
                 imports=("torch",),
+                safety="unsafe" if read_back else None,
             ),
         )
+
+    def _read_back(self) -> str | None:
+        """For a map assigned to a name or attribute, the first place the module reads its values back
+        (`_DIST_BACKEND.items()`, `.values()`)."""
+        assign = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return None
+        target = assign.targets[0].target
+        name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", None)
+        if not isinstance(name, str):
+            return None
+        found = re.search(rf"\b{re.escape(name)}\s*\.\s*(?:items|values)\s*\(\s*\)", self.ctx.source)
+        return found.group(0) if found else None
 
 
 def _names_device(code: str) -> bool:

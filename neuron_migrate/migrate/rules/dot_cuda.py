@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from itertools import pairwise
+
 import libcst as cst
 
+from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.device_flow import device_flow, is_device_name, is_index_name
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
 from neuron_migrate.migrate.lexicon import Lexicon
@@ -39,8 +43,11 @@ class DotCuda(Rule):
     `torch.device(type, index)`, and `cpu:N` is a valid placement. Other keywords (`non_blocking`,
     `memory_format`) are kept. Unsafe when the argument's name does not say it is an index: a device
     variable becomes `.to(device)` (wrong if it holds an int), anything else `torch.device(type, value)`.
-    The storage a `torch.load(map_location=lambda storage, loc: ...)` lambda receives gets `.to(device=...)`:
-    `UntypedStorage.to()` takes the device as a keyword only.
+    No change for an object an `if` around the call finds on CUDA already (`if m.device.type == "cuda":
+    m.cuda()`): the call moves nothing and runs for the object's own `cuda()` (bitsandbytes' re-quantizing
+    `Int8Params.cuda()`), which `.to()` skips.
+    The storage a `torch.load` `map_location` function receives (`lambda storage, loc: ...`, or a `def` the
+    module passes so) gets `.to(device=...)`: `UntypedStorage.to()` takes the device as a keyword only.
     """
 
     code = "NM103"
@@ -80,6 +87,20 @@ class DotCuda(Rule):
             "device_type = (torch.accelerator.current_accelerator(check_available=True)"
             ' or torch.device("cpu")).type\n'
             "x = torch.load(f, map_location=lambda s, loc: s.to(device=torch.device(device_type, 0)))\n",
+        ),
+        Invalid(  # the same storage, in a function the module passes as `map_location`
+            "import io\nimport torch\ndef to_gpu(s, loc):\n    return s.cuda(0)\n"
+            "f = io.BytesIO()\ntorch.save(torch.ones(2), f)\nf.seek(0)\n"
+            "x = torch.load(f, map_location=to_gpu)\n",
+            "import io\nimport torch\ndef to_gpu(s, loc):\n"
+            "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type\n'
+            "    return s.to(device=torch.device(device_type, 0))\n"
+            "f = io.BytesIO()\ntorch.save(torch.ones(2), f)\nf.seek(0)\n"
+            "x = torch.load(f, map_location=to_gpu)\n",
+        ),
+        Invalid(  # ludwig: on CUDA already, `.cuda()` runs for bitsandbytes' re-quantization
+            'def reload(model):\n    if model.device.type == "cuda":\n        model.cuda()\n',
         ),
         Invalid(  # the class's own `cuda`, called from its own `to`
             "class Index:\n    def cuda(self):\n        return self\n\n"
@@ -121,6 +142,15 @@ class DotCuda(Rule):
                     "method by hand",
                 )
                 return
+            if (test := self._on_cuda_already(func.value)) is not None:
+                self.report(
+                    node,
+                    self.message,
+                    no_change=f"`{self.ctx.code(func.value)}` is on CUDA already here (`{test}`): this "
+                    "`.cuda()` moves nothing and runs for what the object's own `cuda()` does (bitsandbytes "
+                    "re-quantizes 8-bit weights), which `.to()` skips: no change needed",
+                )
+                return
             if any(arg.star for arg in node.args):  # `.cuda(*args)`: a device index may be in there
                 self.report(node, self.message + "; its arguments are unpacked: pass the device by hand")
                 return
@@ -128,6 +158,20 @@ class DotCuda(Rule):
             self.report(node, self.message + note, fix)
 
         self.ctx.defer(decide)  # whether a name holds a device can be decided further down the file
+
+    def _on_cuda_already(self, receiver: cst.BaseExpression) -> str | None:
+        """The test of an `if` around the call that holds only when `receiver` is on CUDA already
+        (`receiver.device.type == "cuda"`, `receiver.is_cuda`), as written; None if there is none."""
+        code = re.escape(self.ctx.code(receiver))
+        on_cuda = re.compile(
+            rf"(?<![\w.]){code}\s*\.\s*(?:device\s*\.\s*type\s*==\s*['\"]cuda['\"]|is_cuda\b)"
+        )
+        for node, below in pairwise(self.ctx.stack):
+            if isinstance(node, cst.If) and below is node.body:
+                test = self.ctx.code(node.test)
+                if on_cuda.search(test):
+                    return test
+        return None
 
     def _own_method(self, receiver: cst.BaseExpression) -> str | None:
         """For `self.cuda()` in a class that defines `cuda` or `to` itself (gpytorch's `NNUtil`: a `to` that
@@ -146,22 +190,22 @@ class DotCuda(Rule):
         return head is not None and self.ctx.scopes.imports(head)
 
     def _map_location_storage(self, receiver: cst.BaseExpression) -> bool:
-        """Whether `receiver` is the storage a `torch.load(map_location=lambda storage, loc: ...)` lambda
-        receives: `UntypedStorage.to()` takes the device as a keyword only."""
-        lambdas = [node for node in self.ctx.stack if isinstance(node, cst.Lambda)]
-        if not lambdas or not isinstance(receiver, cst.Name):
-            return False
-        innermost = lambdas[-1]
-        params = innermost.params.params
-        at = self.ctx.stack.index(innermost)
-        holder = self.ctx.stack[at - 1] if at > 0 else None
-        return (
-            bool(params)
-            and params[0].name.value == receiver.value
-            and isinstance(holder, cst.Arg)
-            and holder.keyword is not None
-            and holder.keyword.value == "map_location"
+        """Whether `receiver` is the storage a `torch.load` `map_location` function receives: its first
+        parameter, in a lambda passed as `map_location=` or a `def` whose name the module passes so.
+        `UntypedStorage.to()` takes the device as a keyword only."""
+        function = next(
+            (n for n in reversed(self.ctx.stack) if isinstance(n, (cst.Lambda, cst.FunctionDef))), None
         )
+        if function is None or not isinstance(receiver, cst.Name):
+            return False
+        params = function.params.params
+        if not params or params[0].name.value != receiver.value:
+            return False
+        if isinstance(function, cst.FunctionDef):
+            return function.name.value in _map_location_functions(self.ctx)
+        at = self.ctx.stack.index(function)
+        holder = self.ctx.stack[at - 1] if at > 0 else None
+        return _is_map_location(holder)
 
     def _fix(self, call: cst.Call, func: cst.Attribute, keyword_only: bool = False) -> tuple[FixSpec, str]:
         """The fix, and what a person must check when it is unsafe. `keyword_only`: the device goes in as
@@ -194,3 +238,17 @@ class DotCuda(Rule):
 
 def _keep_keyword(arg: cst.Arg, text: str, keyword_only: bool = False) -> str:
     return f"device={text}" if arg.keyword is not None or keyword_only else text
+
+
+def _is_map_location(node: cst.CSTNode | None) -> bool:
+    return isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == "map_location"
+
+
+def _map_location_functions(ctx) -> set[str]:
+    """The names the module passes as `map_location=` to a `load(...)` call."""
+    return {
+        arg.value.value
+        for site in calls_in(ctx).sites.get("load", ())
+        for arg in site.stack[-1].args
+        if _is_map_location(arg) and isinstance(arg.value, cst.Name)
+    }
