@@ -399,13 +399,15 @@ def is_device_expr(ctx, expr: cst.CSTNode) -> bool:
     return is_device_name(key) or key in device_flow(ctx).holders or key in device_flow(ctx).uses
 
 
-def device_type_text(ctx, expr: cst.CSTNode) -> str:
-    """Code for the device type of a device string (or `str()` of a device): `torch.device(d).type`, and
-    `x.device.type` for `str(x.device)`."""
+def device_type_text(ctx, expr: cst.CSTNode, quote: str = '"') -> str:
+    """Code for the device type of a device string (or `str()` of a device): `torch.device(d).type`,
+    `x.device.type` for `str(x.device)`, and `str(d).split(":")[0]` for `str(d)` of anything else, which
+    takes what `torch.device` rejects (stable-ts's `if "cuda" in str(device):` with `device=None`)."""
     if isinstance(expr, cst.Call) and ctx.call_name(expr) == "str" and len(expr.args) == 1:
-        expr = expr.args[0].value
-        if isinstance(expr, cst.Attribute) and expr.attr.value == "device":  # str(x.device): a torch.device
-            return f"{ctx.module.code_for_node(expr).strip()}.type"
+        inner = expr.args[0].value
+        if isinstance(inner, cst.Attribute) and inner.attr.value == "device":  # str(x.device): a torch.device
+            return f"{ctx.module.code_for_node(inner).strip()}.type"
+        return f"{ctx.module.code_for_node(expr).strip()}.split({quote}:{quote})[0]"
     return f"torch.device({ctx.module.code_for_node(expr).strip()}).type"
 
 

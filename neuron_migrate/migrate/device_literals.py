@@ -124,12 +124,28 @@ def agnostic_string(ctx, node: cst.CSTNode) -> tuple[str, bool]:
     if not isinstance(literal, cst.SimpleString):  # ("cuda:" "{}").format(i): rare, keep it simple
         code = ctx.module.code_for_node(node.with_changes(lpar=[], rpar=[])).strip()
         return f'{DEVICE_TYPE} + ":" + ({code}).split(":", 1)[1]', False
+    if (
+        index := _formatted_index(node, literal)
+    ) is not None:  # "cuda:{}".format(gpu) -> f"{device_type}:{gpu}"
+        quote = _quote(literal)
+        return f"f{quote}{{{DEVICE_TYPE}}}:{{{ctx.module.code_for_node(index).strip()}}}{quote}", True
     rest = literal.with_changes(value=literal.value.replace("cuda:", "", 1), lpar=[], rpar=[])
     if isinstance(node, cst.BinaryOperation):
         rest_node = node.with_changes(left=rest, lpar=[], rpar=[])
     else:
         rest_node = node.with_changes(func=node.func.with_changes(value=rest), lpar=[], rpar=[])
     return f'{DEVICE_TYPE} + ":" + {ctx.module.code_for_node(rest_node).strip()}', False
+
+
+def _formatted_index(node: cst.CSTNode, literal: cst.SimpleString) -> cst.BaseExpression | None:
+    """The name `"cuda:{}".format(name)` formats (a plain or dotted name, one positional argument, a
+    placeholder without a format spec, which an f-string formats the same way); else None."""
+    if not isinstance(node, cst.Call) or literal.prefix not in ("", "u") or len(node.args) != 1:
+        return None
+    arg = node.args[0]
+    if arg.star or arg.keyword is not None or not isinstance(arg.value, (cst.Name, cst.Attribute)):
+        return None
+    return arg.value if string_value(literal) in ("cuda:{}", "cuda:{0}") else None
 
 
 def agnostic_device(ctx, node: cst.CSTNode) -> tuple[str, bool]:

@@ -146,7 +146,9 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
     if isinstance(op, (cst.Is, cst.IsNot)) and _is_none(right) != _is_none(left):  # `acc is not None`
         other = implies(ctx, left if _is_none(right) else right)
         return other if isinstance(op, cst.IsNot) else _flip(other)
-    value = _string(right) if _string(right) is not None else _string(left)
+    value = (
+        _spelled_device(ctx, right) if _spelled_device(ctx, right) is not None else _spelled_device(ctx, left)
+    )
     if value is None:
         return _NONE
     positive = isinstance(op, (cst.Equal, cst.Is))
@@ -155,6 +157,14 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
     if value == "cpu":
         return (None, "certain") if positive else ("certain", None)
     return _NONE
+
+
+def _spelled_device(ctx, node: cst.CSTNode) -> str | None:
+    """A string, or the string a `torch.device("cpu")` is built from (`model.device != torch.device("cpu")`:
+    stable-ts)."""
+    if isinstance(node, cst.Call) and len(node.args) == 1 and ctx.call_name(node) == "torch.device":
+        return _string(node.args[0].value)
+    return _string(node)
 
 
 def _is_none(node: cst.CSTNode) -> bool:
@@ -276,6 +286,8 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
             start = index + 1
             break
     state: str | None = None
+    function = stack[start - 1] if start > 0 and isinstance(stack[start - 1], cst.FunctionDef) else None
+    defaults = _cuda_defaults(function) if function is not None else None
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
         if isinstance(parent, cst.Else):
@@ -286,6 +298,8 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
             found = _from_earlier_statements(ctx, parent, child)
         else:
             found = _branch(ctx, parent, child)
+        if found == "certain" and defaults is not None and defaults.search(ctx.code(parent)):
+            found = None  # `def f(device="cuda"): if "cuda" in str(device):` holds on a CPU-only machine too
         state = found or state
     if state is None and start > 0 and isinstance(stack[start - 1], cst.FunctionDef):
         from neuron_migrate.migrate.entry import certain_on_entry
@@ -293,6 +307,18 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
         if certain_on_entry(ctx, stack[start - 1], accelerator):
             return "certain"
     return state or "possible"  # type: ignore[return-value]
+
+
+def _cuda_defaults(function: cst.FunctionDef) -> re.Pattern | None:
+    """The function's parameters whose default names CUDA (`device="cuda"`), as a pattern of their names:
+    a test of one says what the caller asked for, not that the machine has it (stable-ts's
+    `noisereduce_audio(device="cuda")` runs on CPU where there is none)."""
+    names = [
+        param.name.value
+        for param in (*function.params.params, *function.params.kwonly_params)
+        if param.default is not None and (_string(param.default) or "").split(":")[0] == "cuda"
+    ]
+    return re.compile(rf"\b(?:{'|'.join(names)})\b") if names else None
 
 
 def accelerator_certain(ctx, stack=None) -> bool:

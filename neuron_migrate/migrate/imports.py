@@ -172,3 +172,47 @@ _FIELD = re.compile(r"(?<!\{)\{(?!\{)[^{}]*\}")
 def _reference(name: str) -> re.Pattern:
     """`name.` as the head of a dotted name (not an attribute `x.name.`)."""
     return re.compile(rf"(?<![\w.]){re.escape(name)}(?=\s*\.)")
+
+
+def imported_locally(name: str, stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether a function around the fix imports `name` itself (`def f(): import torch; ...`), also in a
+    `try`, `if` or `with` block of its body (espnet's `try: import torch` with an `ImportError` fallback)."""
+    return any(isinstance(node, cst.FunctionDef) and _imports_in(name, node.body) for node in stack)
+
+
+def _imports_in(name: str, block: cst.CSTNode) -> bool:
+    """Whether the statements of `block` (and of the blocks of its compound statements, not of nested
+    functions or classes) hold `import name`."""
+    for stmt in getattr(block, "body", ()):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            if any(
+                isinstance(small, cst.Import)
+                and any(getattr(a.name, "value", None) == name and a.asname is None for a in small.names)
+                for small in stmt.body
+            ):
+                return True
+        elif isinstance(stmt, (cst.Try, cst.If, cst.With)) and any(
+            _imports_in(name, inner.body if isinstance(inner, cst.ExceptHandler) else inner)
+            for inner in (stmt.body, *getattr(stmt, "handlers", ()))
+        ):
+            return True
+    return False
+
+
+#: an `import torch` (or `from torch ...`) inside a block: the module loads torch when code needs it
+_INDENTED_IMPORT = re.compile(r"^[ \t]+(?:import|from)[ \t]+(?P<name>[\w.]+)", re.M)
+
+
+def lazy_import(name: str, ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """For a fix that needs `import name` where the module imports it only inside functions (an optional or
+    heavy dependency: skrl's `__init__` serves JAX users without torch, GLiNER's CLI defers its imports): the
+    first such import, as written; a new top-level import would load it whenever the module is imported.
+    None where the module imports it at its top (under any alias) or the fix's function imports it."""
+    if ctx.module_binds(name) or alias_of(name, ctx.scopes.module_table) is not None:
+        return None
+    if imported_locally(name, stack):
+        return None
+    for found in _INDENTED_IMPORT.finditer(ctx.source):
+        if found.group("name") == name or found.group("name").startswith(name + "."):
+            return found.group(0).strip()
+    return None

@@ -251,7 +251,7 @@ CUDA_ONLY_CODE = re.compile(
     r"eetq|spqr|vptq|higgs|flute|marlin|exllama|qutlass|fbgemm_gpu|deep_?gemm|magma|"
     r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
     r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+|rocm|\bhip\b|"
-    r"set_device_map|device_maps",
+    r"set_device_map|device_maps|cuequivariance",
     re.IGNORECASE,
 )
 

@@ -8,7 +8,7 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from neuron_migrate.migrate.fixes import FixStyle, Insertion
-from neuron_migrate.migrate.imports import alias_of, with_alias
+from neuron_migrate.migrate.imports import alias_of, imported_locally, with_alias
 from neuron_migrate.migrate.imports import insertion as import_insertion
 from neuron_migrate.model import Edit, Finding, Fix
 
@@ -18,9 +18,9 @@ def finding_of(pending, positions, lines: list[str], ctx, style: FixStyle) -> Fi
     where: CodeRange = positions[pending.node]
     fix = None
     if pending.fix is not None:
-        edits = [_edit(positions[r.node], r.text) for r in pending.fix.replacements]
+        edits = [_replacement_edit(r, positions, lines) for r in pending.fix.replacements]
         edits += [_insertion_edit(i, positions, lines) for i in pending.fix.insertions]
-        imports = [name for name in pending.fix.imports if not _imported_locally(name, pending.stack)]
+        imports = [name for name in pending.fix.imports if not imported_locally(name, pending.stack)]
         if "torch" in imports and (aliased := _through_alias(edits, ctx)) is not None:
             edits, imports = aliased, [name for name in imports if name != "torch"]
         edits += [edit for name in imports if (edit := _import_edit(name, ctx, positions, style))]
@@ -68,6 +68,32 @@ def problem(message: str) -> str:
     return message
 
 
+def _replacement_edit(replacement, positions, lines: list[str]) -> Edit:
+    """The edit of a replacement; one that leaves a bare name in parentheses of its own (`device or
+    ("cuda" if ... else "cpu")` becoming `device or device_type`) takes the parentheses with it."""
+    where: CodeRange = positions[replacement.node]
+    text = replacement.text
+    node = replacement.node
+    if (
+        text.isidentifier()
+        and len(getattr(node, "lpar", ())) == 1
+        and len(getattr(node, "rpar", ())) == 1
+        and where.start.line == where.end.line
+        and 0 < where.start.line <= len(lines)
+    ):
+        line = lines[where.start.line - 1]
+        before = line[: where.start.column].rstrip(" ")
+        after_start = len(line) - len(line[where.end.column :].lstrip(" "))
+        if before.endswith("(") and line[after_start : after_start + 1] == ")":
+            start, end = len(before) - 1, after_start + 1
+            if line[start - 1 : start].isidentifier() or line[start - 1 : start].isdigit():
+                text = " " + text  # `or(x)`: keep the words apart
+            if line[end : end + 1].isidentifier():
+                text += " "
+            return Edit(where.start.line, start, where.end.line, end, text)
+    return _edit(where, text)
+
+
 def _edit(where: CodeRange, text: str) -> Edit:
     return Edit(where.start.line, where.start.column, where.end.line, where.end.column, text)
 
@@ -88,31 +114,6 @@ def _insertion_edit(insertion: Insertion, positions, lines: list[str]) -> Edit:
     if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):  # the blank lines formatters keep before a def
         text += "\n" * (1 if indent else 2)
     return Edit(line, 0, line, 0, text)
-
-
-def _imported_locally(name: str, stack: tuple[cst.CSTNode, ...]) -> bool:
-    """Whether a function around the fix imports `name` itself (`def f(): import torch; ...`), also in a
-    `try`, `if` or `with` block of its body (espnet's `try: import torch` with an `ImportError` fallback)."""
-    return any(isinstance(node, cst.FunctionDef) and _imports_in(name, node.body) for node in stack)
-
-
-def _imports_in(name: str, block: cst.CSTNode) -> bool:
-    """Whether the statements of `block` (and of the blocks of its compound statements, not of nested
-    functions or classes) hold `import name`."""
-    for stmt in getattr(block, "body", ()):
-        if isinstance(stmt, cst.SimpleStatementLine):
-            if any(
-                isinstance(small, cst.Import)
-                and any(getattr(a.name, "value", None) == name and a.asname is None for a in small.names)
-                for small in stmt.body
-            ):
-                return True
-        elif isinstance(stmt, (cst.Try, cst.If, cst.With)) and any(
-            _imports_in(name, inner.body if isinstance(inner, cst.ExceptHandler) else inner)
-            for inner in (stmt.body, *getattr(stmt, "handlers", ()))
-        ):
-            return True
-    return False
 
 
 def _through_alias(edits: list[Edit], ctx) -> list[Edit] | None:

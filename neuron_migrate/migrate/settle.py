@@ -71,6 +71,7 @@ from neuron_migrate.migrate.cuda_ties import (
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
+from neuron_migrate.migrate.imports import lazy_import
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames, scope_of
 from neuron_migrate.migrate.rules.float64 import makes_float64
@@ -137,13 +138,16 @@ def make_unsafe(pending, note: str) -> None:
 
 
 def _caution(ctx, pending, style: FixStyle) -> str | None:
-    """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, makes a test's skip
+    """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, needs torch where the
+    module imports it only inside functions, makes a test's skip
     condition generic, writes what TorchScript cannot run into code it may compile, makes code generic that
     works with a library whose kernels are the CPU's and CUDA's only, widens a check around code MPS cannot
     run (pinning memory, float64 data), or makes code generic in a module that keeps other accelerators
     apart."""
     if _in_parameter_default(pending.stack):
         return _DEFAULT
+    if "torch" in pending.fix.imports and (lazy := lazy_import("torch", ctx, pending.stack)) is not None:
+        return _LAZY_IMPORT.format(lazy=lazy)
     if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
         return SKIP_GATE.format(gate=gate)
     if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
@@ -152,6 +156,8 @@ def _caution(ctx, pending, style: FixStyle) -> str | None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
         return cannot
+    if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
+        return _MPS_FLOAT64.format(marker=marker)
     if (
         pending.fix.generalizes
         and (other := other_device_named(ctx)) is not None
@@ -545,6 +551,28 @@ def _mps_cannot(ctx, pending) -> str | None:
                 continue
             return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
     return None
+
+
+_LAZY_IMPORT = (
+    "the module imports torch only inside functions (`{lazy}`), and the fix needs it here: a new top-level "
+    "`import torch` would load it whenever the module is imported; import it where this code runs"
+)
+_MPS_FLOAT64 = (
+    "the function works in float64 (`{marker}`), and the device this picks is MPS on Apple hosts, which has "
+    'no float64 (where it picked the CPU before): keep MPS out (`acc is not None and acc.type != "mps"`, '
+    "`acc` the current accelerator) or check"
+)
+#: how a function says it computes in float64
+_FLOAT64_MARKERS = re.compile(r"""torch\.float64\b|torch\.double\b|\.double\(\)|["']float64["']""")
+
+
+def _float64_function(ctx, stack) -> str | None:
+    """The first float64 marker (`torch.float64`, `.double()`, `"float64"`) in the outermost function
+    around a fix that names the device (mace's `device or ("cuda" if ... else "cpu")` beside
+    `default_dtype="float64"`), or None."""
+    function = next((node for node in stack if isinstance(node, cst.FunctionDef)), None)
+    found = _FLOAT64_MARKERS.search(ctx.code(function)) if function is not None else None
+    return found.group(0) if found else None
 
 
 def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:

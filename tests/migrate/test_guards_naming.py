@@ -23,6 +23,7 @@ SYNC = ("NM401",)
         "    torch.cuda.synchronize()\n",
         "import torch\ndef f():\n    assert torch.accelerator.is_available()\n    torch.cuda.synchronize()\n",
         "import torch\nif x.device.type != 'cpu':\n    torch.cuda.synchronize()\n",
+        "import torch\nif model.device != torch.device('cpu'):\n    torch.cuda.synchronize()\n",  # stable-ts
         # what NM105 writes: a test that lets neuron in beside CUDA
         "import torch\nif x.device.type in ('cuda', 'neuron'):\n    torch.cuda.synchronize()\n",
         "import torch\nif not device.startswith(('cuda:', 'neuron:')):\n    pass\nelse:\n"
@@ -370,3 +371,50 @@ def test_a_name_a_version_branch_binds_to_the_generic_api_is_read_as_that_api():
     )
     found = findings(source)
     assert [f.line for f in found] == [16] and found[0].fix is None and "fallback" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("device = device or (CHOICE)\n", "device = device or device_type\n"),
+        ("device = device or(CHOICE)\n", "device = device or device_type\n"),
+        ("x = f(CHOICE)\n", "x = f(device_type)\n"),
+    ],
+)
+def test_a_choice_named_in_parentheses_of_its_own_loses_them(before, after):
+    """mace: `device or ("cuda" if ... else "cpu")` became `device or (device_type)`."""
+    choice = '"cuda" if torch.cuda.is_available() else "cpu"'
+    source = "import torch\ndef load(device=None):\n    " + before.replace("CHOICE", choice)
+    got = fixed(source, layout=Layout(line_length=88))
+    assert got.endswith("    ).type\n    " + after), got
+
+
+def test_a_test_of_str_of_a_name_keeps_taking_none():
+    """stable-ts's dfnet: `if 'cuda' in str(device):` with `device=None`; `torch.device(None)` would raise."""
+    source = (
+        "import torch\ndef clean(device=None):\n    if 'cuda' in str(device):\n"
+        "        torch.cuda.empty_cache()\n    return 1\n"
+    )
+    got = fixed(source)
+    assert "str(device).split(':')[0] in ('cuda', 'neuron')" in got, got
+    namespace: dict = {}
+    exec(compile(got, "fixed.py", "exec"), namespace)
+    assert namespace["clean"]() == 1 and namespace["clean"]("cpu") == 1
+
+
+def test_a_test_of_a_parameter_that_defaults_to_cuda_does_not_make_an_accelerator_certain():
+    """stable-ts's noisereduce: `device="cuda"` is what the caller asked for; the library falls back to CPU
+    where there is no GPU, and `torch.accelerator.empty_cache()` raises there."""
+    source = (
+        "import torch\ndef clean(device='cuda'):\n    if 'cuda' in str(device):\n"
+        "        torch.cuda.empty_cache()\n    return 1\n"
+    )
+    got = fixed(source)
+    assert (
+        "        if torch.accelerator.is_available():\n            torch.accelerator.empty_cache()" in got
+    ), got
+    namespace: dict = {}
+    exec(compile(got, "fixed.py", "exec"), namespace)
+    assert namespace["clean"]() == 1
+    unguarded = fixed(source.replace("device='cuda'", "device=None"))
+    assert "is_available" not in unguarded, unguarded

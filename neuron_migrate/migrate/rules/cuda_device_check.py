@@ -253,7 +253,7 @@ class CudaDeviceCheck(Rule):
         self, node: cst.Comparison, left: cst.BaseExpression, right: cst.BaseExpression, inside: bool
     ) -> None:
         if string_value(left) == "cuda" and self._device(right):
-            self._check(node, self._type_text(right), inside, quote_of(left))
+            self._check(node, self._type_text(right, quote_of(left)), inside, quote_of(left))
         elif string_value(left) == "cuda" and (inner := self._stringified_device(right)) is not None:
             self._check(node, f"{self.ctx.code(inner).strip()}.type", inside, quote_of(left))
         elif (
@@ -288,11 +288,11 @@ class CudaDeviceCheck(Rule):
         is_device_attr = isinstance(inner, cst.Attribute) and inner.attr.value == "device"
         return inner if is_device_attr or self._device(inner) else None
 
-    def _type_text(self, expr: cst.BaseExpression) -> str:
+    def _type_text(self, expr: cst.BaseExpression, quote: str = '"') -> str:
         key = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
         if key and key.lower().endswith("type"):  # already a device type string
             return self.ctx.code(expr).strip()
-        return device_type_text(self.ctx, expr)
+        return device_type_text(self.ctx, expr, quote)
 
 
 def _elements(node: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -134,7 +134,7 @@ class CudaDeviceString(Rule):
             'import torch\ntarget = "cuda:{}".format(rank)\nbatch = batch.to(target, non_blocking=True)\n'
             'ckpt = torch.load("m.pt", map_location="cuda:%d" % rank)\n',
             "import torch\ndevice_type = (torch.accelerator.current_accelerator(check_available=True) or"
-            ' torch.device("cpu")).type\ntarget = device_type + ":" + "{}".format(rank)\n'
+            ' torch.device("cpu")).type\ntarget = f"{device_type}:{rank}"\n'
             "batch = batch.to(target, non_blocking=True)\n"
             'ckpt = torch.load("m.pt", map_location=device_type + ":" + "%d" % rank if'
             ' torch.accelerator.is_available() else "cpu")\n',

@@ -11,17 +11,23 @@ from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, spells_names
 from neuron_migrate.migrate.rule import Invalid
 
-_ENTRY_POINTS = {
-    f"{package}.{name}"
-    for package in (
-        "lightning",
-        "lightning.pytorch",
-        "pytorch_lightning",
-        "lightning.fabric",
-        "lightning_fabric",
-    )
-    for name in ("Trainer", "Fabric")
-}
+_ENTRY_POINTS = (
+    {
+        f"{package}.{name}"
+        for package in (
+            "lightning",
+            "lightning.pytorch",
+            "pytorch_lightning",
+            "lightning.fabric",
+            "lightning_fabric",
+        )
+        for name in ("Trainer", "Fabric")
+    }
+    | {  # where the classes are defined: lm-eval's `from lightning.pytorch.trainer.trainer import Trainer`
+        f"{package}.trainer.trainer.Trainer" for package in ("lightning.pytorch", "pytorch_lightning")
+    }
+    | {f"{package}.fabric.Fabric" for package in ("lightning.fabric", "lightning_fabric")}
+)
 _CUDA_ACCELERATORS = {
     f"{package}.accelerators.CUDAAccelerator"
     for package in ("lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric")
@@ -74,6 +80,9 @@ class LightningCudaAccelerator(QualifiedNameRule):
     )
     INVALID = (
         Invalid("import lightning as L\ntrainer = L.Trainer(accelerator='gpu', devices=8)\n"),
+        Invalid(  # lm-eval's NeMo backend imports the class from where it is defined
+            "from lightning.pytorch.trainer.trainer import Trainer\ntrainer = Trainer(accelerator='gpu')\n"
+        ),
         Invalid("from lightning.fabric import Fabric\nfabric = Fabric(accelerator='cuda', devices=2)\n"),
         Invalid("from pytorch_lightning.accelerators import CUDAAccelerator\nacc = CUDAAccelerator()\n"),
         Invalid(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import libcst as cst
+
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid
 
@@ -28,7 +30,8 @@ class CudaOomError(QualifiedNameRule):
 
     Fix safety
     Safe: `torch.cuda.OutOfMemoryError` is `torch.OutOfMemoryError` (the same class since torch 2.4), so every
-    handler catches exactly what it caught before.
+    handler catches exactly what it caught before. No change for a handler an earlier one of the same `try`
+    makes unreachable (`except RuntimeError:` above it catches every out-of-memory error).
     """
 
     code = "NM110"
@@ -49,9 +52,51 @@ class CudaOomError(QualifiedNameRule):
             "    torch.cuda.empty_cache()\n",
             "import torch\ntry:\n    step()\nexcept torch.OutOfMemoryError:\n    torch.cuda.empty_cache()\n",
         ),
+        Invalid(  # FlagEmbedding: `except RuntimeError` above catches it first
+            "import torch\ntry:\n    step()\nexcept RuntimeError:\n    pass\n"
+            "except torch.cuda.OutOfMemoryError:\n    pass\n",
+        ),
         Invalid(
             "from torch.cuda import OutOfMemoryError\n\ndef is_oom(e):\n"
             "    return isinstance(e, OutOfMemoryError)\n",
             "import torch\n\ndef is_oom(e):\n    return isinstance(e, torch.OutOfMemoryError)\n",
         ),
     )
+
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        earlier = self._caught_earlier()
+        if earlier is None:
+            super().on_use(node, call, name)
+            return
+        self.report(
+            node,
+            no_change=f"`{earlier}` above it catches every out-of-memory error first, so this handler never "
+            "runs",
+        )
+
+    def _caught_earlier(self) -> str | None:
+        """For a use in the type of an `except` clause, the broader type an earlier clause of the same `try`
+        catches (`RuntimeError`, `Exception`, a bare `except`), which leaves this clause unreachable."""
+        stack = self.ctx.stack
+        at = next((i for i in range(len(stack) - 1, 0, -1) if isinstance(stack[i], cst.ExceptHandler)), None)
+        if at is None or at + 1 >= len(stack) or stack[at + 1] is not stack[at].type:
+            return None
+        handler, statement = stack[at], stack[at - 1]
+        for earlier in getattr(statement, "handlers", ()):
+            if earlier is handler:
+                return None
+            if earlier.type is None:
+                return "except"
+            kinds = (
+                [e.value for e in earlier.type.elements]
+                if isinstance(earlier.type, cst.Tuple)
+                else [earlier.type]
+            )
+            for kind in kinds:
+                if isinstance(kind, cst.Name) and kind.value in _BROADER:
+                    return f"except {kind.value}"
+        return None
+
+
+#: the built-in exceptions `torch.OutOfMemoryError` derives from
+_BROADER = frozenset({"RuntimeError", "Exception", "BaseException"})
