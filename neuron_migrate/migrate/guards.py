@@ -277,8 +277,13 @@ def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:
     return None
 
 
-def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None = None) -> Presence:
-    """Whether an accelerator is certain, possible or absent where the last node of `stack` runs."""
+def accelerator(
+    ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None = None, strict: bool = False
+) -> Presence:
+    """Whether an accelerator is certain, possible or absent where the last node of `stack` runs. `strict`
+    (for calls that were no-ops without CUDA and raise without an accelerator: `empty_cache()`): a test of a
+    parameter whose default names CUDA proves nothing (stable-ts's `noisereduce_audio(device="cuda")` runs on
+    the CPU where there is no GPU, and `if "cuda" in str(device):` still holds)."""
     stack = ctx.stack if stack is None else stack
     start = 0
     for index in range(len(stack) - 1, -1, -1):
@@ -287,7 +292,7 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
             break
     state: str | None = None
     function = stack[start - 1] if start > 0 and isinstance(stack[start - 1], cst.FunctionDef) else None
-    defaults = _cuda_defaults(function) if function is not None else None
+    defaults = _cuda_defaults(function) if strict and function is not None else None
     for index in range(start, len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
         if isinstance(parent, cst.Else):
@@ -298,8 +303,14 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
             found = _from_earlier_statements(ctx, parent, child)
         else:
             found = _branch(ctx, parent, child)
-        if found == "certain" and defaults is not None and defaults.search(ctx.code(parent)):
-            found = None  # `def f(device="cuda"): if "cuda" in str(device):` holds on a CPU-only machine too
+        test = getattr(parent, "left" if isinstance(parent, cst.BooleanOperation) else "test", None)
+        if (
+            found == "certain"
+            and defaults is not None
+            and test is not None
+            and defaults.search(ctx.code(test))
+        ):
+            found = None
         state = found or state
     if state is None and start > 0 and isinstance(stack[start - 1], cst.FunctionDef):
         from neuron_migrate.migrate.entry import certain_on_entry
@@ -311,8 +322,7 @@ def accelerator(ctx, stack: list[cst.CSTNode] | tuple[cst.CSTNode, ...] | None =
 
 def _cuda_defaults(function: cst.FunctionDef) -> re.Pattern | None:
     """The function's parameters whose default names CUDA (`device="cuda"`), as a pattern of their names:
-    a test of one says what the caller asked for, not that the machine has it (stable-ts's
-    `noisereduce_audio(device="cuda")` runs on CPU where there is none)."""
+    a test of one says what the caller asked for, not that the machine has it."""
     names = [
         param.name.value
         for param in (*function.params.params, *function.params.kwonly_params)
@@ -321,9 +331,9 @@ def _cuda_defaults(function: cst.FunctionDef) -> re.Pattern | None:
     return re.compile(rf"\b(?:{'|'.join(names)})\b") if names else None
 
 
-def accelerator_certain(ctx, stack=None) -> bool:
+def accelerator_certain(ctx, stack=None, strict: bool = False) -> bool:
     """Whether code at the node cannot run without an accelerator (so it needs no availability guard)."""
-    return accelerator(ctx, stack) == "certain"
+    return accelerator(ctx, stack, strict) == "certain"
 
 
 # --- torch without torch.accelerator (old-torch fallback branches) ----------------------------------------

@@ -175,7 +175,7 @@ def in_fstring_quotes(ctx, text: str) -> str:
 
 
 def guarded_fix(
-    rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None
+    rule: Rule, call: cst.Call, new_call: str, title: str, cpu_value: str | None, silent: bool = False
 ) -> FixSpec | None:
     """Replace `call` by `new_call`, run only when an accelerator is available.
 
@@ -183,12 +183,15 @@ def guarded_fix(
     without an accelerator, where the CUDA versions were no-ops or returned 0. A call that is a whole
     statement becomes an `if` block; a call inside an expression becomes `new if available else cpu_value`
     (no fix when `cpu_value` is None). Where the guard analysis says an accelerator is certain (inside an
-    availability check, after an early exit without one, after an assert) no guard is added.
+    availability check, after an early exit without one, after an assert) no guard is added. For a call that
+    was `silent` without CUDA (`empty_cache()`, the memory getters), a test of a parameter that defaults to
+    CUDA does not make an accelerator certain: the CUDA call ran there, quietly (`guards.accelerator`'s
+    `strict`).
     """
     from neuron_migrate.migrate.device_literals import fit
 
     ctx = rule.ctx
-    if accelerator_certain(ctx):
+    if accelerator_certain(ctx, strict=silent):
         return FixSpec(title, (Replacement(call, new_call),), imports=("torch",))
     if is_expression_statement(ctx, call) is not None:
         block = f"{AVAILABILITY_GUARD}\n{indentation(ctx)}{ctx.module.default_indent}{new_call}"

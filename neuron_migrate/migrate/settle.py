@@ -146,6 +146,12 @@ def _caution(ctx, pending, style: FixStyle) -> str | None:
     apart."""
     if _in_parameter_default(pending.stack):
         return _DEFAULT
+    if (
+        pending.fix.uses_device
+        and _setting_default(pending.stack)
+        and (cluster := _CLUSTER.search(ctx.source))
+    ):
+        return _CLUSTER_DEFAULT.format(cluster=cluster.group(0))
     if "torch" in pending.fix.imports and (lazy := lazy_import("torch", ctx, pending.stack)) is not None:
         return _LAZY_IMPORT.format(lazy=lazy)
     if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
@@ -336,6 +342,33 @@ def _expected_to_raise(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
                 if name and _RAISES.search(name):
                     return name
     return None
+
+
+_CLUSTER_DEFAULT = (
+    "the module launches work on a cluster (`{cluster}`): a default computed here names the launching "
+    "host's accelerator, which may have none, not the workers'; keep the workers' device in the default, or "
+    "look it up where the work runs"
+)
+#: code that sends work to other machines (Ray: GLiNER's serve CLI with its `--ray-address`)
+_CLUSTER = re.compile(r"\bimport ray\b|\bfrom ray\b|\bray_address\b|--ray-address|\bray\.init\(")
+
+
+def _setting_default(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is (in) the default of a command-line option
+    (`add_argument(..., default=...)`) or of a class-level field (a dataclass's `device: str = "cuda"`)."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, cst.Arg) and parent.value is child and _keyword(parent) == "default":
+            func = getattr(stack[stack.index(parent) - 1], "func", None)
+            if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
+                return True
+        if isinstance(parent, (cst.AnnAssign, cst.Assign)) and parent.value is child:
+            at = stack.index(parent)
+            return at >= 3 and isinstance(stack[at - 3], cst.ClassDef)
+    return False
+
+
+def _keyword(arg: cst.Arg) -> str | None:
+    return arg.keyword.value if arg.keyword is not None else None
 
 
 def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:

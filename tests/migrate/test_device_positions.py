@@ -314,3 +314,19 @@ def test_code_under_a_device_type_test_names_that_type():
     after = fixed_until_stable(source)
     assert "torch.device(f'{device.type}:{torch.accelerator.current_device_index()}')\n" in after
     assert "current_accelerator" not in after
+
+
+def test_a_setting_default_in_a_module_that_launches_work_on_a_cluster_is_unsafe():
+    """GLiNER's Ray Serve CLI: `--device` defaults to `cuda` for GPU replicas; computed on a launching host
+    without an accelerator it would send them `cpu`."""
+    source = (
+        "import argparse\nimport torch\nfrom dataclasses import dataclass\n\n"
+        "p = argparse.ArgumentParser()\np.add_argument('--ray-address', default=None)\n"
+        "p.add_argument('--device', default='cuda')\n\n\n"
+        "@dataclass\nclass Config:\n    device: str = 'cuda'\n"
+    )
+    got = [f for f in findings(source) if f.code == "NM101"]
+    assert [f.fix.safety for f in got] == ["unsafe", "unsafe"]
+    assert all("launches work on a cluster (`--ray-address`)" in f.message for f in got)
+    local = source.replace("p.add_argument('--ray-address', default=None)\n", "")
+    assert [f.fix.safety for f in findings(local) if f.code == "NM101"] == ["safe", "safe"]

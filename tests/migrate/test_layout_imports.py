@@ -384,10 +384,7 @@ def test_the_blank_line_under_the_docstring_stays_when_the_first_import_goes():
 def test_a_module_that_imports_torch_only_inside_functions_gets_no_top_level_import():
     """skrl's `__init__` imports torch inside the functions that need it (JAX users have no torch): a fix in
     a function without that import is unsafe and says why; one in a function with it stays safe."""
-    source = (
-        "def lazy(x):\n    import torch\n    return x.cuda()\n\n\n"
-        "def eager(x):\n    return x.cuda()\n"
-    )
+    source = "def lazy(x):\n    import torch\n    return x.cuda()\n\n\ndef eager(x):\n    return x.cuda()\n"
     first, second = findings(source, ("NM103",))
     assert first.fix.safety == "safe"
     assert second.fix.safety == "unsafe" and "only inside functions (`import torch`)" in second.message

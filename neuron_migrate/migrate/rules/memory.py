@@ -77,7 +77,9 @@ class CudaEmptyCache(QualifiedNameRule):
         if call is None or call.args:
             return None
         title = "Replace `torch.cuda.empty_cache` with `torch.accelerator.empty_cache`"
-        return guarded_fix(self, call, "torch.accelerator.empty_cache()", title, cpu_value="None")
+        return guarded_fix(
+            self, call, "torch.accelerator.empty_cache()", title, cpu_value="None", silent=True
+        )
 
 
 # qualified name -> (replacement callee, how the call is rewritten, value the CUDA call gave without CUDA)
@@ -211,6 +213,8 @@ class CudaMemoryStats(QualifiedNameRule):
         title = f"Replace `{name}` with `{target}`"
         if how == "guard":
             return cautious_about_device(
-                self, call, guarded_fix(self, call, f"{target}{args}", title, cpu_value)
+                self,
+                call,
+                guarded_fix(self, call, f"{target}{args}", title, cpu_value, silent=cpu_value is not None),
             )
         return FixSpec(title, (Replacement(call, f"{target}{args}"),), imports=("torch",))
