@@ -35,11 +35,12 @@ class CallSite(NamedTuple):
 
 class Unit(NamedTuple):
     """An outermost function: the `id` of the class whose body defines it (None for a module-level function),
-    and what its code refers to, nested functions included: a name as itself (`helper`), an attribute or
-    method of its own instance or class as `.name` (`self._device`, `cls.build`)."""
+    its name, and what its code refers to, nested functions included: a name as itself (`helper`), an
+    attribute or method of its own instance or class as `.name` (`self._device`, `cls.build`)."""
 
     owner: int | None
     refers: set[str]
+    name: str
 
 
 @dataclass
@@ -89,7 +90,7 @@ def _collect(module: cst.Module) -> Calls:
                 owner = self.stack[-3] if len(self.stack) > 2 else None
                 owner_id = id(owner) if isinstance(owner, cst.ClassDef) else None
                 self.unit, self.unit_node = set(), node
-                calls.units[id(node)] = Unit(owner_id, self.unit)
+                calls.units[id(node)] = Unit(owner_id, self.unit, node.name.value)
             return True
 
         def on_leave(self, original_node: cst.CSTNode) -> None:

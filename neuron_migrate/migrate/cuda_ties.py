@@ -19,7 +19,9 @@ code half CUDA's.
 - a device count, current device or availability whose answer CUDA-only code of the module that stays works
   with: `_gpu_count()` beside `torch.cuda.get_device_properties(i)` for each `i` below it;
 - a placement in a function that takes a list of vendors' device types for an accelerator (`device.type in
-  ["cuda", "xpu"]`), left for a person.
+  ["cuda", "xpu"]`), left for a person;
+- code for the current accelerator in a method that reads the instance's device, which another method of
+  the class sets with CUDA code that stays (`self.device = torch.device("cuda")` under a CUDA check kept).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.chains import OTHER_ACCELERATOR_TYPES
 from neuron_migrate.migrate.context import shortened, tests_cuda_availability
 from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
+from neuron_migrate.migrate.device_flow import is_device_name
 from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
@@ -441,6 +444,63 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
 
 #: the CUDA calls whose answer is a fact about CUDA's devices
 _DEVICE_FACTS = frozenset({"torch.cuda.device_count", "torch.cuda.current_device", "torch.cuda.is_available"})
+
+
+def class_device_left(ctx, pending, leftovers: list) -> tuple[str, str] | None:
+    """(the method, the CUDA code it keeps), as text, when the finding's fix serves the current accelerator in
+    a method that reads its instance's device (`self.device`), and another method of the class sets that
+    device with CUDA code that stays: simpletransformers' models choose `self.device = torch.device("cuda")`
+    in `__init__` under `if use_cuda: if torch.cuda.is_available():` (kept CUDA's: it raises "use_cuda set
+    to True when cuda is unavailable"), so a generic autocast in `train()` would serve a model that never
+    leaves CUDA or the CPU."""
+    function = _unit_of(pending.stack)
+    if pending.fix is None or not pending.fix.generalizes or function is None:
+        return None
+    unit = calls_in(ctx).units.get(id(function))
+    if unit is None or unit.owner is None:
+        return None
+    units = calls_in(ctx).units
+    for inner in leftovers:
+        other = _unit_of(inner.stack)
+        if other is None or other is function or units[id(other)].owner != unit.owner:
+            continue
+        assigned = _own_device_set(inner)
+        if assigned is not None and _reads(units, function, unit.owner, "." + assigned[0]):
+            return other.name.value, first_line(ctx, assigned[1])
+    return None
+
+
+def _reads(units: dict, function: cst.FunctionDef, owner: int, attribute: str) -> bool:
+    """Whether a method refers to an attribute of its instance (`.device`), itself or through the methods of
+    its class it calls (`train()` runs `self._move_model_to_device()`, which reads `self.device`)."""
+    methods = {unit_id: unit for unit_id, unit in units.items() if unit.owner == owner}
+    readers = {unit_id for unit_id, unit in methods.items() if attribute in unit.refers}
+    while True:
+        names = {"." + methods[r].name for r in readers}
+        more = {u for u, unit in methods.items() if u not in readers and unit.refers & names}
+        if not more:
+            return id(function) in readers
+        readers |= more
+
+
+def _own_device_set(pending) -> tuple[str, cst.Assign] | None:
+    """The instance's device attribute the finding's statement assigns (`self.device = ...`, `self._device`),
+    and the assignment, if it is such an assignment."""
+    for node in reversed(pending.stack):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                value = target.target
+                if (
+                    isinstance(value, cst.Attribute)
+                    and isinstance(value.value, cst.Name)
+                    and value.value.value == "self"
+                    and is_device_name(value.attr.value.lstrip("_"))
+                ):
+                    return value.attr.value, node
+            return None
+        if isinstance(node, (cst.BaseCompoundStatement, cst.FunctionDef)):
+            return None
+    return None
 
 
 def _if_testing(pending) -> cst.If | None:

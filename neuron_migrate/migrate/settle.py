@@ -54,6 +54,7 @@ from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu
 from neuron_migrate.migrate.cuda_files import cpu_and_cuda_library
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
+    class_device_left,
     conjunct_left,
     cuda_maker,
     cuda_sibling,
@@ -510,6 +511,12 @@ def _held_back_by(
         return (
             f"CUDA-only code of the module that stays works with its answer (`{user[1]}` in `{user[0]}`): "
             "change them together",
+            True,
+        )
+    if kept := class_device_left(ctx, pending, leftovers):
+        return (
+            f"its class sets the device it works with in `{kept[0]}`, which stays CUDA's (`{kept[1]}`): "
+            "migrate that device choice first",
             True,
         )
     if listed := vendor_list_left(ctx, pending, leftovers):

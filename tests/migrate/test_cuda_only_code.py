@@ -1618,3 +1618,35 @@ def test_a_cuda_call_on_what_is_on_cuda_already_is_left_with_its_test():
     assert all("is on CUDA already here" in f.message and f.fix is None for f in calls[:2])
     assert all(f.fix is None for f in got if f.line < 6)
     assert calls[2].fix is not None
+
+
+def test_code_for_the_accelerator_waits_for_the_device_choice_its_class_keeps_cuda():
+    """simpletransformers: `__init__` sets `self.device` under a CUDA check that stays (it raises "use_cuda set
+    to True when cuda is unavailable"); `train()` reads that device through a helper, so its generic autocast
+    would serve a model that never leaves CUDA or the CPU. It waits for the device choice."""
+    source = (
+        "import torch\n\n\nclass Model:\n"
+        "    def __init__(self, use_cuda=True, cuda_device=-1):\n"
+        "        if use_cuda:\n"
+        "            if torch.cuda.is_available():\n"
+        '                self.device = torch.device(f"cuda:{cuda_device}")\n'
+        "            else:\n"
+        '                raise ValueError("use_cuda set to True when cuda is unavailable")\n'
+        "        else:\n"
+        '            self.device = "cpu"\n\n'
+        "    def _move(self, batch):\n        return batch.to(self.device)\n\n"
+        "    def train(self, batch):\n"
+        "        with torch.cuda.amp.autocast():\n"
+        "            return self._move(batch)\n"
+    )
+    (autocast,) = [f for f in findings(source) if f.code == "NM201"]
+    assert autocast.tied and "its class sets the device it works with in `__init__`" in autocast.message
+    assert "torch.cuda.amp.autocast()" in fixed(source)
+    generic = source.replace(
+        "        if use_cuda:\n            if torch.cuda.is_available():\n"
+        '                self.device = torch.device(f"cuda:{cuda_device}")\n            else:\n'
+        '                raise ValueError("use_cuda set to True when cuda is unavailable")\n'
+        '        else:\n            self.device = "cpu"\n',
+        '        self.device = "cuda" if torch.cuda.is_available() else "cpu"\n',
+    )
+    assert "torch.cuda.amp.autocast()" not in fixed(generic)
