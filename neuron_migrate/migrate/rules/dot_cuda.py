@@ -10,6 +10,7 @@ import libcst as cst
 from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.device_flow import device_flow, is_device_name, is_index_name
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_TYPE
+from neuron_migrate.migrate.guards import conjuncts
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
@@ -160,17 +161,17 @@ class DotCuda(Rule):
         self.ctx.defer(decide)  # whether a name holds a device can be decided further down the file
 
     def _on_cuda_already(self, receiver: cst.BaseExpression) -> str | None:
-        """The test of an `if` around the call that holds only when `receiver` is on CUDA already
-        (`receiver.device.type == "cuda"`, `receiver.is_cuda`), as written; None if there is none."""
-        code = re.escape(self.ctx.code(receiver))
-        on_cuda = re.compile(
-            rf"(?<![\w.]){code}\s*\.\s*(?:device\s*\.\s*type\s*==\s*['\"]cuda['\"]|is_cuda\b)"
-        )
+        """The test of an `if` around the call that holds only when `receiver` is on CUDA already (one of its
+        `and`-ed parts is `receiver.device.type == "cuda"` or `receiver.is_cuda`), as written; else None."""
+        code = re.escape(self.ctx.code(receiver).strip())
+        on_cuda = re.compile(rf"{code}\s*\.\s*(?:device\s*\.\s*type\s*==\s*['\"]cuda['\"]|is_cuda)")
         for node, below in pairwise(self.ctx.stack):
-            if isinstance(node, cst.If) and below is node.body:
-                test = self.ctx.code(node.test)
-                if on_cuda.search(test):
-                    return test
+            if (
+                isinstance(node, cst.If)
+                and below is node.body
+                and any(on_cuda.fullmatch(self.ctx.code(part).strip()) for part in conjuncts(node.test))
+            ):
+                return self.ctx.code(node.test).strip()
         return None
 
     def _own_method(self, receiver: cst.BaseExpression) -> str | None:
