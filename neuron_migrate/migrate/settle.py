@@ -14,15 +14,9 @@ In order, for every finding with a fix:
    back, unless step 3 finds a reason that holds whatever torch is declared, such as code that only runs on
    CUDA, which then replaces it); so is a fix of code a test expects to raise (the body of `with
    self.assertRaises...:` / `pytest.raises`: a rewrite can change the error it checks; a note); a safe fix
-   inside a parameter's default becomes unsafe (the default is the function's interface, and the device would
-   be looked up when the function is defined, at import), so does one that writes `torch.accelerator` into
-   code TorchScript may compile (`torchscript.py`), makes a test's skip condition generic (`test_gates.py`),
-   makes code generic that works with a library whose kernels are built for the CPU and CUDA only (k2,
-   warp-transducer, `torch_sparse`, `pyg_lib`: `cuda_files`) or widens a check around `Tensor.pin_memory()`
-   or a move of float64 data to the device (both raise on MPS), and so does a safe fix that makes code
-   generic in a module that chooses by other accelerators (`"mps"`, `is_torch_xpu_available()`; not a type
-   listed with CUDA's or neuron's, and not for code in a branch after theirs): that module keeps the devices
-   apart, and its CUDA code is CUDA's part;
+   that needs a person's review becomes unsafe, saying why (`cautions.py`: a parameter's or a Ray launcher's
+   default, a module that imports torch lazily, TorchScript, a test's skip condition, a CPU-and-CUDA-only
+   library, code MPS cannot run, a module that keeps other accelerators apart);
 3. a CUDA check whose guarded code keeps CUDA-only calls (a finding left without a fix that this run applies,
    or code that mentions CUDA by name: `cuda_context`) stays a CUDA check: its fix is withdrawn, and so are
    the fixes of the code under it, and of any other code that only runs on CUDA (it is right as it is there:
@@ -34,7 +28,8 @@ In order, for every finding with a fix:
    is withdrawn (`cuda_ties`): one argument of a call whose other arguments stay CUDA's, a call its function
    also makes for a person, a call taking a value CUDA-only code gives, a test whose `if` body keeps a
    CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only code, a
-   CUDA setting or NCCL-named code reads; so is a check that only warns without an accelerator while the same
+   CUDA setting or NCCL-named code reads, code for the accelerator in a method whose class sets its device
+   with CUDA code that stays; so is a check that only warns without an accelerator while the same
    check stays CUDA's in its class or module (the warning describes that one's choice). Repeated until nothing
    changes, since withdrawing one fix can keep the check around it;
 4. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -49,9 +44,8 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
-from neuron_migrate.migrate.chains import after_device_branches, other_device_named
+from neuron_migrate.migrate.cautions import caution
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
-from neuron_migrate.migrate.cuda_files import cpu_and_cuda_library
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
     class_device_left,
@@ -72,20 +66,11 @@ from neuron_migrate.migrate.cuda_ties import (
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
-from neuron_migrate.migrate.imports import lazy_import
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.naming import DeviceNames, scope_of
-from neuron_migrate.migrate.rules.float64 import makes_float64
-from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
+from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.torch_floor import HELD_BACK
-from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
-from neuron_migrate.migrate.walk import find
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
-_DEFAULT = (
-    "a parameter's default is part of the function's interface and is computed when the function is "
-    "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
-)
 _VENDORED = "vendored code (`{}/`): change it where it comes from, not here"
 #: folders that hold copies of code that lives elsewhere, and what to say of a fix there: another project's
 #: (vendored), or the package's own repository's, copied at install time (OpenMMLab's `.mim/`)
@@ -108,16 +93,6 @@ def applies(pending, style: FixStyle) -> bool:
     return safety == "safe" or (safety == "unsafe" and style.unsafe)
 
 
-_PER_DEVICE = (
-    "the module treats other accelerators apart (`{other}`): its CUDA code is CUDA's part, and {what}; "
-    "review it, or add a `neuron` part"
-)
-_PER_DEVICE_WHAT = {
-    True: "the fixed test sends neuron there too",
-    False: "a generic rewrite changes what they do too",
-}
-
-
 def _safety(pending) -> str | None:
     fix = pending.fix
     return None if fix is None else fix.safety or pending.rule.fix_safety
@@ -136,42 +111,6 @@ def make_unsafe(pending, note: str) -> None:
     """Keep the fix for a person's review (`--unsafe-fixes`), saying what to check."""
     pending.fix = replace(pending.fix, safety="unsafe")
     pending.notes.append(note)
-
-
-def _caution(ctx, pending, style: FixStyle) -> str | None:
-    """Why a safe fix needs review (step 2), or None: it sits in a parameter's default, needs torch where the
-    module imports it only inside functions, makes a test's skip
-    condition generic, writes what TorchScript cannot run into code it may compile, makes code generic that
-    works with a library whose kernels are the CPU's and CUDA's only, widens a check around code MPS cannot
-    run (pinning memory, float64 data), or makes code generic in a module that keeps other accelerators
-    apart."""
-    if _in_parameter_default(pending.stack):
-        return _DEFAULT
-    if (
-        pending.fix.uses_device
-        and _setting_default(pending.stack)
-        and (cluster := _CLUSTER.search(ctx.source))
-    ):
-        return _CLUSTER_DEFAULT.format(cluster=cluster.group(0))
-    if "torch" in pending.fix.imports and (lazy := lazy_import("torch", ctx, pending.stack)) is not None:
-        return _LAZY_IMPORT.format(lazy=lazy)
-    if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
-        return SKIP_GATE.format(gate=gate)
-    if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
-        return SCRIPTED.format(scope=scope)
-    if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
-        return _CPU_AND_CUDA.format(library=library)
-    if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
-        return cannot
-    if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
-        return _MPS_FLOAT64.format(marker=marker)
-    if (
-        pending.fix.generalizes
-        and (other := other_device_named(ctx)) is not None
-        and not after_device_branches(ctx, pending.stack)
-    ):
-        return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
-    return None
 
 
 def tie(pending, note: str) -> None:
@@ -225,7 +164,7 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
                 no_change=True,
             )
         elif (
-            pending.fix is not None and _safety(pending) == "safe" and (note := _caution(ctx, pending, style))
+            pending.fix is not None and _safety(pending) == "safe" and (note := caution(ctx, pending, style))
         ):
             make_unsafe(pending, note)
     _keep_cuda_checks(ctx, pendings, style, positions, lines, held_back, inherent_notes)
@@ -260,20 +199,6 @@ def _too_new(version: str, style: FixStyle) -> str:
     return f"the fix needs torch >= {version}; raise `target-torch` to apply it"
 
 
-_MPS_CANNOT = (
-    "the code it guards {what} (`{call}`), which raises on MPS ({why}): made generic, the check sends Apple "
-    'hosts into it; keep MPS out (`acc is not None and acc.type != "mps"`, `acc` the current accelerator) or '
-    "check"
-)
-#: what MPS cannot do: (what the guarded code does, why it fails there)
-_MPS_CANNOT_WHAT = {
-    "pin_memory": ("pins host memory", "torch's DataLoader turns pinning off there"),
-    "float64": ("moves float64 data to the device", "it has no float64"),
-}
-_CPU_AND_CUDA = (
-    "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
-    "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
-)
 _STALE_IMPORT = (
     "the module imports {}, {}: it fails at import, so it is dead or stale code (port it where it is still "
     "used), unless the build writes that module (build first, then rerun)"
@@ -343,38 +268,6 @@ def _expected_to_raise(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
                 if name and _RAISES.search(name):
                     return name
     return None
-
-
-_CLUSTER_DEFAULT = (
-    "the module launches work on a cluster (`{cluster}`): a default computed here names the launching "
-    "host's accelerator, which may have none, not the workers'; keep the workers' device in the default, or "
-    "look it up where the work runs"
-)
-#: code that sends work to other machines (Ray: GLiNER's serve CLI with its `--ray-address`)
-_CLUSTER = re.compile(r"\bimport ray\b|\bfrom ray\b|\bray_address\b|--ray-address|\bray\.init\(")
-
-
-def _setting_default(stack: tuple[cst.CSTNode, ...]) -> bool:
-    """Whether the node at the end of `stack` is (in) the default of a command-line option
-    (`add_argument(..., default=...)`) or of a class-level field (a dataclass's `device: str = "cuda"`)."""
-    for parent, child in pairwise(stack):
-        if isinstance(parent, cst.Arg) and parent.value is child and _keyword(parent) == "default":
-            func = getattr(stack[stack.index(parent) - 1], "func", None)
-            if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
-                return True
-        if isinstance(parent, (cst.AnnAssign, cst.Assign)) and parent.value is child:
-            at = stack.index(parent)
-            return at >= 3 and isinstance(stack[at - 3], cst.ClassDef)
-    return False
-
-
-def _keyword(arg: cst.Arg) -> str | None:
-    return arg.keyword.value if arg.keyword is not None else None
-
-
-def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
-    """Whether the node at the end of `stack` is (in) the default value of a function's parameter."""
-    return any(isinstance(parent, cst.Param) and parent.default is child for parent, child in pairwise(stack))
 
 
 def _keep_cuda_checks(
@@ -567,61 +460,6 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
         return f"`{cue}`"
     return None
-
-
-def _mps_cannot(ctx, pending) -> str | None:
-    """Why MPS cannot run the code an availability check guards, made generic with `torch.accelerator`
-    (also through the flag it is assigned to), or None: it pins host memory (torchani's `pin_memory =
-    torch.cuda.is_available()` then `if pin_memory: ds.pin_memory()`; `DataLoader(pin_memory=...)` is no such
-    call: the loader skips MPS itself), or moves a float64 value to the device (fairseq's `ratios =
-    torch.DoubleTensor(ratios)`, then `ratios.cuda()`)."""
-    if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
-        return None  # `in ("cuda", "neuron")` lets no MPS in
-    scope = scope_of(pending.stack)
-    for node in (*pending.region, *flag_side(ctx, pending)):
-        for call in find(node, cst.Call):
-            if not isinstance(call.func, cst.Attribute):
-                continue
-            method = call.func.attr.value
-            if method == "pin_memory":
-                what, why = _MPS_CANNOT_WHAT["pin_memory"]
-            elif method in ("cuda", "to") and _float64(ctx, call.func.value, scope):
-                what, why = _MPS_CANNOT_WHAT["float64"]
-            else:
-                continue
-            return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
-    return None
-
-
-_LAZY_IMPORT = (
-    "the module imports torch only inside functions (`{lazy}`), and the fix needs it here: a new top-level "
-    "`import torch` would load it whenever the module is imported; import it where this code runs"
-)
-_MPS_FLOAT64 = (
-    "the function works in float64 (`{marker}`), and the device this picks is MPS on Apple hosts, which has "
-    'no float64 (where it picked the CPU before): keep MPS out (`acc is not None and acc.type != "mps"`, '
-    "`acc` the current accelerator) or check"
-)
-#: how a function says it computes in float64
-_FLOAT64_MARKERS = re.compile(r"""torch\.float64\b|torch\.double\b|\.double\(\)|["']float64["']""")
-
-
-def _float64_function(ctx, stack) -> str | None:
-    """The first float64 marker (`torch.float64`, `.double()`, `"float64"`) in the outermost function
-    around a fix that names the device (mace's `device or ("cuda" if ... else "cpu")` beside
-    `default_dtype="float64"`), or None."""
-    function = next((node for node in stack if isinstance(node, cst.FunctionDef)), None)
-    found = _FLOAT64_MARKERS.search(ctx.code(function)) if function is not None else None
-    return found.group(0) if found else None
-
-
-def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
-    """Whether `value` is made float64 (`rules.float64.makes_float64`), or is a name every assignment of
-    which in `scope` is (a parameter it replaces does not count: `x = x.double()`)."""
-    if isinstance(value, cst.Name):
-        bound = [b for b in ctx.bindings.in_scope(value.value, scope) if b.kind != "param"]
-        return bool(bound) and all(b.value is not None and makes_float64(b.value) for b in bound)
-    return makes_float64(value)
 
 
 def _guards_only_notes(ctx, check, notes: list) -> str | None:

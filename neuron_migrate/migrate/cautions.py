@@ -1,0 +1,192 @@
+"""Why a safe fix needs a person's review (`settle`, step 2): each reason makes the fix unsafe and is said in
+its message. A fix that
+- sits in a parameter's default (the function's interface, computed at import);
+- names the device in a command-line or class-level default of a module that launches work on a Ray cluster
+  (the launching host's accelerator is not the workers');
+- needs `import torch` in a module that imports torch only inside its functions (an optional or heavy
+  dependency);
+- makes a test's skip condition generic, or writes what TorchScript cannot run into code it may compile;
+- makes code generic that works with a library whose kernels are the CPU's and CUDA's only;
+- widens a check around code MPS cannot run (pinning memory, moving float64 data), or names the device in a
+  function that works in float64 (MPS has none);
+- makes code generic in a module that keeps other accelerators apart.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+
+import libcst as cst
+
+from neuron_migrate.migrate.chains import after_device_branches, other_device_named
+from neuron_migrate.migrate.cuda_files import cpu_and_cuda_library
+from neuron_migrate.migrate.device_neutral import flag_side
+from neuron_migrate.migrate.fixes import FixStyle
+from neuron_migrate.migrate.imports import lazy_import
+from neuron_migrate.migrate.naming import scope_of
+from neuron_migrate.migrate.rules.float64 import makes_float64
+from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
+from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
+from neuron_migrate.migrate.walk import find
+
+_DEFAULT = (
+    "a parameter's default is part of the function's interface and is computed when the function is "
+    "defined, at import: pass the device from the callers, or default to `None` and look it up in the body"
+)
+
+
+_PER_DEVICE = (
+    "the module treats other accelerators apart (`{other}`): its CUDA code is CUDA's part, and {what}; "
+    "review it, or add a `neuron` part"
+)
+
+
+_PER_DEVICE_WHAT = {
+    True: "the fixed test sends neuron there too",
+    False: "a generic rewrite changes what they do too",
+}
+
+
+def caution(ctx, pending, style: FixStyle) -> str | None:
+    """Why a safe fix needs review, or None (the reasons are listed in the module's docstring)."""
+    if _in_parameter_default(pending.stack):
+        return _DEFAULT
+    if (
+        pending.fix.uses_device
+        and _setting_default(pending.stack)
+        and (cluster := _CLUSTER.search(ctx.source))
+    ):
+        return _CLUSTER_DEFAULT.format(cluster=cluster.group(0))
+    if "torch" in pending.fix.imports and (lazy := lazy_import("torch", ctx, pending.stack)) is not None:
+        return _LAZY_IMPORT.format(lazy=lazy)
+    if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
+        return SKIP_GATE.format(gate=gate)
+    if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
+        return SCRIPTED.format(scope=scope)
+    if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
+        return _CPU_AND_CUDA.format(library=library)
+    if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
+        return cannot
+    if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
+        return _MPS_FLOAT64.format(marker=marker)
+    if (
+        pending.fix.generalizes
+        and (other := other_device_named(ctx)) is not None
+        and not after_device_branches(ctx, pending.stack)
+    ):
+        return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
+    return None
+
+
+_MPS_CANNOT = (
+    "the code it guards {what} (`{call}`), which raises on MPS ({why}): made generic, the check sends Apple "
+    'hosts into it; keep MPS out (`acc is not None and acc.type != "mps"`, `acc` the current accelerator) or '
+    "check"
+)
+
+
+#: what MPS cannot do: (what the guarded code does, why it fails there)
+_MPS_CANNOT_WHAT = {
+    "pin_memory": ("pins host memory", "torch's DataLoader turns pinning off there"),
+    "float64": ("moves float64 data to the device", "it has no float64"),
+}
+
+
+_CPU_AND_CUDA = (
+    "the code works with `{library}`, whose kernels run on the CPU and CUDA only: check that the device this "
+    "makes generic never reaches it (on Trainium its tensors stay on the CPU, or its ops are ported)"
+)
+
+
+_CLUSTER_DEFAULT = (
+    "the module launches work on a cluster (`{cluster}`): a default computed here names the launching "
+    "host's accelerator, which may have none, not the workers'; keep the workers' device in the default, or "
+    "look it up where the work runs"
+)
+
+
+#: code that sends work to other machines (Ray: GLiNER's serve CLI with its `--ray-address`)
+_CLUSTER = re.compile(r"\bimport ray\b|\bfrom ray\b|\bray_address\b|--ray-address|\bray\.init\(")
+
+
+def _setting_default(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is (in) the default of a command-line option
+    (`add_argument(..., default=...)`) or of a class-level field (a dataclass's `device: str = "cuda"`)."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, cst.Arg) and parent.value is child and _keyword(parent) == "default":
+            func = getattr(stack[stack.index(parent) - 1], "func", None)
+            if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
+                return True
+        if isinstance(parent, (cst.AnnAssign, cst.Assign)) and parent.value is child:
+            at = stack.index(parent)
+            return at >= 3 and isinstance(stack[at - 3], cst.ClassDef)
+    return False
+
+
+def _keyword(arg: cst.Arg) -> str | None:
+    return arg.keyword.value if arg.keyword is not None else None
+
+
+def _in_parameter_default(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is (in) the default value of a function's parameter."""
+    return any(isinstance(parent, cst.Param) and parent.default is child for parent, child in pairwise(stack))
+
+
+def _mps_cannot(ctx, pending) -> str | None:
+    """Why MPS cannot run the code an availability check guards, made generic with `torch.accelerator`
+    (also through the flag it is assigned to), or None: it pins host memory (torchani's `pin_memory =
+    torch.cuda.is_available()` then `if pin_memory: ds.pin_memory()`; `DataLoader(pin_memory=...)` is no such
+    call: the loader skips MPS itself), or moves a float64 value to the device (fairseq's `ratios =
+    torch.DoubleTensor(ratios)`, then `ratios.cuda()`)."""
+    if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
+        return None  # `in ("cuda", "neuron")` lets no MPS in
+    scope = scope_of(pending.stack)
+    for node in (*pending.region, *flag_side(ctx, pending)):
+        for call in find(node, cst.Call):
+            if not isinstance(call.func, cst.Attribute):
+                continue
+            method = call.func.attr.value
+            if method == "pin_memory":
+                what, why = _MPS_CANNOT_WHAT["pin_memory"]
+            elif method in ("cuda", "to") and _float64(ctx, call.func.value, scope):
+                what, why = _MPS_CANNOT_WHAT["float64"]
+            else:
+                continue
+            return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
+    return None
+
+
+_LAZY_IMPORT = (
+    "the module imports torch only inside functions (`{lazy}`), and the fix needs it here: a new top-level "
+    "`import torch` would load it whenever the module is imported; import it where this code runs"
+)
+
+
+_MPS_FLOAT64 = (
+    "the function works in float64 (`{marker}`), and the device this picks is MPS on Apple hosts, which has "
+    'no float64 (where it picked the CPU before): keep MPS out (`acc is not None and acc.type != "mps"`, '
+    "`acc` the current accelerator) or check"
+)
+
+
+#: how a function says it computes in float64
+_FLOAT64_MARKERS = re.compile(r"""torch\.float64\b|torch\.double\b|\.double\(\)|["']float64["']""")
+
+
+def _float64_function(ctx, stack) -> str | None:
+    """The first float64 marker (`torch.float64`, `.double()`, `"float64"`) in the outermost function
+    around a fix that names the device (mace's `device or ("cuda" if ... else "cpu")` beside
+    `default_dtype="float64"`), or None."""
+    function = next((node for node in stack if isinstance(node, cst.FunctionDef)), None)
+    found = _FLOAT64_MARKERS.search(ctx.code(function)) if function is not None else None
+    return found.group(0) if found else None
+
+
+def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+    """Whether `value` is made float64 (`rules.float64.makes_float64`), or is a name every assignment of
+    which in `scope` is (a parameter it replaces does not count: `x = x.double()`)."""
+    if isinstance(value, cst.Name):
+        bound = [b for b in ctx.bindings.in_scope(value.value, scope) if b.kind != "param"]
+        return bool(bound) and all(b.value is not None and makes_float64(b.value) for b in bound)
+    return makes_float64(value)
