@@ -20,8 +20,8 @@ code half CUDA's.
   with: `_gpu_count()` beside `torch.cuda.get_device_properties(i)` for each `i` below it;
 - a placement in a function that takes a list of vendors' device types for an accelerator (`device.type in
   ["cuda", "xpu"]`), left for a person;
-- code for the current accelerator in a method that reads the instance's device, which another method of
-  the class sets with CUDA code that stays (`self.device = torch.device("cuda")` under a CUDA check kept).
+- code for the current accelerator in a method that reads an attribute of its instance, which another method
+  of the class sets from CUDA code that stays (`self.device = torch.device("cuda")` under a CUDA check kept).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.chains import OTHER_ACCELERATOR_TYPES
 from neuron_migrate.migrate.context import shortened, tests_cuda_availability
 from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
-from neuron_migrate.migrate.device_flow import is_device_name
 from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
@@ -446,27 +445,36 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
 _DEVICE_FACTS = frozenset({"torch.cuda.device_count", "torch.cuda.current_device", "torch.cuda.is_available"})
 
 
-def class_device_left(ctx, pending, leftovers: list) -> tuple[str, str] | None:
-    """(the method, the CUDA code it keeps), as text, when the finding's fix serves the current accelerator in
-    a method that reads its instance's device (`self.device`), and another method of the class sets that
-    device with CUDA code that stays: simpletransformers' models choose `self.device = torch.device("cuda")`
-    in `__init__` under `if use_cuda: if torch.cuda.is_available():` (kept CUDA's: it raises "use_cuda set
-    to True when cuda is unavailable"), so a generic autocast in `train()` would serve a model that never
-    leaves CUDA or the CPU."""
+def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | None:
+    """(the attribute, the method that sets it, the CUDA code it keeps), as text, when the finding's fix
+    serves the current accelerator in a method that reads an attribute of its instance (itself or through
+    the class's methods it calls) that another method of the class sets from CUDA code that stays:
+    - simpletransformers' models choose `self.device = torch.device("cuda")` in `__init__` under `if
+      use_cuda: if torch.cuda.is_available():` (kept CUDA's: it raises "use_cuda set to True when cuda is
+      unavailable"), so a generic autocast in `train()` would serve a model that never leaves CUDA or the CPU;
+    - GLiNER's memory estimator sets `self.total_gpu_memory = total` after `free, total =
+      torch.cuda.mem_get_info()` (kept for a person), which `available_memory()` reads under the check its
+      fix would make generic.
+
+    An attribute set from a CUDA check that stays (recbole's `self.gpu_available = torch.cuda.is_available()
+    and config["use_gpu"]`) does not count: a flag says where code runs, which the fix's own check decides.
+    """
     function = _unit_of(pending.stack)
     if pending.fix is None or not pending.fix.generalizes or function is None:
         return None
-    unit = calls_in(ctx).units.get(id(function))
+    units = calls_in(ctx).units
+    unit = units.get(id(function))
     if unit is None or unit.owner is None:
         return None
-    units = calls_in(ctx).units
     for inner in leftovers:
         other = _unit_of(inner.stack)
         if other is None or other is function or units[id(other)].owner != unit.owner:
             continue
-        assigned = _own_device_set(inner)
-        if assigned is not None and _reads(units, function, unit.owner, "." + assigned[0]):
-            return other.name.value, first_line(ctx, assigned[1])
+        if inner.region or inner.rule.device_test:
+            continue  # a flag from a CUDA test (recbole's `self.gpu_available`) is no CUDA value
+        for attribute, statement in _state_set(ctx, inner):
+            if _reads(units, function, unit.owner, "." + attribute):
+                return attribute, other.name.value, first_line(ctx, statement)
     return None
 
 
@@ -483,24 +491,54 @@ def _reads(units: dict, function: cst.FunctionDef, owner: int, attribute: str) -
         readers |= more
 
 
-def _own_device_set(pending) -> tuple[str, cst.Assign] | None:
-    """The instance's device attribute the finding's statement assigns (`self.device = ...`, `self._device`),
-    and the assignment, if it is such an assignment."""
-    for node in reversed(pending.stack):
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                value = target.target
-                if (
-                    isinstance(value, cst.Attribute)
-                    and isinstance(value.value, cst.Name)
-                    and value.value.value == "self"
-                    and is_device_name(value.attr.value.lstrip("_"))
-                ):
-                    return value.attr.value, node
-            return None
-        if isinstance(node, (cst.BaseCompoundStatement, cst.FunctionDef)):
-            return None
-    return None
+def _state_set(ctx, pending) -> list[tuple[str, cst.SimpleStatementLine]]:
+    """The instance attributes the finding's statement sets (`self.device = torch.device("cuda")`), and those
+    that later statements of its block set from the names it binds (`free, total =
+    torch.cuda.mem_get_info()`, then `self.total_gpu_memory = total`), each with its statement."""
+    at = next((i for i in range(len(pending.stack) - 1, 0, -1) if _is_line(pending.stack[i])), None)
+    if at is None or not isinstance(pending.stack[at - 1], cst.IndentedBlock):
+        return []
+    statement, block = pending.stack[at], pending.stack[at - 1]
+    attributes, names = _assigned(statement)
+    found = [(attribute, statement) for attribute in attributes]
+    if names:
+        bound = re.compile(rf"\b(?:{'|'.join(map(re.escape, names))})\b")
+        for later in block.body[block.body.index(statement) + 1 :]:
+            later_attributes, _ = _assigned(later)
+            value = later.body[0].value if later_attributes else None
+            if value is not None and bound.search(ctx.code(value)):
+                found.extend((attribute, later) for attribute in later_attributes)
+    return found
+
+
+def _is_line(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.SimpleStatementLine)
+
+
+def _assigned(statement: cst.CSTNode) -> tuple[list[str], list[str]]:
+    """The instance attributes (`self.x`) and the plain names a one-assignment line sets."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return [], []
+    small = statement.body[0]
+    if isinstance(small, cst.Assign):
+        targets = [t.target for t in small.targets]
+    elif isinstance(small, cst.AnnAssign) and small.value is not None:
+        targets = [small.target]
+    else:
+        return [], []
+    attributes, names = [], []
+    for target in targets:
+        parts = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+        for part in parts:
+            if isinstance(part, cst.Name):
+                names.append(part.value)
+            elif (
+                isinstance(part, cst.Attribute)
+                and isinstance(part.value, cst.Name)
+                and part.value.value == "self"
+            ):
+                attributes.append(part.attr.value)
+    return attributes, names
 
 
 def _if_testing(pending) -> cst.If | None:

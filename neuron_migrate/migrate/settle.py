@@ -28,8 +28,8 @@ In order, for every finding with a fix:
    is withdrawn (`cuda_ties`): one argument of a call whose other arguments stay CUDA's, a call its function
    also makes for a person, a call taking a value CUDA-only code gives, a test whose `if` body keeps a
    CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only code, a
-   CUDA setting or NCCL-named code reads, code for the accelerator in a method whose class sets its device
-   with CUDA code that stays; so is a check that only warns without an accelerator while the same
+   CUDA setting or NCCL-named code reads, code for the accelerator in a method that reads an attribute its
+   class sets from CUDA code that stays; so is a check that only warns without an accelerator while the same
    check stays CUDA's in its class or module (the warning describes that one's choice). Repeated until nothing
    changes, since withdrawing one fix can keep the check around it;
 4. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -48,7 +48,7 @@ from neuron_migrate.migrate.cautions import caution
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
-    class_device_left,
+    class_state_left,
     conjunct_left,
     cuda_maker,
     cuda_sibling,
@@ -406,10 +406,10 @@ def _held_back_by(
             "change them together",
             True,
         )
-    if kept := class_device_left(ctx, pending, leftovers):
+    if kept := class_state_left(ctx, pending, leftovers):
         return (
-            f"its class sets the device it works with in `{kept[0]}`, which stays CUDA's (`{kept[1]}`): "
-            "migrate that device choice first",
+            f"it reads `self.{kept[0]}`, which its class sets in `{kept[1]}` from CUDA code that stays "
+            f"(`{kept[2]}`): migrate that first",
             True,
         )
     if listed := vendor_list_left(ctx, pending, leftovers):

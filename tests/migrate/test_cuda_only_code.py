@@ -1642,7 +1642,9 @@ def test_code_for_the_accelerator_waits_for_the_device_choice_its_class_keeps_cu
         "            return self._move(batch)\n"
     )
     (autocast,) = [f for f in findings(source) if f.code == "NM201"]
-    assert autocast.tied and "its class sets the device it works with in `__init__`" in autocast.message
+    assert (
+        autocast.tied and "which its class sets in `__init__` from CUDA code that stays" in autocast.message
+    )
     assert "torch.cuda.amp.autocast()" in fixed(source)
     generic = source.replace(
         "        if use_cuda:\n            if torch.cuda.is_available():\n"
@@ -1652,3 +1654,25 @@ def test_code_for_the_accelerator_waits_for_the_device_choice_its_class_keeps_cu
         '        self.device = "cuda" if torch.cuda.is_available() else "cpu"\n',
     )
     assert "torch.cuda.amp.autocast()" not in fixed(generic)
+
+
+def test_a_check_waits_for_the_cuda_code_that_sets_the_state_it_reads():
+    """GLiNER's memory estimator: `measure()` keeps `torch.cuda.mem_get_info()` for a person (held back for
+    the torch it needs) and sets `self.total = total` from it; `budget()` reads `self.total` under a check
+    whose generic form would compute a budget from a total never measured off CUDA."""
+    source = (
+        "import torch\n\n\nclass Memory:\n"
+        "    def measure(self):\n"
+        "        if not torch.cuda.is_available():\n            return\n"
+        "        free, total = torch.cuda.mem_get_info()\n"
+        "        self.total = total\n\n"
+        "    def budget(self):\n"
+        "        if not torch.cuda.is_available():\n            return 0\n"
+        "        return self.total // 2\n"
+    )
+    held = findings(source)
+    (check,) = [f for f in held if f.line == 12]
+    assert check.tied and "it reads `self.total`, which its class sets in `measure`" in check.message
+    unrelated = source.replace("return self.total // 2", "return 1")
+    (check,) = [f for f in findings(unrelated) if f.line == 12]
+    assert check.fix is not None and not check.tied

@@ -103,6 +103,9 @@ class DotCuda(Rule):
         Invalid(  # ludwig: on CUDA already, `.cuda()` runs for bitsandbytes' re-quantization
             'def reload(model):\n    if model.device.type == "cuda":\n        model.cuda()\n',
         ),
+        Invalid(  # controlnet_aux: `device_id=` was torch 0.3's keyword; today's `.cuda()` rejects it
+            "def save(network, gpu_ids):\n    network.cuda(device_id=gpu_ids[0])\n",
+        ),
         Invalid(  # the class's own `cuda`, called from its own `to`
             "class Index:\n    def cuda(self):\n        return self\n\n"
             "    def to(self, device):\n        return self.cuda()\n",
@@ -150,6 +153,15 @@ class DotCuda(Rule):
                     no_change=f"`{self.ctx.code(func.value)}` is on CUDA already here (`{test}`): this "
                     "`.cuda()` moves nothing and runs for what the object's own `cuda()` does (bitsandbytes "
                     "re-quantizes 8-bit weights), which `.to()` skips: no change needed",
+                )
+                return
+            unknown = next(
+                (a.keyword.value for a in node.args if a.keyword and a.keyword.value not in _KEYWORDS), None
+            )
+            if unknown is not None:  # controlnet_aux's `network.cuda(device_id=...)`, torch 0.3's spelling
+                self.report(
+                    node,
+                    self.message + f"; `{unknown}=` is no argument of `.cuda()`: pass the device by hand",
                 )
                 return
             if any(arg.star for arg in node.args):  # `.cuda(*args)`: a device index may be in there
@@ -235,6 +247,10 @@ class DotCuda(Rule):
             edits.append(Replacement(arg, _keep_keyword(arg, text, keyword_only)))
             title = f"Replace `.cuda({index})` with `.to()` the current accelerator"
         return FixSpec(title, tuple(edits), imports=("torch",), safety="unsafe" if unsafe else None), note
+
+
+#: the keyword arguments `Tensor.cuda()` and `Module.cuda()` take, which `.to()` takes too
+_KEYWORDS = frozenset({"device", "non_blocking", "memory_format"})
 
 
 def _keep_keyword(arg: cst.Arg, text: str, keyword_only: bool = False) -> str:

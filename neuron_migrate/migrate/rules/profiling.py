@@ -7,6 +7,7 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.fixes import DEVICE_TYPE
+from neuron_migrate.migrate.guards import accelerator_certain
 from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 
@@ -23,6 +24,13 @@ _NVTX_MESSAGES = {
     "mark": "NVTX marks are CUDA-only and have no Trainium equivalent: remove it, or time a region with "
     "`torch.profiler.record_function(name)`",
 }
+
+
+#: why `getattr(ProfilerActivity, device_type.upper(), ...)` needs an accelerator where it stands
+_WITHOUT_ACCELERATOR = (
+    "without an accelerator it is `ProfilerActivity.CPU`, which a list of activities that has it already "
+    "makes the profiler reject: use it where an accelerator is present"
+)
 
 
 class CudaNvtx(QualifiedNameRule):
@@ -136,10 +144,14 @@ class ProfilerActivityCuda(QualifiedNameRule):
     Safe. A `[CPU, CUDA]` list (or tuple or set) becomes `torch.profiler.supported_activities()`: the same
     set on CUDA, CPU alone without an accelerator (the CUDA activity was dropped with a warning there), and
     CPU plus `neuron` on Trainium. Elsewhere `ProfilerActivity.CUDA` becomes
-    `getattr(ProfilerActivity, <device type>.upper(), ProfilerActivity.CPU)`: `CUDA` on CUDA, the `neuron`
-    activity on Trainium, `CPU` without an accelerator (where a CUDA-only list used to raise). No fix for a
-    test of the activities (`if ProfilerActivity.CUDA in activities: use_device = "cuda"`): what it selects
-    is CUDA's, so the accelerator needs its own branch.
+    `getattr(ProfilerActivity, <device type>.upper(), ProfilerActivity.PrivateUse1)`: `CUDA` on CUDA, `XPU`
+    on XPU, and `PrivateUse1`, the activity of a backend registered as `neuron` is, on Trainium (on MPS,
+    which has none, the profiler warns and records the CPU, as it did for `CUDA`). Without an accelerator
+    the device type is `cpu`, which gives `ProfilerActivity.CPU`, and a list that has it already makes the
+    profiler raise: the fix is unsafe unless an accelerator is certain there (nequip's `if
+    torch.cuda.is_available(): acts.append(ProfilerActivity.CUDA)`). No fix for a test of the activities
+    (`if ProfilerActivity.CUDA in activities: use_device = "cuda"`): what it selects is CUDA's, so the
+    accelerator needs its own branch.
     """
 
     code = "NM409"
@@ -167,8 +179,8 @@ class ProfilerActivityCuda(QualifiedNameRule):
             "import torch\nacts = [torch.profiler.ProfilerActivity.CPU]\nif torch.cuda.is_available():\n"
             "    device_type = (torch.accelerator.current_accelerator(check_available=True)"
             ' or torch.device("cpu")).type\n'
-            "    acts.append(getattr(torch.profiler.ProfilerActivity, device_type.upper(),"
-            " torch.profiler.ProfilerActivity.CPU))\n",
+            "    acts.append(\n        getattr(torch.profiler.ProfilerActivity, device_type.upper(),"
+            " torch.profiler.ProfilerActivity.PrivateUse1)\n    )\n",
         ),
         Invalid(
             "from torch.profiler import ProfilerActivity\nif ProfilerActivity.CUDA in activities:\n"
@@ -192,11 +204,14 @@ class ProfilerActivityCuda(QualifiedNameRule):
             if isinstance(node, cst.Attribute)
             else "torch.profiler.ProfilerActivity"
         )
-        text = f"getattr({owner}, {DEVICE_TYPE}.upper(), {owner}.CPU)"
+        text = f"getattr({owner}, {DEVICE_TYPE}.upper(), {owner}.PrivateUse1)"
+        certain = accelerator_certain(self.ctx)
         return FixSpec(
             "Replace `ProfilerActivity.CUDA` with the current accelerator's activity",
             (Replacement(node, text),),
             imports=("torch",),
+            safety=None if certain else "unsafe",
+            caution="" if certain else _WITHOUT_ACCELERATOR,
         )
 
     def _is_cpu_and_cuda(self, container: cst.List | cst.Tuple | cst.Set) -> bool:
