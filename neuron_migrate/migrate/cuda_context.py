@@ -62,6 +62,7 @@ from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.chains import CHAIN_NOTE, chain_of_tests, chain_tests, names_neuron
 from neuron_migrate.migrate.context import shortened
 from neuron_migrate.migrate.cuda_files import (
+    cuda_extension,
     cuda_file,
     cuda_kernel_registry,
     cuda_named,
@@ -134,6 +135,7 @@ class CudaMentions:
         self.cuda_calls: dict[int, str | None] = {}  # per statement: the one of those it calls
         self.module_library: tuple[str | None] | None = None  # the CUDA-only library the module drives
         self.docstring_requires_cuda: bool | None = None
+        self.extension_source: tuple[str | None] | None = None
         self.module_kernels: tuple[str | None] | None = None
         self.block_libraries: dict[int, str | None] = {}  # per block: the CUDA-only library it drives
         self.recorded_calls: dict[int, str | None] | None = None
@@ -246,6 +248,12 @@ class CudaMentions:
         if self.cuda_kernels is None:
             self.cuda_kernels = (cuda_kernel_registry(self.ctx.source),)
         return self.cuda_kernels[0]
+
+    def cuda_extension(self) -> str | None:
+        """The CUDA source the module builds its own kernels from (`cuda_files.cuda_extension`), if any."""
+        if self.extension_source is None:
+            self.extension_source = (cuda_extension(self.ctx.source),)
+        return self.extension_source[0]
 
     def kernel_library(self) -> str | None:
         """The CUDA-only library the module defines kernels with (`cuda_files.kernel_library`), if any."""
@@ -390,6 +398,11 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(
             f'the module registers its operators\' kernels for CUDA only (`impl(..., "{key}")`): its code '
             "serves them; port the operators to give it another device (no change needed here)"
+        )
+    if (kernel := mentions.cuda_extension()) is not None:
+        return CudaOnly(
+            f"the module builds its own CUDA kernels (`{kernel}`, with `torch.utils.cpp_extension`): its "
+            "code serves them; port the kernels to give it another device (no change needed here)"
         )
     stack = pending.stack
     start = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], _FUNCTIONS)), 0)

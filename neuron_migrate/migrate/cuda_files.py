@@ -18,6 +18,9 @@ the integration of a CUDA-only library.
   code serves those kernels, and the operators must be ported before any of it runs elsewhere. A module that
   also registers a kernel for the CPU, another device or a composite key (FSDP's `copy_` for CUDA, XPU, HPU
   and CPU) is generic.
+- ColBERT's `indexing/codecs/residual.py`: a module that builds its own CUDA kernels with
+  `torch.utils.cpp_extension` (`load(sources=[..., "decompress_residuals.cu"])`): its code moves tensors to
+  CUDA for them, and the kernels must be ported before any of it runs elsewhere.
 """
 
 from __future__ import annotations
@@ -211,3 +214,16 @@ def cuda_kernel_registry(source: str) -> str | None:
     keys = set(_REGISTERED_KEY.findall(source))
     cuda = {key for key in keys if "CUDA" in key}
     return min(cuda) if cuda and keys <= cuda | _ANY_DEVICE_KEYS else None
+
+
+#: a CUDA source file named in the module (`"decompress_residuals.cu"`)
+_CUDA_SOURCE = re.compile(r"""["']([\w./-]+\.cuh?)["']""")
+
+
+def cuda_extension(source: str) -> str | None:
+    """The CUDA source a module builds into an extension with `torch.utils.cpp_extension` (see the module
+    docstring), if any."""
+    if "cpp_extension" not in source:
+        return None
+    found = _CUDA_SOURCE.search(source)
+    return found.group(1) if found else None

@@ -1676,3 +1676,19 @@ def test_a_check_waits_for_the_cuda_code_that_sets_the_state_it_reads():
     unrelated = source.replace("return self.total // 2", "return 1")
     (check,) = [f for f in findings(unrelated) if f.line == 12]
     assert check.fix is not None and not check.tied
+
+
+def test_a_module_that_builds_its_own_cuda_kernels_keeps_its_cuda_code():
+    """ColBERT's residual codec compiles `decompress_residuals.cu` with `cpp_extension.load` and moves its
+    tensors to CUDA for those kernels: the moves are left with them. A module that builds C++ alone is
+    fixed."""
+    source = (
+        "from torch.utils.cpp_extension import load\n\n"
+        'ext = load(name="codec", sources=["codec.cpp", "codec.cu"])\n\n\n'
+        "def decode(t):\n    return ext.decode(t.cuda())\n"
+    )
+    (move,) = [f for f in findings(source) if f.code == "NM103"]
+    assert move.fix is None and "builds its own CUDA kernels (`codec.cu`" in move.message
+    cpu_only = source.replace(', "codec.cu"', "")
+    (move,) = [f for f in findings(cpu_only) if f.code == "NM103"]
+    assert move.fix is not None
