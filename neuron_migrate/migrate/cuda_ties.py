@@ -470,8 +470,9 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
         other = _unit_of(inner.stack)
         if other is None or other is function or units[id(other)].owner != unit.owner:
             continue
-        if inner.region or inner.rule.device_test:
-            continue  # a flag from a CUDA test (recbole's `self.gpu_available`) is no CUDA value
+        if inner.region or inner.rule.device_test or inner.fix is not None:
+            continue  # a flag from a CUDA test (recbole's `self.gpu_available`) is no CUDA value, and one
+            # with an unsafe fix (super-gradients' `self.net = DDP(net, device_ids=[rank])`) changes with it
         for attribute, statement in _state_set(ctx, inner):
             if _reads(units, function, unit.owner, "." + attribute):
                 return attribute, other.name.value, first_line(ctx, statement)
@@ -492,13 +493,18 @@ def _reads(units: dict, function: cst.FunctionDef, owner: int, attribute: str) -
 
 
 def _state_set(ctx, pending) -> list[tuple[str, cst.SimpleStatementLine]]:
-    """The instance attributes the finding's statement sets (`self.device = torch.device("cuda")`), and those
-    that later statements of its block set from the names it binds (`free, total =
-    torch.cuda.mem_get_info()`, then `self.total_gpu_memory = total`), each with its statement."""
+    """The instance attributes the finding's statement sets to the CUDA value it is (`self.device =
+    torch.device("cuda")`), and those that later statements of its block set from the names it binds
+    (`free, total = torch.cuda.mem_get_info()`, then `self.total_gpu_memory = total`), each with its
+    statement. A value the finding is only a part of does not count: `self.net = DDP(self.net,
+    device_ids=[rank])` is still the model, which every method reads."""
     at = next((i for i in range(len(pending.stack) - 1, 0, -1) if _is_line(pending.stack[i])), None)
     if at is None or not isinstance(pending.stack[at - 1], cst.IndentedBlock):
         return []
     statement, block = pending.stack[at], pending.stack[at - 1]
+    value = getattr(statement.body[0], "value", None) if len(statement.body) == 1 else None
+    if value is not pending.node and getattr(value, "func", None) is not pending.node:
+        return []  # the CUDA code is only a part of the value (`self.net = DDP(net, device_ids=[rank])`)
     attributes, names = _assigned(statement)
     found = [(attribute, statement) for attribute in attributes]
     if names:

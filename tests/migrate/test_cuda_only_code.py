@@ -1692,3 +1692,19 @@ def test_a_module_that_builds_its_own_cuda_kernels_keeps_its_cuda_code():
     cpu_only = source.replace(', "codec.cu"', "")
     (move,) = [f for f in findings(cpu_only) if f.code == "NM103"]
     assert move.fix is not None
+
+
+def test_a_model_wrapped_with_cuda_device_ids_holds_no_method_back():
+    """super-gradients: `self.net = DistributedDataParallel(self.net, device_ids=[rank])` keeps an unsafe fix
+    for its `device_ids`; the attribute is still the model, which every method reads, so the guarded cache
+    release in another method is fixed."""
+    source = (
+        "import torch\n\n\nclass Trainer:\n"
+        "    def wrap(self, rank):\n"
+        "        self.net = torch.nn.parallel.DistributedDataParallel(self.net, device_ids=[rank])\n\n"
+        "    def quantize(self):\n"
+        "        self.net.eval()\n"
+        "        torch.cuda.empty_cache()\n"
+    )
+    (release,) = [f for f in findings(source) if f.code == "NM402"]
+    assert release.fix is not None and not release.tied
