@@ -46,7 +46,8 @@ class DotCuda(Rule):
     variable becomes `.to(device)` (wrong if it holds an int), anything else `torch.device(type, value)`.
     No change for an object an `if` around the call finds on CUDA already (`if m.device.type == "cuda":
     m.cuda()`): the call moves nothing and runs for the object's own `cuda()` (bitsandbytes' re-quantizing
-    `Int8Params.cuda()`), which `.to()` skips.
+    `Int8Params.cuda()`), which `.to()` skips. A keyword `.cuda()` does not take (`device_id=`, torch 0.3's)
+    is left for a person.
     The storage a `torch.load` `map_location` function receives (`lambda storage, loc: ...`, or a `def` the
     module passes so) gets `.to(device=...)`: `UntypedStorage.to()` takes the device as a keyword only.
     """
