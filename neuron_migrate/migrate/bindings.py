@@ -175,6 +175,12 @@ class Bindings:
         """The bindings of `key` made in `scope` itself."""
         return [b for b in self.by_key.get(key, ()) if b.scope is scope]
 
+    def in_block(self, block: cst.CSTNode) -> list[Binding]:
+        """The bindings the statements of `block` make (not those of the blocks inside them), in source
+        order."""
+        found = [b for bindings in self.by_key.values() for b in bindings if b.block is block]
+        return sorted(found, key=lambda b: b.order)
+
     def keys_bound_in(self, scope: cst.CSTNode) -> set[str]:
         return {b.key for bindings in self.by_key.values() for b in bindings if b.scope is scope}
 

@@ -252,7 +252,7 @@ class CudaMentions:
     def cuda_extension(self) -> str | None:
         """The CUDA source the module builds its own kernels from (`cuda_files.cuda_extension`), if any."""
         if self.extension_source is None:
-            self.extension_source = (cuda_extension(self.ctx.source),)
+            self.extension_source = (cuda_extension(self.ctx),)
         return self.extension_source[0]
 
     def kernel_library(self) -> str | None:

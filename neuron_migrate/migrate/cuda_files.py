@@ -30,8 +30,12 @@ import weakref
 
 import libcst as cst
 
+from neuron_migrate.migrate.call_sites import calls_in
+from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.names import dotted, import_bindings
+from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rules.libraries import imported_library, library_of
+from neuron_migrate.migrate.sources import KERNEL_SUFFIXES
 from neuron_migrate.migrate.walk import find
 
 _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
@@ -216,14 +220,54 @@ def cuda_kernel_registry(source: str) -> str | None:
     return min(cuda) if cuda and keys <= cuda | _ANY_DEVICE_KEYS else None
 
 
-#: a CUDA source file named in the module (`"decompress_residuals.cu"`)
-_CUDA_SOURCE = re.compile(r"""["']([\w./-]+\.cuh?)["']""")
+CPP_EXTENSION = "torch.utils.cpp_extension"
 
 
-def cuda_extension(source: str) -> str | None:
-    """The CUDA source a module builds into an extension with `torch.utils.cpp_extension` (see the module
-    docstring), if any."""
-    if "cpp_extension" not in source:
-        return None
-    found = _CUDA_SOURCE.search(source)
-    return found.group(1) if found else None
+def cuda_extension(ctx) -> str | None:
+    """What the module builds its own CUDA kernels from with `torch.utils.cpp_extension` (see the module
+    docstring): the CUDA source a `CUDAExtension` / `load` / `load_inline` call names, else the call's
+    callee; None when it builds none."""
+    sites = calls_in(ctx).sites
+    for function in ("CUDAExtension", "load", "load_inline"):
+        for site in sites.get(function, ()):
+            call = site.stack[-1]
+            if ctx.call_name(call) != f"{CPP_EXTENSION}.{function}":
+                continue
+            if function == "CUDAExtension" or builds_cuda(call, function):
+                source = next((text for text in _string_texts(call) if text.endswith(KERNEL_SUFFIXES)), None)
+                return source or ctx.code(call.func).strip()
+    return None
+
+
+def builds_cuda(call: cst.Call, function: str) -> bool:
+    """Whether a `torch.utils.cpp_extension` `load` / `load_inline` call (`function`) builds CUDA code
+    (NM702's test): `.cu` sources, `cuda_sources=`, `with_cuda=True` or `extra_cuda_cflags=`."""
+    with_cuda = keyword(call, "with_cuda")
+    if with_cuda is not None and not _is_literal(with_cuda.value, ("False", "None")):
+        return True
+    if keyword(call, "extra_cuda_cflags") is not None:
+        return True
+    if function == "load_inline":
+        sources = keyword(call, "cuda_sources") or positional(call, 2)
+        return sources is not None and not _is_literal(sources.value, ("None",))
+    sources = keyword(call, "sources") or positional(call, 1)
+    return sources is not None and any(text.endswith(KERNEL_SUFFIXES) for text in _string_texts(sources))
+
+
+def _is_literal(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
+    return isinstance(node, cst.Name) and node.value in names
+
+
+def _string_texts(node: cst.CSTNode):
+    """String literals (and the text ends of f-strings) anywhere inside `node`."""
+    if isinstance(node, cst.SimpleString) and (value := string_value(node)) is not None:
+        yield value
+    elif (
+        isinstance(node, cst.FormattedString)
+        and node.parts
+        and isinstance(node.parts[-1], cst.FormattedStringText)
+    ):
+        yield node.parts[-1].value
+    else:
+        for child in node.children:
+            yield from _string_texts(child)

@@ -492,59 +492,44 @@ def _reads(units: dict, function: cst.FunctionDef, owner: int, attribute: str) -
         readers |= more
 
 
-def _state_set(ctx, pending) -> list[tuple[str, cst.SimpleStatementLine]]:
+def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
     """The instance attributes the finding's statement sets to the CUDA value it is (`self.device =
     torch.device("cuda")`), and those that later statements of its block set from the names it binds
     (`free, total = torch.cuda.mem_get_info()`, then `self.total_gpu_memory = total`), each with its
-    statement. A value the finding is only a part of does not count: `self.net = DDP(self.net,
-    device_ids=[rank])` is still the model, which every method reads."""
-    at = next((i for i in range(len(pending.stack) - 1, 0, -1) if _is_line(pending.stack[i])), None)
-    if at is None or not isinstance(pending.stack[at - 1], cst.IndentedBlock):
+    statement, read from the file's bindings index. A value the finding is only a part of does not count:
+    `self.net = DDP(self.net, device_ids=[rank])` is still the model, which every method reads."""
+    stack = pending.stack
+    at = next(
+        (i for i in range(len(stack) - 1, 0, -1) if isinstance(stack[i], cst.SimpleStatementLine)), None
+    )
+    if at is None:
         return []
-    statement, block = pending.stack[at], pending.stack[at - 1]
+    statement, block = stack[at], stack[at - 1]
     value = getattr(statement.body[0], "value", None) if len(statement.body) == 1 else None
     if value is not pending.node and getattr(value, "func", None) is not pending.node:
         return []  # the CUDA code is only a part of the value (`self.net = DDP(net, device_ids=[rank])`)
-    attributes, names = _assigned(statement)
-    found = [(attribute, statement) for attribute in attributes]
+    bindings = [b for b in ctx.bindings.in_block(block) if b.kind == "assign"]
+    made = [b for b in bindings if b.statement is statement]
+    found = [(attribute, statement) for b in made if (attribute := _own_attribute(b.key))]
+    names = [b.key for b in made if b.key.isidentifier()]
     if names:
         bound = re.compile(rf"\b(?:{'|'.join(map(re.escape, names))})\b")
-        for later in block.body[block.body.index(statement) + 1 :]:
-            later_attributes, _ = _assigned(later)
-            value = later.body[0].value if later_attributes else None
-            if value is not None and bound.search(ctx.code(value)):
-                found.extend((attribute, later) for attribute in later_attributes)
+        after = max(b.order for b in made)
+        found.extend(
+            (attribute, b.statement)
+            for b in bindings
+            if b.order > after
+            and (attribute := _own_attribute(b.key))
+            and b.value is not None
+            and bound.search(ctx.code(b.value))
+        )
     return found
 
 
-def _is_line(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.SimpleStatementLine)
-
-
-def _assigned(statement: cst.CSTNode) -> tuple[list[str], list[str]]:
-    """The instance attributes (`self.x`) and the plain names a one-assignment line sets."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-        return [], []
-    small = statement.body[0]
-    if isinstance(small, cst.Assign):
-        targets = [t.target for t in small.targets]
-    elif isinstance(small, cst.AnnAssign) and small.value is not None:
-        targets = [small.target]
-    else:
-        return [], []
-    attributes, names = [], []
-    for target in targets:
-        parts = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-        for part in parts:
-            if isinstance(part, cst.Name):
-                names.append(part.value)
-            elif (
-                isinstance(part, cst.Attribute)
-                and isinstance(part.value, cst.Name)
-                and part.value.value == "self"
-            ):
-                attributes.append(part.attr.value)
-    return attributes, names
+def _own_attribute(key: str) -> str | None:
+    """`x` for the key `self.x` (an attribute of the instance itself), else None."""
+    attribute = key.removeprefix("self.")
+    return attribute if attribute != key and attribute.isidentifier() else None
 
 
 def _if_testing(pending) -> cst.If | None:

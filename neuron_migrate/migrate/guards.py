@@ -146,9 +146,9 @@ def _comparison(ctx, test: cst.Comparison) -> Implication:
     if isinstance(op, (cst.Is, cst.IsNot)) and _is_none(right) != _is_none(left):  # `acc is not None`
         other = implies(ctx, left if _is_none(right) else right)
         return other if isinstance(op, cst.IsNot) else _flip(other)
-    value = (
-        _spelled_device(ctx, right) if _spelled_device(ctx, right) is not None else _spelled_device(ctx, left)
-    )
+    value = _spelled_device(ctx, right)
+    if value is None:
+        value = _spelled_device(ctx, left)
     if value is None:
         return _NONE
     positive = isinstance(op, (cst.Equal, cst.Is))

@@ -7,13 +7,11 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.migrate.conditions import uses
-from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.cuda_files import CPP_EXTENSION, builds_cuda
 from neuron_migrate.migrate.lexicon import Lexicon
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, positional
+from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid, Rule
 
-_CPP_EXTENSION = "torch.utils.cpp_extension"
-_CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
 _NKI = (
     "port its kernels to PyTorch ops or an NKI kernel (`@nki.jit`, registered with `torch_neuronx`'s "
     "`nki_op`)"
@@ -64,7 +62,7 @@ class CudaExtension(QualifiedNameRule):
     triggers = (b"cpp_extension", b"CUDAExtension")
     names_only = True
     NAMES: ClassVar[dict[str, str | None]] = {
-        f"{_CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")
+        f"{CPP_EXTENSION}.{n}": None for n in ("CUDAExtension", "load", "load_inline")
     }
     VALID = (
         "from torch.utils.cpp_extension import CppExtension\next = CppExtension('op', ['op.cpp'])\n",
@@ -101,43 +99,8 @@ class CudaExtension(QualifiedNameRule):
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         short = name.rsplit(".", 1)[-1]
-        if short == "CUDAExtension" or (call is not None and _compiles_cuda(call, short)):
+        if short == "CUDAExtension" or (call is not None and builds_cuda(call, short)):
             self.report(call or node)
-
-
-def _compiles_cuda(call: cst.Call, function: str) -> bool:
-    """Whether a `load`/`load_inline` call builds CUDA code."""
-    with_cuda = keyword(call, "with_cuda")
-    if with_cuda is not None and not _is_literal(with_cuda.value, ("False", "None")):
-        return True
-    if keyword(call, "extra_cuda_cflags") is not None:
-        return True
-    if function == "load_inline":
-        sources = keyword(call, "cuda_sources") or positional(call, 2)
-        return sources is not None and not _is_literal(sources.value, ("None",))
-    sources = keyword(call, "sources") or positional(call, 1)
-    return sources is not None and any(
-        text.endswith(_CUDA_SOURCE_SUFFIXES) for text in _string_texts(sources)
-    )
-
-
-def _is_literal(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
-    return isinstance(node, cst.Name) and node.value in names
-
-
-def _string_texts(node: cst.CSTNode):
-    """String literals (and the text ends of f-strings) anywhere inside `node`."""
-    if isinstance(node, cst.SimpleString) and (value := string_value(node)) is not None:
-        yield value
-    elif (
-        isinstance(node, cst.FormattedString)
-        and node.parts
-        and isinstance(node.parts[-1], cst.FormattedStringText)
-    ):
-        yield node.parts[-1].value
-    else:
-        for child in node.children:
-            yield from _string_texts(child)
 
 
 class TritonKernel(Rule):
