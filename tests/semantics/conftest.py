@@ -16,10 +16,10 @@ from tests.semantics.harness import (
     Run,
     copy_scripts,
     fix_args,
-    free_port,
     run,
     run_all,
     run_batch,
+    run_torchrun_style,
 )
 
 
@@ -71,17 +71,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     # group as torchrun would start it; a second fix run (on a copy) that must change nothing.
     second_dir = base / "second_fix"
     shutil.copytree(rewritten_dir, second_dir)
-    torchrun_env = {
-        "WORLD_SIZE": "1",
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-    }
     second = run_all(
         {
             **{f"rewritten/{n}": partial(run, [f"{n}.py"], rewritten_dir) for n in NAMES},
-            "ddp_world_size_1": partial(run, ["ddp_trainer.py"], ddp_dir, torchrun_env),
+            "ddp_world_size_1": partial(run_torchrun_style, ["ddp_trainer.py"], ddp_dir),
             "second_fix": partial(run, fix_args(second_dir), base),
         }
     )

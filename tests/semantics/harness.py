@@ -179,6 +179,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: what torch 2.13 prints when a gloo worker thread is still joinable while the interpreter shuts down,
+#: after the script has finished (and called destroy_process_group): a rare race in torch's teardown, not
+#: the script's (pytorch/pytorch#190489; the atexit fix in pytorch/pytorch#179291 was abandoned)
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_torchrun_style(args: list[str], cwd: Path, attempts: int = 3) -> Run:
+    """Run a script as torchrun would start a one-process job (WORLD_SIZE=1, a free MASTER_PORT each attempt).
+
+    A run that aborts in torch's gloo teardown after it printed everything runs again: that abort says nothing
+    about the script. Any other failure is returned as it is."""
+    for _ in range(attempts):
+        env = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+        result = run(args, cwd, {**env, "MASTER_PORT": str(free_port())})
+        if not (result.returncode == -6 and result.stderr.strip() == GLOO_TEARDOWN_ABORT):
+            break
+    return result
+
+
 # --- CUDA constructs left in a source file ------------------------------------------------------------------
 
 _CUDA_STRING = re.compile(r"^cuda(:\d*)?$")
