@@ -25,7 +25,7 @@ from neuron_migrate.migrate.device_neutral import flag_side
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.imports import lazy_import
 from neuron_migrate.migrate.naming import scope_of
-from neuron_migrate.migrate.rules.float64 import makes_float64
+from neuron_migrate.migrate.rules.float64 import makes_float64, spells_float64
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
 from neuron_migrate.migrate.walk import find
@@ -170,17 +170,19 @@ _MPS_FLOAT64 = (
 )
 
 
-#: how a function says it computes in float64
-_FLOAT64_MARKERS = re.compile(r"""torch\.float64\b|torch\.double\b|\.double\(\)|["']float64["']""")
-
-
 def _float64_function(ctx, stack) -> str | None:
-    """The first float64 marker (`torch.float64`, `.double()`, `"float64"`) in the outermost function
-    around a fix that names the device (mace's `device or ("cuda" if ... else "cpu")` beside
-    `default_dtype="float64"`), or None."""
+    """The first spelling of float64 (`rules.float64.spells_float64`: `torch.float64`, `.double()`,
+    `"float64"`) in the outermost function around a fix that names the device (mace's `device or ("cuda" if
+    ... else "cpu")` beside `default_dtype="float64"`), or None."""
     function = next((node for node in stack if isinstance(node, cst.FunctionDef)), None)
-    found = _FLOAT64_MARKERS.search(ctx.code(function)) if function is not None else None
-    return found.group(0) if found else None
+    if function is None:
+        return None
+    found = next((node for node in find(function, _SPELLINGS) if spells_float64(node)), None)
+    return ctx.code(found) if found is not None else None
+
+
+#: the node classes float64 is spelled with
+_SPELLINGS = (cst.Attribute, cst.Call, cst.SimpleString)
 
 
 def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:

@@ -41,6 +41,9 @@ class PendingFinding:
     widens_test: bool = False
     #: its fix was withdrawn: it waits for CUDA code beside it that a person changes first (`settle.tie`)
     tied: bool = False
+    #: the check whose own expression holds this finding, when it waits for that check (`"cuda" if <this>
+    #: else "cpu"`, the check a person reviews): it is not CUDA code the check guards
+    part_of: Any = None
 
 
 def tests_cuda_availability(test: str) -> bool:

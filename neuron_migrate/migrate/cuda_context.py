@@ -180,8 +180,9 @@ class CudaMentions:
                     text = dotted(self.chain[0]) if self.chain else child.value  # `torch.cuda._sleep`
                 elif (key := _keyword_key(child)) and (name_cue.search(key) or CUDA_ONLY_CODE.search(key)):
                     text = key  # `{"fused": ...}`: keyword arguments in a dict, as `fused=...` spells them
-                elif not strong and isinstance(child, cst.Call) and "gpu" in ctx.code(child.func).lower():
-                    text = ctx.code(child.func)  # `is_torch_bf16_gpu_available()`: a GPU capability query
+                elif not strong and isinstance(child, cst.Call) and "gpu" in _callee(child).lower():
+                    # `is_torch_bf16_gpu_available()`: a GPU capability query; not `gpu_devices.append(d)`
+                    text = ctx.code(child.func)
                 elif isinstance(child, cst.SubscriptElement) and (key := _identifier(child.slice)):
                     # a key names a setting: "GPU" in it says "an accelerator", as in `args.use_gpu`
                     # (`config["use_gpu"]`); CUDA's names still count (`environ["EGL_DEVICE_ID"]`)
@@ -655,6 +656,14 @@ def gpu_among_devices(ctx, test: cst.BaseExpression, tests: list[cst.BaseExpress
         return "DistributedType.MULTI_GPU"
     word = next((w for w in re.findall(r"\w+", code) if _GPU.search(w)), None)
     return word if word is not None and chain_of_tests(ctx, tests) is not None else None
+
+
+def _callee(call: cst.Call) -> str:
+    """The name a call calls, without what it is looked up on: `append` for `gpu_devices.append(d)`."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return func.value if isinstance(func, cst.Name) else ""
 
 
 def _keyword_key(node: cst.CSTNode) -> str | None:

@@ -56,25 +56,55 @@ def first_line(ctx, node: cst.CSTNode) -> str:
 def same_call_left(ctx, pending, leftovers: list) -> str | None:
     """Another use of the same CUDA call, or of another call of the same timing machinery (streams, events,
     `synchronize`), in the finding's function that stays for a person (a to-do, not code that only runs on
-    CUDA), as text: torch's symmetric memory rewrote two of a function's four `torch.cuda.current_stream()`
-    calls and kept the two whose stream is passed on; its runtime estimator would have synchronized the
-    accelerator around CUDA events that stay; its `get_cycles_per_ms` times `torch.cuda._sleep` with events.
-    Module-level code is left out: a script's top level is too large a unit to hold back."""
+    CUDA), as a clause (`its function keeps ... for a person`): torch's symmetric memory rewrote two of a
+    function's four `torch.cuda.current_stream()` calls and kept the two whose stream is passed on; its
+    runtime estimator would have synchronized the accelerator around CUDA events that stay; its
+    `get_cycles_per_ms` times `torch.cuda._sleep` with events.
+    Module-level code is left out: a script's top level is too large a unit to hold back.
+
+    Timing machinery that works on the same attribute of an instance is one unit across the class's methods:
+    LAVIS's `PrefetchLoader` makes `self.stream` in `__init__` and waits for it in `next`, while `preload`
+    keeps `with torch.cuda.stream(self.stream):` around a CUDA-only copy."""
     scope = scope_of(pending.stack)
     if not isinstance(scope, cst.FunctionDef) or (api := _kind(_called(ctx, pending.node))) is None:
         return None
+    shared = _stream_attributes(ctx, pending) if api == _TIMING else set()
     for inner in leftovers:
         if (
             inner is not pending
             and not inner.no_change
             and _kind(_called(ctx, inner.node)) == api
             and (inner.rule is pending.rule or api == _TIMING)
-            and scope_of(inner.stack) is scope
         ):
-            return first_line(ctx, inner.node)
-    if api == _TIMING:
-        return _timing_helper_in(ctx, scope)
+            if scope_of(inner.stack) is scope:
+                return f"its function keeps `{first_line(ctx, inner.node)}` for a person"
+            if (attributes := shared & _stream_attributes(ctx, inner)) and _same_class(ctx, pending, inner):
+                kept, method = first_line(ctx, inner.node), _unit_of(inner.stack).name.value
+                on = f"`self.{min(attributes)}`"
+                return f"its class keeps `{kept}` in `{method}` for a person, on the same {on}"
+    if api == _TIMING and (helper := _timing_helper_in(ctx, scope)) is not None:
+        return f"its function keeps `{helper}` for a person"
     return None
+
+
+def _stream_attributes(ctx, pending) -> set[str]:
+    """The instance attributes (`self.stream`) the finding's statement (or, in a compound statement's header,
+    its node) names."""
+    statement = next((n for n in reversed(pending.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+    return set(_SELF_ATTRIBUTE.findall(ctx.code(statement if statement is not None else pending.node)))
+
+
+_SELF_ATTRIBUTE = re.compile(r"\bself\.(\w+)")
+
+
+def _same_class(ctx, pending, inner) -> bool:
+    """Whether two findings sit in methods of the same class."""
+    units = calls_in(ctx).units
+    mine, theirs = _unit_of(pending.stack), _unit_of(inner.stack)
+    if mine is None or theirs is None:
+        return False
+    owner = units[id(mine)].owner if id(mine) in units else None
+    return owner is not None and id(theirs) in units and units[id(theirs)].owner == owner
 
 
 def conjunct_left(pending, mentions: CudaMentions) -> str | None:
@@ -456,11 +486,18 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
       torch.cuda.mem_get_info()` (kept for a person), which `available_memory()` reads under the check its
       fix would make generic.
 
+    - fairscale's FSDP fills `self._streams["all_gather"] = torch.cuda.Stream()` in `_setup_streams` under a
+      CUDA check that stays, so `_wait_for_previous_optim_step`'s `if not torch.cuda.is_available(): return`
+      made generic would reach an empty dict on neuron.
+    A fix that serves whatever it is given (`with torch.cuda.stream(self.s):` → `with self.s:`) waits only
+    when it rewrites a use of the attribute itself (fairscale's offload streams, `torch.cuda.Stream`s that
+    stay).
+
     An attribute set from a CUDA check that stays (recbole's `self.gpu_available = torch.cuda.is_available()
     and config["use_gpu"]`) does not count: a flag says where code runs, which the fix's own check decides.
     """
     function = _unit_of(pending.stack)
-    if pending.fix is None or not pending.fix.generalizes or function is None:
+    if pending.fix is None or function is None:
         return None
     units = calls_in(ctx).units
     unit = units.get(id(function))
@@ -474,7 +511,11 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
             continue  # a flag from a CUDA test (recbole's `self.gpu_available`) is no CUDA value, and one
             # with an unsafe fix (super-gradients' `self.net = DDP(net, device_ids=[rank])`) changes with it
         for attribute, statement in _state_set(ctx, inner):
-            if _reads(units, function, unit.owner, "." + attribute):
+            if (
+                _reads(units, function, unit.owner, "." + attribute)
+                if pending.fix.generalizes
+                else re.search(rf"\bself\.{re.escape(attribute)}\b", ctx.code(pending.node))
+            ):
                 return attribute, other.name.value, first_line(ctx, statement)
     return None
 
@@ -527,9 +568,10 @@ def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
 
 
 def _own_attribute(key: str) -> str | None:
-    """`x` for the key `self.x` (an attribute of the instance itself), else None."""
-    attribute = key.removeprefix("self.")
-    return attribute if attribute != key and attribute.isidentifier() else None
+    """`x` for the key `self.x` (an attribute of the instance itself) or `self.x["k"]` (an entry of it:
+    fairscale's `self._streams["all_gather"]`), else None."""
+    attribute = key.removeprefix("self.").split("[", 1)[0]
+    return attribute if not key.startswith(attribute) and attribute.isidentifier() else None
 
 
 def _if_testing(pending) -> cst.If | None:

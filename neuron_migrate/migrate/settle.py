@@ -66,6 +66,7 @@ from neuron_migrate.migrate.cuda_ties import (
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
+from neuron_migrate.migrate.naive_model_parallel import NAIVE_MODEL_PARALLEL, naive_model_parallel
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.torch_floor import HELD_BACK
@@ -85,6 +86,7 @@ _NO_ACCELERATOR = (
     "chose not to: no change needed"
 )
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA {} that stays: no change needed"
+_PART_OF_CHECK = "it is part of the CUDA {} `{}`, which stays: change them together"
 
 
 def applies(pending, style: FixStyle) -> bool:
@@ -135,6 +137,8 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             withdraw(pending, _DEEPSPEED_ACCELERATOR.format(own_api))
         elif pending.fix is not None and stale:
             withdraw(pending, stale)
+        elif pending.fix is not None and (where := naive_model_parallel(ctx, pending.stack)) is not None:
+            withdraw(pending, NAIVE_MODEL_PARALLEL.format(where=where))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (
@@ -335,7 +339,12 @@ def _keep_cuda_checks(
             guarded = (*check.region, *flag_side(ctx, check))  # `on_gpu = d.type == "cuda"`: `if on_gpu:` too
             for inner in pendings:
                 if inner is not check and inner.fix is not None and inside(inner, guarded):
-                    withdraw(inner, _BEHIND_CHECK.format(_noun(check)), no_change=True)
+                    if check.fix is not None and check.node in inner.stack:
+                        # part of a check a person reviews (`"cuda" if <here> else "cpu"`, unsafe): it waits
+                        tie(inner, _PART_OF_CHECK.format(_noun(check), first_line(ctx, check.node)))
+                        inner.part_of = check
+                    else:
+                        withdraw(inner, _BEHIND_CHECK.format(_noun(check)), no_change=True)
                     changed = True
         for pending in pendings:
             if (
@@ -395,7 +404,7 @@ def _held_back_by(
     if sink := cuda_sink(pending, sinks, mentions, positions, lines):
         return f"its value goes to CUDA-only code that stays (`{sink}`): change them together", True
     if same := same_call_left(ctx, pending, leftovers):
-        return f"its function keeps `{same}` for a person: change them together", True
+        return f"{same}: change them together", True
     if test := conjunct_left(pending, mentions):
         return f"its condition also requires `{test}`, which stays CUDA's: change them together", True
     if partner := amp_partner_left(ctx, pending, leftovers):
@@ -440,7 +449,7 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     without a fix) and strong mentions (NCCL, CUDA-only libraries, in the code or in the exit's message) keep
     it CUDA's, not names or messages that say CUDA or GPU ("needs a CUDA GPU" means any accelerator there)."""
     for inner in leftovers:
-        if inner is not check and inside(inner, check.region):
+        if inner is not check and inside(inner, check.region) and inner.part_of is not check:
             return f"`{first_line(ctx, inner.node)}`"
     owner = _precondition_of(check)
     warns = owner is None and _warns_without_accelerator(ctx, check)

@@ -1521,15 +1521,22 @@ def test_another_choice_with_none_is_an_ordinary_check():
 
 
 def test_a_count_and_ed_with_a_cuda_test_that_stays_waits_for_it():
-    """ignite: `torch.cuda.device_count() > 1 and "cuda" in idist.device().type` only holds on CUDA (and
-    DataParallel is CUDA's): counting every accelerator there changes nothing until the test changes."""
+    """ignite: `torch.cuda.device_count() > 1 and "cuda" in idist.device().type` only holds on CUDA:
+    counting every accelerator there changes nothing until the test changes. (ignite wraps the model in
+    `DataParallel` there, which is CUDA's too: NM305, and the check guards it.)"""
     source = (
         "import torch\n\n\ndef wrap(model, device):\n"
         '    if torch.cuda.device_count() > 1 and "cuda" in device.kind:\n'
-        "        model = torch.nn.DataParallel(model)\n    return model\n"
+        "        model = replicate(model)\n    return model\n"
     )
     count = next(f for f in findings(source) if f.code == "NM106")
     assert count.fix is None and count.tied and '"cuda" in device.kind' in count.message
+    wrapped = source.replace("replicate(model)", "torch.nn.DataParallel(model)")
+    count = next(f for f in findings(wrapped) if f.code == "NM106")
+    assert (
+        count.fix is None
+        and "it guards CUDA-only code such as `torch.nn.DataParallel(model)`" in count.message
+    )
 
 
 def test_a_test_skipped_below_two_cuda_devices_keeps_its_cuda_code():
@@ -1585,6 +1592,39 @@ def test_a_check_around_moving_float64_data_to_the_device_is_not_safe(moved, mps
     check = next(f for f in findings(source) if f.code == "NM106")
     assert ("moves float64 data to the device" in check.message) is mps_cannot
     assert (check.fix is not None and check.fix.safety == "safe") is not mps_cannot
+
+
+@pytest.mark.parametrize(
+    ("line", "marker"),
+    [
+        ("dtype = torch.float64", "torch.float64"),
+        ("x = x.double()", "x.double()"),
+        ('calc(default_dtype="float64")', '"float64"'),  # MACE's calculators
+        ("y = x.to(torch.double)", "torch.double"),
+        ("# float64 would be more precise", None),  # a comment, a docstring, another dtype: not float64 code
+        ('"""Not float64: float32."""', None),
+        ("x = x.to(torch.float32)", None),
+    ],
+)
+def test_a_device_choice_in_a_function_that_works_in_float64_is_unsafe(line, marker):
+    """MPS has no float64: where the choice picked the CPU, it now picks MPS on Apple hosts. The CUDA test
+    inside the choice waits for it (it is part of the choice, not code behind it), and `--unsafe-fixes`
+    writes both."""
+    source = (
+        f"import torch\n\n\ndef run(x):\n    {line}\n"
+        "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n    return x.to(device)\n"
+    )
+    choice = next(f for f in findings(source) if f.code == "NM105")
+    test = next(f for f in findings(source) if f.code == "NM106")
+    if marker is None:
+        assert choice.fix.safety == "safe", choice.message
+        assert "torch.accelerator.current_accelerator" in fixed(source)
+        return
+    assert choice.fix.safety == "unsafe"
+    assert f"the function works in float64 (`{marker}`)" in choice.message
+    assert test.fix is None and "it is part of the CUDA check `'cuda' if" in test.message, test.message
+    assert fixed(source) == source
+    assert "torch.cuda" not in fixed(source, unsafe=True)
 
 
 def test_an_attribute_flag_guards_its_tests_in_every_method():
@@ -1676,6 +1716,98 @@ def test_a_check_waits_for_the_cuda_code_that_sets_the_state_it_reads():
     unrelated = source.replace("return self.total // 2", "return 1")
     (check,) = [f for f in findings(unrelated) if f.line == 12]
     assert check.fix is not None and not check.tied
+
+
+def test_code_waits_for_the_streams_its_class_keeps_in_a_dict_behind_a_cuda_check():
+    """fairscale's FSDP fills `self._streams["all_gather"]` with `torch.cuda.Stream()` in `_setup_streams`
+    under a CUDA check that stays (a stream kept in a dict is an unsafe fix), so the early exit of
+    `_wait_for_previous_optim_step` made generic would read an empty dict on neuron (KeyError); it waits."""
+    source = (
+        "import torch\n\n\nclass FSDP:\n"
+        "    def _setup_streams(self):\n"
+        "        if torch.cuda.is_available():\n"
+        '            self._streams["all_gather"] = torch.cuda.Stream()\n\n'
+        "    def _wait(self):\n"
+        "        if not torch.cuda.is_available():\n            return\n"
+        '        self._streams["all_gather"].wait_stream(torch.cuda.current_stream())\n'
+    )
+    waiting = [f for f in findings(source) if f.line in (10, 12)]
+    assert [f.code for f in waiting] == ["NM106", "NM406"]
+    assert all(
+        f.tied and "it reads `self._streams`, which its class sets in `_setup_streams`" in f.message
+        for f in waiting
+    )
+    assert fixed(source) == source
+
+
+def test_entering_a_stream_waits_for_the_cuda_stream_its_class_keeps():
+    """fairscale's offload shards make `torch.cuda.Stream(device=...)` in `__init__` beside a
+    `torch.cuda.device(...)` left for a person: `with torch.cuda.stream(self.copy):` would become `with
+    self.copy:`, still a CUDA stream. It waits; a stream the method is given is rewritten (unsafe: it may be
+    anything)."""
+    source = (
+        "import torch\n\n\nclass Shard:\n"
+        "    def __init__(self, device):\n"
+        "        torch.cuda.device(device)\n"
+        "        self.copy = torch.cuda.Stream(device=device)\n\n"
+        "    def load(self):\n        with torch.cuda.stream(self.copy):\n            pass\n\n"
+        "    def other(self, s):\n        with torch.cuda.stream(s):\n            pass\n"
+    )
+    entered = {f.line: f for f in findings(source) if f.code == "NM406" and f.line in (10, 14)}
+    assert entered[10].tied and "in `__init__` for a person, on the same `self.copy`" in entered[10].message
+    assert entered[14].fix is not None and not entered[14].tied
+
+
+def test_a_stream_attribute_is_one_unit_across_the_methods_of_its_class():
+    """LAVIS's PrefetchLoader makes `self.stream` in `__init__` and waits for it in `next`, while `preload`
+    keeps `with torch.cuda.stream(self.stream):` around a CUDA-only copy: the three change together. A stream
+    attribute no kept code uses is rewritten."""
+    source = (
+        "import torch\n\n\nclass PrefetchLoader:\n"
+        "    def __init__(self):\n        self.stream = torch.cuda.Stream()\n\n"
+        "    def preload(self, batch):\n        with torch.cuda.stream(self.stream):\n"
+        "            self.batch = move_to_cuda(batch)\n\n"
+        "    def next(self):\n        torch.cuda.current_stream().wait_stream(self.stream)\n"
+    )
+    waiting = [f for f in findings(source) if f.line in (6, 13)]
+    assert len(waiting) == 2 and all(f.tied for f in waiting)
+    assert all(
+        "its class keeps `torch.cuda.stream(self.stream)` in `preload` for a person, on the same "
+        "`self.stream`" in f.message
+        for f in waiting
+    )
+    plain = source.replace("self.batch = move_to_cuda(batch)", "self.batch = batch")
+    assert "torch.cuda" not in fixed(plain)
+
+
+def test_rng_states_wait_for_a_fork_that_covers_cuda_only():
+    """fairscale's pipe checkpointing restores the device generator inside `torch.random.fork_rng(devices)`,
+    whose `device_type` defaults to "cuda": on neuron nothing would be forked, and the restored state would
+    outlive the block. The states wait for the fork; with `device_type=` given they are rewritten."""
+    source = (
+        "import torch\n\n\ndef save(device):\n    return torch.cuda.get_rng_state(device)\n\n\n"
+        "def restore(devices, state, device):\n"
+        "    with torch.random.fork_rng(devices):\n"
+        "        torch.cuda.set_rng_state(state, device)\n"
+    )
+    states = [f for f in findings(source) if f.code == "NM405"]
+    assert len(states) == 2 and all(f.fix is None for f in states)
+    assert all("forks the generators with `torch.random.fork_rng(devices)`" in f.message for f in states)
+    typed = source.replace("fork_rng(devices)", "fork_rng(devices, device_type=device.type)")
+    assert "torch.cuda" not in fixed(typed)
+
+
+def test_a_gpu_named_list_is_not_a_gpu_query():
+    """`gpu_devices.append(device)` under `if device.type == "cuda":` (fairscale's pipe checkpointing) names
+    a list, not a GPU capability query such as `is_torch_bf16_gpu_available()`: the test is a choice made
+    for CUDA (an unsafe fix), not a check that guards CUDA-only code."""
+    source = (
+        "import torch\n\n\ndef devices(device):\n    gpu_devices = []\n"
+        '    if device.type == "cuda":\n        gpu_devices.append(device)\n    return gpu_devices\n'
+    )
+    (test,) = [f for f in findings(source) if f.code == "NM105"]
+    assert test.fix is not None and test.fix.safety == "unsafe", test.message
+    assert "guards CUDA-only code" not in test.message
 
 
 def test_a_module_that_builds_its_own_cuda_kernels_keeps_its_cuda_code():

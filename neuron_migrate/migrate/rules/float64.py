@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.rule import Invalid
@@ -130,4 +131,19 @@ def makes_float64(value: cst.BaseExpression) -> bool:
         ((arg.keyword is None and method in ("to", "type")) or (arg.keyword and arg.keyword.value == "dtype"))
         and dotted(arg.value) in _DTYPES
         for arg in value.args
+    )
+
+
+def spells_float64(node: cst.CSTNode) -> bool:
+    """Whether `node` names the float64 dtype: `torch.float64` / `torch.double`, a `.double()` conversion, or
+    a dtype string (`"float64"`, as in `default_dtype="float64"`)."""
+    if isinstance(node, cst.Attribute):
+        return dotted(node) in _DTYPES
+    if isinstance(node, cst.SimpleString):
+        return string_value(node) in Float64.DTYPE_STRINGS
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in Float64.METHODS
+        and not node.args
     )
