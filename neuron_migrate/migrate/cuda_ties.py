@@ -169,6 +169,7 @@ def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
             and inner.fix is None
             and not inner.no_change
             and not inner.rule.cuda_setting
+            and inner.rule.holds_function
             and inner.rule.severity != "info"
             and not inner.rule.device_test
             and not inner.region
@@ -538,7 +539,8 @@ def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
     torch.device("cuda")`), and those that later statements of its block set from the names it binds
     (`free, total = torch.cuda.mem_get_info()`, then `self.total_gpu_memory = total`), each with its
     statement, read from the file's bindings index. A value the finding is only a part of does not count:
-    `self.net = DDP(self.net, device_ids=[rank])` is still the model, which every method reads."""
+    `self.net = DDP(self.net, device_ids=[rank])` is still the model, which every method reads; nor does
+    one that wraps the attribute's own value (`self.net = nn.DataParallel(self.net)`)."""
     stack = pending.stack
     at = next(
         (i for i in range(len(stack) - 1, 0, -1) if isinstance(stack[i], cst.SimpleStatementLine)), None
@@ -551,7 +553,11 @@ def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
         return []  # the CUDA code is only a part of the value (`self.net = DDP(net, device_ids=[rank])`)
     bindings = [b for b in ctx.bindings.in_block(block) if b.kind == "assign"]
     made = [b for b in bindings if b.statement is statement]
-    found = [(attribute, statement) for b in made if (attribute := _own_attribute(b.key))]
+    found = [
+        (attribute, statement)
+        for b in made
+        if (attribute := _own_attribute(b.key)) and not _rewraps(ctx, value, attribute)
+    ]
     names = [b.key for b in made if b.key.isidentifier()]
     if names:
         bound = re.compile(rf"\b(?:{'|'.join(map(re.escape, names))})\b")
@@ -565,6 +571,13 @@ def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
             and bound.search(ctx.code(b.value))
         )
     return found
+
+
+def _rewraps(ctx, value: cst.BaseExpression, attribute: str) -> bool:
+    """Whether `value` wraps what the attribute held before (`self.net = nn.DataParallel(self.net)`,
+    super-gradients' data-parallel mode): the attribute is still the model, which its class made elsewhere
+    and every method reads."""
+    return re.search(rf"\bself\.{re.escape(attribute)}\b", ctx.code(value)) is not None
 
 
 def _own_attribute(key: str) -> str | None:

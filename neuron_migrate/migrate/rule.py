@@ -92,6 +92,10 @@ class Rule:
     #: its findings are a CUDA design with no Trainium counterpart (CUDA graph capture): a function that
     #: keeps one is ported as a whole by a person, so its other fixes are withdrawn (`cuda_context`)
     cuda_design: ClassVar[bool] = False
+    #: its findings keep a function from running on another device as a whole, so its other fixes wait for
+    #: them (`cuda_ties.function_todo`); False for a part a person replaces while the rest stays right (a
+    #: `DataParallel` wrapper: the moves around it are still needed once it is DDP)
+    holds_function: ClassVar[bool] = True
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -33,3 +33,30 @@ def test_a_device_count_check_around_data_parallel_stays_cudas():
         check.fix is None and "guards CUDA-only code such as `torch.nn.DataParallel(model)`" in check.message
     )
     assert fixed(source) == source
+
+
+def test_the_rest_of_a_function_that_wraps_in_data_parallel_is_rewritten():
+    """fairseq's vq-wav2vec featurizer moves the model, then wraps it (espnet2's scripts: when `ngpu > 1`):
+    the move is right with DDP too, so it does not wait for the wrapper (reviews 17 and 21 merged it)."""
+    source = (
+        "import torch\nfrom torch import nn\n\n\ndef load(model, ngpu):\n    model.cuda()\n"
+        "    if ngpu > 1:\n        model = nn.DataParallel(model)\n    return model\n"
+    )
+    assert "model.cuda()" not in fixed(source)
+    assert any(f.code == "NM305" for f in findings(source))
+
+
+def test_a_model_attribute_rewrapped_in_data_parallel_is_still_the_model():
+    """super-gradients wraps `self.net = nn.DataParallel(self.net)` in one mode: `self.net` is still the model
+    every method reads, so a method's own fix does not wait for the wrapper (review 27 merged its
+    `empty_cache`). A class that makes the wrapper from what it is given (tianshou's) keeps its moves."""
+    source = (
+        "import torch\nfrom torch import nn\n\n\nclass Trainer:\n"
+        "    def wrap(self):\n        self.net = nn.DataParallel(self.net)\n\n"
+        "    def qat(self):\n        torch.cuda.empty_cache()\n        return self.net\n"
+    )
+    assert "torch.cuda.empty_cache()" not in fixed(source)
+    given = source.replace("nn.DataParallel(self.net)", "nn.DataParallel(net)").replace(
+        "def wrap(self)", "def wrap(self, net)"
+    )
+    assert "torch.cuda.empty_cache()" in fixed(given)

@@ -34,7 +34,8 @@ class DataParallel(QualifiedNameRule):
     Fix safety
     No automatic fix: moving to one process per device changes how the script starts, samples its data and
     saves checkpoints. Code that only serves the wrapper (`if torch.cuda.device_count() > 1:` around it, a
-    method that moves inputs for it) keeps its CUDA code until it is replaced.
+    method that moves inputs for it) keeps its CUDA code until it is replaced; the rest of its function (the
+    model moved to the device before it is wrapped) is still rewritten, as it stays right with DDP.
     """
 
     code = "NM305"
@@ -45,6 +46,7 @@ class DataParallel(QualifiedNameRule):
     )
     severity = "error"
     fix_safety = "none"
+    holds_function = False
     triggers = (b"DataParallel", b"data_parallel")
     names_only = True
     NAMES: ClassVar[dict[str, str | None]] = dict.fromkeys(
