@@ -401,11 +401,17 @@ def is_device_expr(ctx, expr: cst.CSTNode) -> bool:
 
 def device_type_text(ctx, expr: cst.CSTNode, quote: str = '"') -> str:
     """Code for the device type of a device string (or `str()` of a device): `torch.device(d).type`,
-    `x.device.type` for `str(x.device)`, and `str(d).split(":")[0]` for `str(d)` of anything else, which
-    takes what `torch.device` rejects (stable-ts's `if "cuda" in str(device):` with `device=None`)."""
+    `x.device.type` for `str(x.device)` (a tensor's or a module's device), and `str(d).split(":")[0]` for
+    `str(d)` of anything else, which takes what `torch.device` rejects (stable-ts's `if "cuda" in
+    str(device):` with `device=None`), `self.device` included: an object's own attribute holds what it was
+    given (mmagic's inferencers keep the caller's string `"cuda"`)."""
     if isinstance(expr, cst.Call) and ctx.call_name(expr) == "str" and len(expr.args) == 1:
         inner = expr.args[0].value
-        if isinstance(inner, cst.Attribute) and inner.attr.value == "device":  # str(x.device): a torch.device
+        if (
+            isinstance(inner, cst.Attribute)
+            and inner.attr.value == "device"
+            and not (isinstance(inner.value, cst.Name) and inner.value.value in ("self", "cls"))
+        ):  # str(x.device): a torch.device
             return f"{ctx.module.code_for_node(inner).strip()}.type"
         return f"{ctx.module.code_for_node(expr).strip()}.split({quote}:{quote})[0]"
     return f"torch.device({ctx.module.code_for_node(expr).strip()}).type"

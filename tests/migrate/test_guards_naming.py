@@ -4,6 +4,7 @@ fallbacks, naming the device once, and where a new binding goes."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from neuron_migrate.migrate.layout import Layout
 
@@ -400,6 +401,28 @@ def test_a_test_of_str_of_a_name_keeps_taking_none():
     namespace: dict = {}
     exec(compile(got, "fixed.py", "exec"), namespace)
     assert namespace["clean"]() == 1 and namespace["clean"]("cpu") == 1
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        ("self.device", "str(self.device).split(':')[0] in ('cuda', 'neuron')"),  # what the caller gave
+        ("images.device", "images.device.type in ('cuda', 'neuron')"),  # a tensor's: a torch.device
+    ],
+)
+def test_str_of_an_objects_own_device_attribute_is_not_taken_for_a_torch_device(device, expected):
+    """mmagic's inferencers keep the caller's string (`self.device = device`, `"cuda"` from the demo):
+    `self.device.type` would raise `AttributeError` on CUDA (review 31, class a)."""
+    source = (
+        "import torch\n\n\nclass Inferencer:\n    def __init__(self, device=None):\n"
+        "        self.device = device\n\n    def preprocess(self, images):\n"
+        f"        if 'cuda' in str({device}):\n            images = images.cuda()\n        return images\n"
+    )
+    got = fixed(source)
+    assert expected in got, got
+    namespace: dict = {}
+    exec(compile(got, "fixed.py", "exec"), namespace)
+    assert namespace["Inferencer"]("cpu").preprocess(torch.ones(1)).device.type == "cpu"
 
 
 def test_a_test_of_a_parameter_that_defaults_to_cuda_does_not_make_an_accelerator_certain():
