@@ -25,6 +25,7 @@ from neuron_migrate.migrate.device_neutral import flag_side
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.imports import lazy_import
 from neuron_migrate.migrate.naming import scope_of
+from neuron_migrate.migrate.patterns import keyword
 from neuron_migrate.migrate.rules.float64 import makes_float64, spells_float64
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
 from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
@@ -68,6 +69,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
         return cannot
+    if pending.fix.generalizes and (load := _load_as_saved(ctx, pending)) is not None:
+        return _LOAD_AS_SAVED.format(load=load)
     if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
         return _MPS_FLOAT64.format(marker=marker)
     if (
@@ -154,6 +157,29 @@ def _mps_cannot(ctx, pending) -> str | None:
             else:
                 continue
             return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
+    return None
+
+
+_LOAD_AS_SAVED = (
+    "the code it lets in loads a checkpoint as it was saved (`{load}`, no `map_location`): on CUDA that "
+    "restores CUDA tensors, and on another accelerator a file saved from CUDA fails to load where the CPU "
+    "branch mapped it: pass `map_location` there"
+)
+
+
+def _load_as_saved(ctx, pending) -> str | None:
+    """A `torch.load(...)` without `map_location` in the code an availability check guards (mmagic's
+    DeblurGAN-v2: `torch.load(pretrained)` with CUDA, `map_location='cpu'` without), as text, or None."""
+    if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
+        return None
+    for node in pending.region[1:]:
+        for call in find(node, cst.Call):
+            if (
+                ctx.call_name(call) == "torch.load"
+                and len(call.args) < 2
+                and keyword(call, "map_location") is None
+            ):
+                return ctx.excerpt(call, 40)
     return None
 
 

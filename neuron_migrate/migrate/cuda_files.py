@@ -125,7 +125,8 @@ def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:
 #: extension libraries (or their kernel packages) whose kernels are built for the CPU and CUDA only: a tensor
 #: or device name moved to another device fails in them (k2's FSAs and RNN-T losses, warp-transducer, PyTorch
 #: Geometric's sparse and scatter kernels, OpenMMLab's `mmcv.ops` (CPU, CUDA and vendors' NPU/MLU kernels: no
-#: neuron), CTranslate2 and faster-whisper, whose `device=` takes "cpu" or "cuda")
+#: neuron), CTranslate2 and faster-whisper, whose `device=` takes "cpu" or "cuda", and CuLE's Atari emulator
+#: (`torchcule`: CUDA or the CPU))
 CPU_AND_CUDA_LIBRARIES = frozenset(
     {
         "k2",
@@ -139,6 +140,7 @@ CPU_AND_CUDA_LIBRARIES = frozenset(
         "mmcv.ops",
         "ctranslate2",
         "faster_whisper",
+        "torchcule",
     }
 )
 

@@ -13,6 +13,7 @@ import re
 import libcst as cst
 
 from neuron_migrate.migrate.fixes import DEVICE, DEVICE_ATOM, DEVICE_TYPE
+from neuron_migrate.migrate.walk import find
 
 #: the device types `neuron` has in torch: its own, and the PrivateUse1 key it registers through
 NEURON_DEVICE_TYPES = frozenset({"neuron", "privateuseone"})
@@ -229,3 +230,27 @@ def is_cuda_and_neuron(node: cst.CSTNode, suffix: str = "") -> bool:
         return False
     allowed = {*CUDA_AND_NEURON, *(kind + suffix for kind in CUDA_AND_NEURON)}
     return {string_value(e.value) for e in node.elements} <= allowed
+
+
+def cpu_or_cuda_declared(ctx, stack) -> str | None:
+    """A `Literal["cuda", "cpu"]` annotation in the outermost function around the end of `stack` (of a
+    parameter or a local: fairchem's `load_predict_unit(device: Literal["cuda", "cpu"] | None = None)`), as
+    text, or None: the function declares that its device is the CPU or CUDA, so a choice there that names
+    another accelerator breaks its contract (and the asserts behind it) until that widens."""
+    function = next((node for node in stack if isinstance(node, cst.FunctionDef)), None)
+    if function is None:
+        return None
+    for subscript in find(function, cst.Subscript):
+        if ctx.qualified_name(subscript.value) not in _LITERAL:
+            continue
+        values = {
+            string_value(element.slice.value)
+            for element in subscript.slice
+            if isinstance(element.slice, cst.Index)
+        }
+        if "cuda" in values and values <= {"cuda", "cpu"}:
+            return ctx.code(subscript)
+    return None
+
+
+_LITERAL = frozenset({"typing.Literal", "typing_extensions.Literal"})

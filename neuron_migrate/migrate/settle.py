@@ -63,6 +63,7 @@ from neuron_migrate.migrate.cuda_ties import (
     same_call_left,
     vendor_list_left,
 )
+from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
@@ -86,6 +87,10 @@ _NO_ACCELERATOR = (
     "chose not to: no change needed"
 )
 _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA {} that stays: no change needed"
+_CPU_OR_CUDA = (
+    "its function declares its device `{declared}`, so naming another accelerator here breaks that contract "
+    "(and what checks it): widen the declaration and its checks first, then rerun"
+)
 _PART_OF_CHECK = "it is part of the CUDA {} `{}`, which stays: change them together"
 
 
@@ -139,6 +144,12 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             withdraw(pending, stale)
         elif pending.fix is not None and (where := naive_model_parallel(ctx, pending.stack)) is not None:
             withdraw(pending, NAIVE_MODEL_PARALLEL.format(where=where))
+        elif (
+            pending.fix is not None
+            and pending.fix.uses_device
+            and (declared := cpu_or_cuda_declared(ctx, pending.stack)) is not None
+        ):
+            withdraw(pending, _CPU_OR_CUDA.format(declared=declared))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (

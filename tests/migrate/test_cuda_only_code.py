@@ -1840,3 +1840,57 @@ def test_a_model_wrapped_with_cuda_device_ids_holds_no_method_back():
     )
     (release,) = [f for f in findings(source) if f.code == "NM402"]
     assert release.fix is not None and not release.tied
+
+
+def test_a_test_for_a_device_missing_here_is_left_for_a_person():
+    """chemprop rebuilds a checkpoint's metric `if not torch.cuda.is_available() and metric.device.type !=
+    "cpu"`: it asks whether the CUDA device the metric was saved on is missing. `torch.accelerator` would say
+    an accelerator is there on a Trainium host, where CUDA is missing too (review 31: 8 hunks, class b). A
+    test of something else (`args.fp16`) is an ordinary check."""
+    source = (
+        "import torch\n\n\ndef load(metric):\n"
+        "    if not torch.cuda.is_available() and metric.device.type != 'cpu':\n"
+        "        return rebuild(metric)\n    return metric\n"
+    )
+    (check,) = findings(source)
+    assert (
+        check.fix is None and "with `metric.device.type != 'cpu'` it asks whether the device" in check.message
+    )
+    assert fixed(source) == source
+    other = source.replace("metric.device.type != 'cpu'", "metric.stale")
+    assert "torch.accelerator.is_available()" in fixed(other)
+
+
+def test_a_function_that_declares_its_device_cpu_or_cuda_keeps_its_choice():
+    """fairchem's `load_predict_unit(device: Literal["cuda", "cpu"] | None = None)` chooses `"cuda" if
+    torch.cuda.is_available() else "cpu"` for its predict unit, which asserts `device in ["cpu", "cuda"]`
+    (review 31, class b). Without the declaration the choice is rewritten."""
+    source = (
+        "from typing import Literal\n\nimport torch\n\n\n"
+        'def load(device: Literal["cuda", "cpu"] | None = None):\n'
+        "    if device is None:\n"
+        '        device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+        "    return device\n"
+    )
+    choice = next(f for f in findings(source) if f.code == "NM105")
+    assert (
+        choice.fix is None and 'its function declares its device `Literal["cuda", "cpu"]`' in choice.message
+    )
+    assert fixed(source) == source
+    free = source.replace('device: Literal["cuda", "cpu"] | None = None', "device=None")
+    assert "torch.accelerator" in fixed(free)
+
+
+def test_a_check_around_loading_a_checkpoint_as_saved_is_unsafe():
+    """mmagic's DeblurGAN-v2 loads `torch.load(pretrained)` with CUDA and `map_location='cpu'` without:
+    made generic, a Trainium host would load CUDA-saved tensors as saved and fail (review 31, class b). With
+    `map_location` on both sides the check is safe."""
+    source = (
+        "import torch\n\n\ndef load(pretrained):\n    if torch.cuda.is_available():\n"
+        "        state = torch.load(pretrained)\n    else:\n"
+        "        state = torch.load(pretrained, map_location='cpu')\n    return state\n"
+    )
+    (check,) = findings(source)
+    assert check.fix.safety == "unsafe" and "loads a checkpoint as it was saved" in check.message
+    mapped = source.replace("torch.load(pretrained)\n", "torch.load(pretrained, map_location='cuda')\n")
+    assert next(iter(findings(mapped))).fix.safety == "safe"

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.device_flow import device_flow, is_index_name
-from neuron_migrate.migrate.guards import accelerator_certain
+from neuron_migrate.migrate.guards import accelerator_certain, conjuncts
 from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 from neuron_migrate.migrate.rules.accelerator_checks import reported_in_device_chain
 from neuron_migrate.migrate.walk import walk
 
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
+
+
+#: a value's own device in a test (`metric.device.type`, `x.is_cuda`)
+_OWN_DEVICE = re.compile(r"\.device\b|\.is_cuda\b")
+_FOREIGN_DEVICE = (
+    "with `{test}` it asks whether the device a value was made on is missing here (a checkpoint from a CUDA "
+    "machine), which `torch.accelerator.is_available()` would deny on a host with another accelerator, where "
+    "CUDA is missing too: test that device's own type against the current accelerator's"
+)
 
 
 class CudaDeviceApi(QualifiedNameRule):
@@ -147,10 +157,34 @@ class CudaDeviceApi(QualifiedNameRule):
             return
         if reported_in_device_chain(self, call, self.message_for(name)):
             return
+        if name == "torch.cuda.is_available" and (test := self._foreign_device_test(call)) is not None:
+            self.report(call, f"{self.message_for(name)} ({_FOREIGN_DEVICE.format(test=test)})", None)
+            return
         if name == "torch.cuda.is_available" and (holder := self._saved_device_choice(call)) is not None:
             self.ctx.defer(lambda: self._check_or_saved_device_choice(node, call, name, holder))
             return
         self._report_check(node, call, name)
+
+    def _foreign_device_test(self, call: cst.Call) -> str | None:
+        """For `not torch.cuda.is_available() and metric.device.type != "cpu"` (chemprop's test for a metric
+        a checkpoint brought from a CUDA machine): the other part, which tests a value's own device, as
+        text. Together they ask whether that device is missing here, not whether an accelerator is."""
+        stack = self.ctx.stack
+        at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i] is call), None)
+        if at is None or at == 0:
+            return None
+        negation = stack[at - 1]
+        if not (isinstance(negation, cst.UnaryOperation) and isinstance(negation.operator, cst.Not)):
+            return None
+        top = None
+        for parent in reversed(stack[: at - 1]):
+            if not (isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And)):
+                break
+            top = parent
+        if top is None:
+            return None
+        others = (part for part in conjuncts(top) if part is not negation)
+        return next((self.ctx.code(part) for part in others if _OWN_DEVICE.search(self.ctx.code(part))), None)
 
     def _report_check(self, node: cst.Name | cst.Attribute, call: cst.Call, name: str) -> None:
         region = () if self._flag_assigned() else check_region(self.ctx)
