@@ -515,7 +515,7 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
             if (
                 _reads(units, function, unit.owner, "." + attribute)
                 if pending.fix.generalizes
-                else re.search(rf"\bself\.{re.escape(attribute)}\b", ctx.code(pending.node))
+                else _uses_attribute(ctx.code(pending.node), attribute)
             ):
                 return attribute, other.name.value, first_line(ctx, statement)
     return None
@@ -577,7 +577,12 @@ def _rewraps(ctx, value: cst.BaseExpression, attribute: str) -> bool:
     """Whether `value` wraps what the attribute held before (`self.net = nn.DataParallel(self.net)`,
     super-gradients' data-parallel mode): the attribute is still the model, which its class made elsewhere
     and every method reads."""
-    return re.search(rf"\bself\.{re.escape(attribute)}\b", ctx.code(value)) is not None
+    return _uses_attribute(ctx.code(value), attribute)
+
+
+def _uses_attribute(code: str, attribute: str) -> bool:
+    """Whether `code` names `self.<attribute>`."""
+    return attribute in _SELF_ATTRIBUTE.findall(code)
 
 
 def _own_attribute(key: str) -> str | None:

@@ -10,8 +10,8 @@ from neuron_migrate.migrate.patterns import QualifiedNameRule
 from neuron_migrate.migrate.rule import Invalid
 
 _SAME_CLASS = (
-    "the same class under its CUDA name, raised by any device's allocator, so this catches every "
-    "out-of-memory error already: no change needed"
+    "the same class under its CUDA name, so this already catches a `torch.OutOfMemoryError` from any "
+    "device: no change needed"
 )
 
 
