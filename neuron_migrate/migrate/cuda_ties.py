@@ -240,13 +240,27 @@ def cuda_sibling(ctx, pending, leftovers: list, mentions: CudaMentions) -> str |
         if isinstance(own, cst.Arg) and isinstance(call, cst.Call) and own in call.args:
             break
     else:
-        return None
+        if not isinstance(pending.node, cst.Call):
+            return None
+        own, call = None, pending.node  # a finding reported at the call (NM301's `new_group(backend=...)`)
     for arg in call.args:
         if arg is own or id(arg) in mentions.covered:
             continue
-        if _cuda_devices(arg.value) or any(inside(p, (arg,)) for p in leftovers):
+        if own is not None and (_cuda_devices(arg.value) or any(inside(p, (arg,)) for p in leftovers)):
+            return shortened(ctx.code(arg), 40)
+        if isinstance(arg.value, cst.Name) and _bound_to_cuda_code(ctx, arg.value, pending, mentions):
             return shortened(ctx.code(arg), 40)
     return None
+
+
+def _bound_to_cuda_code(ctx, name: cst.Name, pending, mentions: CudaMentions) -> bool:
+    """Whether the function binds `name` to code that names a CUDA-only API (torchtitan's `pg_options =
+    dist.ProcessGroupNCCL.Options(...)` passed with `backend="nccl"`: the options are NCCL's)."""
+    scope = scope_of(pending.stack)
+    return any(
+        b.value is not None and mentions.find(b.value, strong=True, names_only=True) is not None
+        for b in ctx.bindings.in_scope(name.value, scope)
+    )
 
 
 def guarded_leftover(ctx, pending, leftovers: list) -> str | None:

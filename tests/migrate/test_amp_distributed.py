@@ -291,3 +291,28 @@ def test_a_scaler_waits_for_the_autocast_that_stays_cuda():
     scaler = next(f for f in findings(source) if f.code == "NM202")
     assert scaler.fix is None and scaler.tied and "other half of mixed precision" in scaler.message
     assert all(f.fix is not None for f in findings(source, unsafe=True) if f.code in ("NM202", "NM204"))
+
+
+def test_subgroups_made_with_nccl_are_flagged():
+    """Megatron's bridge communicator makes its broadcast groups with `new_subgroups_by_enumeration(...,
+    backend='nccl')`, which NM301 did not know (review 32)."""
+    source = (
+        "import torch.distributed as dist\n"
+        "groups, _ = dist.new_subgroups_by_enumeration(ranks, backend='nccl')\n"
+        "group, _ = dist.new_subgroups(4, None, None, 'nccl')\n"
+    )
+    assert [f.line for f in findings(source, ("NM301",))] == [2, 3]
+
+
+def test_nccl_with_nccl_options_stays_nccl():
+    """torchtitan passes `pg_options=dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)` (bound to
+    a name) with `backend="nccl"`: the options are NCCL's, so the backend changes with them (review 32)."""
+    source = (
+        "import torch.distributed as dist\n\n\ndef make(ranks):\n"
+        "    pg_options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)\n"
+        '    return dist.new_group(ranks=ranks, backend="nccl", pg_options=pg_options)\n'
+    )
+    (backend,) = findings(source, ("NM301",))
+    assert backend.fix is None and "the same call keeps CUDA's `pg_options=pg_options`" in backend.message
+    plain = source.replace("dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)", "None")
+    assert findings(plain, ("NM301",))[0].fix is not None

@@ -98,3 +98,14 @@ def test_complex_certain_uses_only():
         "c = x.cfloat()\nd = x.float()\n"
     )
     assert codes_lines(source, ("NM802",)) == [("NM802", 3), ("NM802", 4), ("NM802", 5)]
+
+
+def test_a_backend_module_of_a_cuda_only_kernel_library_keeps_its_cuda_calls():
+    """hqq's `backends/marlin.py` imports the Marlin CUDA kernels; its `torch.cuda.empty_cache()` runs only
+    with them (review 32 rejected the rewrites as CUDA by design). Marlin, BitBLAS, GemLite, DeepEP, NVSHMEM,
+    NIXL, FlashInfer and the Mamba kernels are CUDA-only libraries (NM701)."""
+    source = "import marlin\nimport torch\n\n\ndef pack(w):\n    torch.cuda.empty_cache()\n    return w\n"
+    found = {f.code: f for f in findings(source, path="backends/marlin.py")}
+    assert "`marlin` is CUDA-only" in found["NM701"].message
+    assert found["NM402"].fix is None and "the module drives `marlin`" in found["NM402"].message
+    assert {"bitblas", "gemlite", "deep_ep", "nvshmem", "nixl", "flashinfer", "mamba_ssm"} <= set(LIBRARIES)

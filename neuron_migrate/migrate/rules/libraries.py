@@ -18,6 +18,9 @@ _SDPA = "`torch.nn.functional.scaled_dot_product_attention`"
 _NKI = "PyTorch ops or an NKI kernel (`@nki.jit` registered with `torch_neuronx`'s `nki_op`)"
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 _COMPILE = "`torch.compile` (the `neuron` backend is chosen automatically on a Neuron device)"
+_QUANTIZED = (
+    "bfloat16 weights, or a Neuron-supported quantization method (its low-bit GEMM kernels are CUDA's)"
+)
 
 #: module (and everything below it) -> what to use on Trainium; the longest matching prefix wins
 LIBRARIES: dict[str, str] = {
@@ -53,6 +56,17 @@ LIBRARIES: dict[str, str] = {
     "need NVIDIA Hopper or newer)",
     "smdistributed": "NeuronX Distributed (`neuronx_distributed`) or `torch.distributed` with FSDP2 "
     "(`fully_shard`): SageMaker's data and model parallel libraries run on NVIDIA GPU instances only",
+    "bitblas": _QUANTIZED,
+    "marlin": _QUANTIZED,
+    "gemlite": _QUANTIZED,
+    "flashinfer": _SDPA,
+    "mamba_ssm": "the model's reference PyTorch path (Mamba's selective scan and `torch.nn.Conv1d`)",
+    "causal_conv1d": "`torch.nn.functional.conv1d` with left padding",
+    "fast_hadamard_transform": "a matrix product with a Hadamard matrix in PyTorch",
+    "deep_ep": "`torch.distributed.all_to_all_single` for expert-parallel dispatch and combine",
+    "nvshmem": "`torch.distributed` collectives and point-to-point ops",
+    "nixl": "`torch.distributed` point-to-point ops (`send` / `recv`)",
+    "cutlass": _NKI,
 }
 
 #: what an import of each library spells

@@ -21,6 +21,10 @@ _BACKEND_POSITION = {
     "torch.distributed.distributed_c10d.init_process_group": 0,
     "torch.distributed.new_group": 2,
     "torch.distributed.distributed_c10d.new_group": 2,
+    "torch.distributed.new_subgroups": 3,
+    "torch.distributed.distributed_c10d.new_subgroups": 3,
+    "torch.distributed.new_subgroups_by_enumeration": 2,
+    "torch.distributed.distributed_c10d.new_subgroups_by_enumeration": 2,
 }
 _NCCL_CONSTANT = "torch.distributed.Backend.NCCL"
 _USES_BACKEND_CALL = uses(_BACKEND_POSITION)
