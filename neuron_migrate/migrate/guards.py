@@ -259,7 +259,51 @@ def _from_earlier_statements(ctx, block: cst.CSTNode, child: cst.CSTNode) -> str
             for small in stmt.body:
                 if isinstance(small, cst.Assert):
                     state = implies(ctx, small.test)[0] or state
+            if _raises_without_accelerator(ctx, stmt):
+                state = "certain"
     return state
+
+
+#: calls that raise without an accelerator, as written and as rewritten (`torch.cuda.current_device()` becomes
+#: `torch.accelerator.current_device_index()`, unguarded): code after one in its block only runs with one
+_RAISE_WITHOUT = frozenset(
+    {
+        "torch.cuda.current_device",
+        "torch.cuda.current_stream",
+        "torch.accelerator.current_device_index",
+        "torch.accelerator.current_stream",
+    }
+)
+#: where evaluation is conditional: a call under one may not run
+_CONDITIONAL = (
+    cst.Lambda,
+    cst.IfExp,
+    cst.BooleanOperation,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
+
+def _raises_without_accelerator(ctx, statement: cst.SimpleStatementLine) -> bool:
+    """Whether the statement always calls one of `_RAISE_WITHOUT` (megatron's `torch.empty(n,
+    device=torch.cuda.current_device())`), so the statements after it run only with an accelerator."""
+    found: list[cst.Call] = []
+
+    class Calls(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, _CONDITIONAL) or found:
+                return False
+            if isinstance(node, cst.Call) and ctx.call_name(node) in _RAISE_WITHOUT:
+                found.append(node)
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            pass
+
+    walk(statement, Calls())
+    return bool(found)
 
 
 def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:

@@ -441,3 +441,21 @@ def test_a_test_of_a_parameter_that_defaults_to_cuda_does_not_make_an_accelerato
     assert namespace["clean"]() == 1
     unguarded = fixed(source.replace("device='cuda'", "device=None"))
     assert "is_available" not in unguarded, unguarded
+
+
+def test_code_after_a_call_that_raises_without_an_accelerator_has_one():
+    """fairscale's SendRecvTransport calls `torch.cuda.current_stream().synchronize()` first: the rest of the
+    function only runs with an accelerator, so a CPU fallback or an availability guard there would be dead
+    code (review 30 NITs). A call under a condition proves nothing."""
+    source = (
+        "import torch\n\n\ndef send(msg):\n    torch.cuda.current_stream().synchronize()\n"
+        "    t = msg.cuda()\n    torch.cuda.empty_cache()\n    return t\n"
+    )
+    got = fixed(source)
+    assert "t = msg.to(torch.accelerator.current_accelerator())" in got, got
+    assert "is_available" not in got and 'torch.device("cpu")' not in got
+    conditional = source.replace(
+        "    torch.cuda.current_stream().synchronize()\n",
+        "    sync and torch.cuda.current_stream().synchronize()\n",
+    )
+    assert "is_available" in fixed(conditional)
