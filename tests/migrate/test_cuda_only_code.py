@@ -1854,11 +1854,17 @@ def test_a_test_for_a_device_missing_here_is_left_for_a_person():
     )
     (check,) = findings(source)
     assert (
-        check.fix is None and "with `metric.device.type != 'cpu'` it asks whether the device" in check.message
+        check.fix is None and "with `metric.device.type != 'cpu'` it asks about the device" in check.message
     )
     assert fixed(source) == source
     other = source.replace("metric.device.type != 'cpu'", "metric.stale")
     assert "torch.accelerator.is_available()" in fixed(other)
+    # axolotl's LoRA merge keeps the caller's device (`"cuda"` by default) only where CUDA is
+    kept = (
+        "import torch\n\n\ndef merge(device):\n"
+        "    return device if device != 'cpu' and torch.cuda.is_available() else 'cpu'\n"
+    )
+    assert fixed(kept) == kept
 
 
 def test_a_function_that_declares_its_device_cpu_or_cuda_keeps_its_choice():

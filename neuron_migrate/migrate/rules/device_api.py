@@ -18,12 +18,14 @@ from neuron_migrate.migrate.walk import walk
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
 
 
-#: a value's own device in a test (`metric.device.type`, `x.is_cuda`)
-_OWN_DEVICE = re.compile(r"\.device\b|\.is_cuda\b")
+#: a value's own device in a test (`metric.device.type`, `x.is_cuda`), or a device name compared with the
+#: CPU's (`device != "cpu"`, `dev == 'cpu'`)
+_OWN_DEVICE = re.compile(r"\.device\b|\.is_cuda\b|\bdev(?:ice)?\w*\s*[!=]=\s*['\"]cpu['\"]")
 _FOREIGN_DEVICE = (
-    "with `{test}` it asks whether the device a value was made on is missing here (a checkpoint from a CUDA "
-    "machine), which `torch.accelerator.is_available()` would deny on a host with another accelerator, where "
-    "CUDA is missing too: test that device's own type against the current accelerator's"
+    "with `{test}` it asks about the device a value names (a checkpoint's, a caller's): whether CUDA, "
+    "which that value names on a CUDA machine, is there; `torch.accelerator.is_available()` would say yes on "
+    "a host with another accelerator, where CUDA is missing: compare that device's type with the current "
+    "accelerator's"
 )
 
 
@@ -167,17 +169,21 @@ class CudaDeviceApi(QualifiedNameRule):
 
     def _foreign_device_test(self, call: cst.Call) -> str | None:
         """For `not torch.cuda.is_available() and metric.device.type != "cpu"` (chemprop's test for a metric
-        a checkpoint brought from a CUDA machine): the other part, which tests a value's own device, as
-        text. Together they ask whether that device is missing here, not whether an accelerator is."""
+        a checkpoint brought from a CUDA machine) or `device != "cpu" and torch.cuda.is_available()`
+        (axolotl's LoRA merge keeps the caller's device, `"cuda"` by default, only where CUDA is): the other
+        part, which tests a value's own device, as text. Together they ask about that device, not whether an
+        accelerator is there."""
         stack = self.ctx.stack
         at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i] is call), None)
         if at is None or at == 0:
             return None
         negation = stack[at - 1]
-        if not (isinstance(negation, cst.UnaryOperation) and isinstance(negation.operator, cst.Not)):
-            return None
+        if isinstance(negation, cst.UnaryOperation) and isinstance(negation.operator, cst.Not):
+            at -= 1
+        else:
+            negation = call
         top = None
-        for parent in reversed(stack[: at - 1]):
+        for parent in reversed(stack[:at]):
             if not (isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And)):
                 break
             top = parent
