@@ -43,9 +43,10 @@ class NcclBackend(Rule):
     """`init_process_group('nccl')`, `backend='nccl'` and backend maps such as `'cpu:gloo,cuda:nccl'`.
 
     What it does
-    Flags the backend argument of `torch.distributed.init_process_group` and `new_group` when it is 'nccl',
-    `dist.Backend.NCCL`, or a device map with a `cuda:nccl` entry, however `torch.distributed` was imported
-    (also in either branch of `'nccl' if ... else 'gloo'`).
+    Flags the backend argument of `torch.distributed.init_process_group`, `new_group`, `new_subgroups` and
+    `new_subgroups_by_enumeration` when it is 'nccl', `dist.Backend.NCCL`, or a device map with a
+    `cuda:nccl` entry, however `torch.distributed` was imported (also in either branch of `'nccl' if ... else
+    'gloo'`).
 
     Why it matters on Trainium
     NCCL drives NVIDIA GPUs only: on a Trainium instance the process group fails to start. TorchNeuron
