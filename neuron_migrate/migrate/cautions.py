@@ -142,7 +142,7 @@ def _mps_cannot(ctx, pending) -> str | None:
     torch.cuda.is_available()` then `if pin_memory: ds.pin_memory()`; `DataLoader(pin_memory=...)` is no such
     call: the loader skips MPS itself), or moves a float64 value to the device (fairseq's `ratios =
     torch.DoubleTensor(ratios)`, then `ratios.cuda()`)."""
-    if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
+    if not _lets_any_accelerator_in(pending):
         return None  # `in ("cuda", "neuron")` lets no MPS in
     scope = scope_of(pending.stack)
     for node in (*pending.region, *flag_side(ctx, pending)):
@@ -160,6 +160,12 @@ def _mps_cannot(ctx, pending) -> str | None:
     return None
 
 
+def _lets_any_accelerator_in(pending) -> bool:
+    """Whether the fix makes a check guard its code for any accelerator (`torch.accelerator`), not for a list
+    of device types (`in ("cuda", "neuron")`)."""
+    return bool(pending.region) and any("torch.accelerator" in r.text for r in pending.fix.replacements)
+
+
 _LOAD_AS_SAVED = (
     "the code it lets in loads a checkpoint as it was saved (`{load}`, no `map_location`): on CUDA that "
     "restores CUDA tensors, and on another accelerator a file saved from CUDA fails to load where the CPU "
@@ -170,7 +176,7 @@ _LOAD_AS_SAVED = (
 def _load_as_saved(ctx, pending) -> str | None:
     """A `torch.load(...)` without `map_location` in the code an availability check guards (mmagic's
     DeblurGAN-v2: `torch.load(pretrained)` with CUDA, `map_location='cpu'` without), as text, or None."""
-    if not pending.region or not any("torch.accelerator" in r.text for r in pending.fix.replacements):
+    if not _lets_any_accelerator_in(pending):
         return None
     for node in pending.region[1:]:
         for call in find(node, cst.Call):

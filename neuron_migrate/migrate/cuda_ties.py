@@ -100,11 +100,15 @@ _SELF_ATTRIBUTE = re.compile(r"\bself\.(\w+)")
 def _same_class(ctx, pending, inner) -> bool:
     """Whether two findings sit in methods of the same class."""
     units = calls_in(ctx).units
-    mine, theirs = _unit_of(pending.stack), _unit_of(inner.stack)
-    if mine is None or theirs is None:
-        return False
-    owner = units[id(mine)].owner if id(mine) in units else None
-    return owner is not None and id(theirs) in units and units[id(theirs)].owner == owner
+    owner = _class_of(units, pending.stack)
+    return owner is not None and _class_of(units, inner.stack) == owner
+
+
+def _class_of(units: dict, stack) -> int | None:
+    """The class (`call_sites` owner id) whose method holds the node at the end of `stack`, if any."""
+    function = _unit_of(stack)
+    unit = units.get(id(function)) if function is not None else None
+    return unit.owner if unit is not None else None
 
 
 def conjunct_left(pending, mentions: CudaMentions) -> str | None:
@@ -499,8 +503,7 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
       unavailable"), so a generic autocast in `train()` would serve a model that never leaves CUDA or the CPU;
     - GLiNER's memory estimator sets `self.total_gpu_memory = total` after `free, total =
       torch.cuda.mem_get_info()` (kept for a person), which `available_memory()` reads under the check its
-      fix would make generic.
-
+      fix would make generic;
     - fairscale's FSDP fills `self._streams["all_gather"] = torch.cuda.Stream()` in `_setup_streams` under a
       CUDA check that stays, so `_wait_for_previous_optim_step`'s `if not torch.cuda.is_available(): return`
       made generic would reach an empty dict on neuron.
@@ -511,23 +514,20 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
     An attribute set from a CUDA check that stays (recbole's `self.gpu_available = torch.cuda.is_available()
     and config["use_gpu"]`) does not count: a flag says where code runs, which the fix's own check decides.
     """
-    function = _unit_of(pending.stack)
-    if pending.fix is None or function is None:
-        return None
     units = calls_in(ctx).units
-    unit = units.get(id(function))
-    if unit is None or unit.owner is None:
+    function, owner = _unit_of(pending.stack), _class_of(units, pending.stack)
+    if pending.fix is None or owner is None:
         return None
     for inner in leftovers:
         other = _unit_of(inner.stack)
-        if other is None or other is function or units[id(other)].owner != unit.owner:
+        if other is function or _class_of(units, inner.stack) != owner:
             continue
         if inner.region or inner.rule.device_test or inner.fix is not None:
             continue  # a flag from a CUDA test (recbole's `self.gpu_available`) is no CUDA value, and one
             # with an unsafe fix (super-gradients' `self.net = DDP(net, device_ids=[rank])`) changes with it
         for attribute, statement in _state_set(ctx, inner):
             if (
-                _reads(units, function, unit.owner, "." + attribute)
+                _reads(units, function, owner, "." + attribute)
                 if pending.fix.generalizes
                 else _uses_attribute(ctx.code(pending.node), attribute)
             ):

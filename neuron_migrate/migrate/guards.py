@@ -32,7 +32,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.device_literals import is_cuda_and_neuron, literal_value
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import find, walk
 
 Presence = Literal["certain", "possible", "absent"]
 #: (what holds when the test is true, what holds when it is false): "certain" / "absent" / None (no telling)
@@ -289,21 +289,7 @@ _CONDITIONAL = (
 def _raises_without_accelerator(ctx, statement: cst.SimpleStatementLine) -> bool:
     """Whether the statement always calls one of `_RAISE_WITHOUT` (megatron's `torch.empty(n,
     device=torch.cuda.current_device())`), so the statements after it run only with an accelerator."""
-    found: list[cst.Call] = []
-
-    class Calls(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, _CONDITIONAL) or found:
-                return False
-            if isinstance(node, cst.Call) and ctx.call_name(node) in _RAISE_WITHOUT:
-                found.append(node)
-            return True
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            pass
-
-    walk(statement, Calls())
-    return bool(found)
+    return any(ctx.call_name(call) in _RAISE_WITHOUT for call in find(statement, cst.Call, skip=_CONDITIONAL))
 
 
 def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:

@@ -97,7 +97,9 @@ def walk(node: cst.CSTNode, visitor, kinds: frozenset[type] = SEMANTIC) -> None:
     visitor.on_leave(node)
 
 
-def find(node: cst.CSTNode, kind: type | tuple[type, ...], skip: type | None = None) -> list:
+def find(
+    node: cst.CSTNode, kind: type | tuple[type, ...], skip: type | tuple[type, ...] | None = None
+) -> list:
     """The nodes of class `kind` (or of one of the classes) at or under `node`, in source order; below
     `node`, nodes of class `skip` are not searched (`find(function, cst.Return, skip=cst.FunctionDef)`: a
     nested function's returns are its own)."""
