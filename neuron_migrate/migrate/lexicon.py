@@ -6,7 +6,9 @@ This is the input of the pre-pass (`prepass.py`), which must never miss a findin
 superset of what libcst will see: identifiers are collected everywhere outside comments and string literals
 (and inside f-strings, whose replacement fields are code); string values are collected for every literal
 (docstrings too), for every run of adjacent literals joined (implicit concatenation), and for the text parts
-of f-strings. Numbers may add junk identifiers (`x1f` from `0x1f`), which only makes the sets larger.
+of f-strings. An f-string's replacement fields are code, read like the rest (`f"{'cuda' if gpu else 'cpu'}"`);
+its text is not (`f"{name} does not support nn.DataParallel"` names no `DataParallel`). Numbers may add junk
+identifiers (`x1f` from `0x1f`), which only makes the sets larger.
 
 The expression lexes Python up to 3.11 exactly: the only constructs in which `#` and quotes mean something
 else are strings and comments, and scanning left to right finds whichever starts first. From 3.12 on an
@@ -132,18 +134,25 @@ def lexicon(text: str) -> Lexicon:
     """The `Lexicon` of Python source `text`; meaningful for valid Python (the caller checks that)."""
     if _NESTING_FSTRINGS and re.search(r"[fF][rRbB]?['\"]", text):
         return _tokenized(text)
-    found = _TOKENS.findall(text)
-    names = set(map(itemgetter(1), found))
-    chains: set[str] = set()
-    for token in [token for token in names if "." in token]:
-        names.discard(token)
-        _add_chain(token, names, chains)
+    names: set[str] = set()
     strings: set[str] = set()
+    chains: set[str] = set()
+    _read(text, names, strings, chains)
+    names.discard("")
+    return _built(text, names, strings, chains)
+
+
+def _read(code: str, names: set[str], strings: set[str], chains: set[str]) -> None:
+    """Add what `code` spells to the three sets: the whole file, or an f-string's replacement field."""
+    found = _TOKENS.findall(code)
+    words = set(map(itemgetter(1), found))
+    for token in [token for token in words if "." in token]:
+        words.discard(token)
+        _add_chain(token, words, chains)
+    names.update(words)
     for run, _ in found:
         if run:
             _add_run(_PIECES.findall(run), strings, names, chains)
-    names.discard("")
-    return _built(text, names, strings, chains)
 
 
 def _add_chain(chain: str, names: set[str], chains: set[str]) -> None:
@@ -180,9 +189,8 @@ def _value(piece: str, strings: set[str], names: set[str], chains: set[str]) -> 
     if "f" in prefix:
         strings.add(body)
         strings.update(_BRACES.split(body))  # libcst keeps the text parts of f-strings unescaped
-        names.update(_IDENTIFIER.findall(body))
-        for chain in _CHAIN.findall(body):  # replacement fields are code: libcst resolves names there
-            _add_chain(chain, names, chains)
+        for field in _replacement_fields(body):  # code: libcst resolves names there
+            _read(field, names, strings, chains)
         return body
     strings.add(body)
     if "r" not in prefix and "\\" in body:
@@ -192,6 +200,38 @@ def _value(piece: str, strings: set[str], names: set[str], chains: set[str]) -> 
             return body
         strings.add(body)
     return body
+
+
+def _replacement_fields(body: str) -> list[str]:
+    """The replacement fields of an f-string's body, outermost, without their braces, conversion and format
+    spec included (`{x!r:>{width}}` gives `x!r:>{width}`, whose junk names only widen the sets). Up to
+    Python 3.11 a field cannot hold a backslash or the f-string's own quote, so a string inside a field
+    ends at the next quote like it (a brace in it is text); `{{` and `}}` outside fields are text."""
+    fields: list[str] = []
+    depth = start = index = 0
+    while index < len(body):
+        char = body[index]
+        if depth == 0:
+            if char == "{" and body.startswith("{{", index):
+                index += 2
+                continue
+            if char == "{":
+                depth, start = 1, index + 1
+        elif char in "'\"":
+            quote = body[index : index + 3] if body.startswith(char * 3, index) else char
+            end = body.find(quote, index + len(quote))
+            index = len(body) if end < 0 else end + len(quote)
+            continue
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                fields.append(body[start:index])
+        index += 1
+    if depth:  # cannot happen in valid code; keep the rest rather than lose names
+        fields.append(body[start:])
+    return fields
 
 
 def _built(text: str, names: set[str], strings: set[str], chains: set[str]) -> Lexicon:

@@ -106,6 +106,19 @@ def test_lexicon_reads_code_not_comments_and_every_string_value():
     assert {"os", "path", "p"} <= lex.imported
 
 
+def test_an_f_string_is_code_only_in_its_replacement_fields():
+    lex = lexicon(
+        'raise ValueError(f"{type(self).__name__} does not support `nn.DataParallel` {{with.braces}}")\n'
+        "name = f\"{d['cuda:0'] if gpu else fallback!r:>{width}}\"\n"
+    )
+    assert {"type", "self", "__name__", "d", "gpu", "fallback", "width"} <= lex.names
+    assert not {"DataParallel", "nn", "support", "with", "braces"} & lex.names
+    assert "cuda:0" in lex.strings  # a string inside a field is a literal libcst sees
+    message = 'import torch\nraise ValueError(f"{name} does not support `torch.nn.DataParallel`")\n'
+    assert "NM305" not in candidates(message, CODES)
+    assert "NM305" in candidates("import torch\nm = f'{torch.nn.DataParallel(m)}'\n", CODES)
+
+
 def test_lexicon_chains_are_spelled_however_the_code_breaks_them():
     source = (
         "x = (torch  # see a.b\n  ).cuda . \\\n synchronize()\n"
