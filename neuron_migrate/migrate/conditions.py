@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.lexicon import STRING_LITERAL, Lexicon
 
 Condition = Callable[[Lexicon], bool]
 
@@ -77,3 +77,37 @@ def module_aliases(text: str, module: str) -> set[str]:
             if found:
                 aliases.add(found.group(1) or module)
     return aliases
+
+
+def call_arguments(text: str, start: int) -> str | None:
+    """The code between the `(` that ends at `start` and its closing parenthesis, each string literal in it
+    written `""` and its comments left out (neither a parenthesis nor a `dtype=` in them counts), or None
+    when that is not certain: no closing parenthesis within 2,000 characters, or a string that does not
+    end."""
+    depth = 1
+    index = start
+    code: list[str] = []
+    end = min(len(text), start + 2000)
+    while index < end:
+        char = text[index]
+        if char in "\"'":
+            literal = STRING_LITERAL.match(text, index)
+            if literal is None:
+                return None
+            code.append('""')
+            index = literal.end()
+            continue
+        if char == "#":
+            index = text.find("\n", index)
+            if index < 0:
+                return None
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return "".join(code)
+        code.append(char)
+        index += 1
+    return None

@@ -49,7 +49,8 @@ _CONTINUATION = re.compile(r"\\\r?\n")
 #: a comment (consumed, not captured) | a run of adjacent string literals | an identifier (or keyword), or a
 #: dotted chain of them
 _TOKENS = re.compile(rf"#[^\r\n]*|({_PIECE}(?:{_GAP}{_PIECE})*)|({_CHAIN_PATTERN})", re.S)
-_PIECES = re.compile(_PIECE, re.S)
+#: one string literal, prefix and quotes included (a `match` at its quote skips it whole)
+STRING_LITERAL = re.compile(_PIECE, re.S)
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 #: an import statement: `import` or `from` where a statement can start (a line's start, after `;` or a
 #: compound statement's `:`, across backslash continuations), to the end of its line or its closing
@@ -152,7 +153,7 @@ def _read(code: str, names: set[str], strings: set[str], chains: set[str]) -> No
     names.update(words)
     for run, _ in found:
         if run:
-            _add_run(_PIECES.findall(run), strings, names, chains)
+            _add_run(STRING_LITERAL.findall(run), strings, names, chains)
 
 
 def _add_chain(chain: str, names: set[str], chains: set[str]) -> None:

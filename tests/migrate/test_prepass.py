@@ -236,12 +236,24 @@ def test_lexicon_of_a_comment_banner_after_a_docstring_is_linear():
         ("import numpy as np\nimport torch\nt = torch.tensor(np.array([1, 2]), device=d)\n", False),
         ("import numpy as np\nimport torch\nt = torch.tensor(np.array([1, 2.5]), device=d)\n", True),
         ("import numpy as np\nimport torch\nm = np.zeros(f(a, b))\nt = torch.tensor(m, device=d)\n", True),
-        # a string in the arguments could hide a parenthesis: keep the rule
+        # strings and comments in the arguments are skipped whole: their parentheses and `dtype=` do not count
         (
             "import numpy as np\nimport torch\nm = np.full(3, ')', dtype=object)\n"
             "t = torch.tensor(m, device=d)\n",
+            False,
+        ),
+        (
+            "import numpy as np\nimport torch\nv = np.array(out['log(p)'][i], dtype=np.float32)\n"
+            "t = torch.from_numpy(v).to(d)\n",
+            False,
+        ),
+        (
+            "import numpy as np\nimport torch\nm = np.full(3, 'dtype=f4')  # dtype=float32)\n"
+            "t = torch.tensor(m, device=d)\n",
             True,
         ),
+        ("import numpy as np\nimport torch\nm = np.zeros(3, # (\n)\nt = torch.tensor(m, device=d)\n", True),
+        ("import numpy as np\nimport torch\nm = np.array([2.5, ')'])\nt = torch.tensor(m, device=d)\n", True),
         ("import os, numpy as np\nimport torch\nx = torch.tensor(np.ones(3), device=d)\n", True),
         ("import os, \\\n    numpy\nimport torch\nx = torch.tensor(numpy.ones(3), device=d)\n", True),
         ("def f(d):\n    import numpy as np\n    return torch.tensor(np.ones(3), device=d)\n", True),

@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.migrate.conditions import BETWEEN, module_aliases
+from neuron_migrate.migrate.conditions import BETWEEN, call_arguments, module_aliases
 from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.patterns import keyword
 
@@ -60,7 +60,7 @@ def numpy_float64_to_device(lex: Lexicon) -> bool:
         literal = call.group("maker") in ("array", "asarray")
         if literal and not re.match(rf"{BETWEEN}[\[(]", lex.text[call.end() :]):
             continue  # the rule reads only a literal list or tuple here
-        arguments = _arguments(lex.text, call.end())
+        arguments = call_arguments(lex.text, call.end())
         if arguments is None:  # cannot tell where the call ends: keep the rule
             return True
         if _DTYPE_KEYWORD.search(arguments):
@@ -68,23 +68,6 @@ def numpy_float64_to_device(lex: Lexicon) -> bool:
         if not literal or _FLOAT_LITERAL.search(arguments):
             return True
     return False
-
-
-def _arguments(text: str, start: int) -> str | None:
-    """The text between the `(` that ends at `start` and its closing parenthesis, or None when that is not
-    certain: no closing parenthesis, or a string or comment inside (a parenthesis in it would miscount)."""
-    depth = 1
-    for index in range(start, min(len(text), start + 2000)):
-        char = text[index]
-        if char in "\"'#":
-            return None
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return text[start:index]
-    return None
 
 
 def array_to_device(ctx, call: cst.Call) -> cst.BaseExpression | None:
