@@ -316,3 +316,22 @@ def test_nccl_with_nccl_options_stays_nccl():
     assert backend.fix is None and "the same call keeps CUDA's `pg_options=pg_options`" in backend.message
     plain = source.replace("dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)", "None")
     assert findings(plain, ("NM301",))[0].fix is not None
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        # a device attribute that may hold what the caller passed (a string)
+        "class Head(torch.nn.Module):\n    def __init__(self, device):\n        self.device = device\n",
+        # a property that returns something other than a value's `.device`
+        "class Head(torch.nn.Module):\n    @property\n    def device(self):\n        return self._device\n",
+        "class Head(torch.nn.Module):\n    pass\n",
+    ],
+)
+def test_an_autocast_turned_off_in_a_module_that_may_not_know_its_device_uses_the_current_one(owner):
+    source = (
+        f"import torch\n{owner}"
+        "    def step(self, batch):\n        with torch.autocast('cuda', enabled=False):\n"
+        "            return batch.float()\n"
+    )
+    assert "self.device.type" not in fixed(source) and "current_accelerator" in fixed(source)

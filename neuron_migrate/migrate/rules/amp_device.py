@@ -84,7 +84,9 @@ class AutocastCudaDevice(Rule):
 
     An autocast turned off (`enabled=False`) inside a function that takes a tensor (annotated `Tensor`, or an
     unannotated first parameter named `x`, `inputs`, ...) is turned off on that tensor's device instead:
-    `torch.autocast(x.device.type, enabled=False)`.
+    `torch.autocast(x.device.type, enabled=False)`; in a method of a module that knows its device (a
+    Lightning module, a Hugging Face model, a class with a `device` property returning a parameter's
+    `.device`), on the module's: `torch.autocast(self.device.type, enabled=False)`.
 
     Fix safety
     Safe: on CUDA the call is unchanged in effect. CUDA autocast was off on a machine without CUDA, so the
@@ -145,6 +147,22 @@ class AutocastCudaDevice(Rule):
             "import torch\ndef norm(x: torch.Tensor):\n"
             "    with torch.autocast(x.device.type, enabled=False):\n        return x.float() / 2\n",
         ),
+        Invalid(  # turned off for the module's device: where its methods compute
+            "import torch\nfrom lightning import LightningModule\nclass Net(LightningModule):\n"
+            "    def step(self, batch):\n        with torch.autocast('cuda', enabled=False):\n"
+            "            return self.head(batch).float()\n",
+            "import torch\nfrom lightning import LightningModule\nclass Net(LightningModule):\n"
+            "    def step(self, batch):\n        with torch.autocast(self.device.type, enabled=False):\n"
+            "            return self.head(batch).float()\n",
+        ),
+        Invalid(
+            "import torch\nclass Diffusion(torch.nn.Module):\n    @property\n    def device(self):\n"
+            "        return next(self.parameters()).device\n    def sample(self, n):\n"
+            "        with torch.autocast('cuda', enabled=False):\n            return self.net(n)\n",
+            "import torch\nclass Diffusion(torch.nn.Module):\n    @property\n    def device(self):\n"
+            "        return next(self.parameters()).device\n    def sample(self, n):\n"
+            "        with torch.autocast(self.device.type, enabled=False):\n            return self.net(n)\n",
+        ),
         Invalid(
             "import torch\nwith torch.autocast('cuda', **kw):\n    pass\n",
             "import torch\n"
@@ -174,10 +192,10 @@ class AutocastCudaDevice(Rule):
         if is_autocast:
             bound = bind_arguments(call, ("device_type", *self.ORDER)) or {}
             enabled = bound.get("enabled")
-            if is_literal(enabled, "False") and (tensor := self._tensor_parameter()) is not None:
+            if is_literal(enabled, "False") and (data := self._tensor_parameter() or self._own_device()):
                 return FixSpec(
-                    f"Turn autocast off on the device of `{tensor}`",
-                    (Replacement(device.value, f"{tensor}.device.type"),),
+                    f"Turn autocast off on the device of `{data}`",
+                    (Replacement(device.value, f"{data}.device.type"),),
                 )
             overrides = {"enabled": enabled_value(self.ctx, enabled)}
             new = device_first_call(self, call, "device_type", self.ORDER, overrides)
@@ -216,6 +234,60 @@ class AutocastCudaDevice(Rule):
         if params and all(p.annotation is None for p in params) and params[0].name.value in _INPUT_NAMES:
             return params[0].name.value
         return None
+
+    def _own_device(self) -> str | None:
+        """`self`, in a method (not a decorator) of a class whose instances know their device: a Lightning
+        module or a Hugging Face model, or a class with a `device` property that returns a tensor's or a
+        parameter's `.device` (`next(self.parameters()).device`). Where the module runs is where the code
+        in its methods runs."""
+        if any(isinstance(node, cst.Decorator) for node in self.ctx.stack):
+            return None
+        stack = self.ctx.stack
+        function = next(
+            (i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], cst.FunctionDef)), None
+        )
+        if function is None or function < 2 or not isinstance(owner := stack[function - 2], cst.ClassDef):
+            return None
+        params = stack[function].params.params
+        if not params or params[0].name.value != "self":
+            return None
+        bases = (self.ctx.qualified_name(base.value) or "" for base in owner.bases)
+        if any(base in _DEVICE_AWARE_BASES for base in bases) or _device_property(owner):
+            return "self"
+        return None
+
+
+#: base classes whose instances have a `device` attribute (a `torch.device`: where their parameters are)
+_DEVICE_AWARE_BASES = frozenset(
+    {
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "lightning.pytorch.core.module.LightningModule",
+        "pytorch_lightning.LightningModule",
+        "pytorch_lightning.core.LightningModule",
+        "pytorch_lightning.core.module.LightningModule",
+        "transformers.PreTrainedModel",
+        "transformers.modeling_utils.PreTrainedModel",
+    }
+)
+
+
+def _device_property(owner: cst.ClassDef) -> bool:
+    """Whether class `owner` defines a `device` property that returns some value's `.device`."""
+    for statement in owner.body.body:
+        if not (isinstance(statement, cst.FunctionDef) and statement.name.value == "device"):
+            continue
+        if not any(dotted(d.decorator) == "property" for d in statement.decorators):
+            return False
+        body = statement.body.body
+        returned = body[-1].body[0] if body and isinstance(body[-1], cst.SimpleStatementLine) else None
+        return (
+            isinstance(returned, cst.Return)
+            and isinstance(returned.value, cst.Attribute)
+            and returned.value.attr.value == "device"
+        )
+    return False
 
 
 class GradScalerDefaultDevice(Rule):
