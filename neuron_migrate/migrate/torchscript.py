@@ -25,6 +25,8 @@ _TORCHSCRIPT = re.compile(
     r"\bjit\.(?:script|export|unused|ignore|is_scripting|interface)\b|torchscript", re.IGNORECASE
 )
 _SCRIPT_DECORATOR = re.compile(r"(^|\.)jit\.(script|export|interface)$")
+#: a `@torch.jit.script` decorator line: it scripts the function or class it decorates, and nothing else
+_SCRIPT_DECORATOR_LINE = re.compile(r"^[ \t]*@[\w. \t]*\bjit\.script\b", re.M)
 
 SCRIPTED = (
     "TorchScript runs neither `torch.accelerator` nor an autocast whose device is not a string literal, and "
@@ -42,7 +44,8 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     shows it is TorchScript code, or of a project that guards code for TorchScript (`project_scripts`:
     kornia's matchers carry no sign of it, but 30 of kornia's modules test `torch.jit.is_scripting()`). In
     such a project an autocast turned off for its input's device (`x.device.type`) counts in any function:
-    kornia scripts plain functions too."""
+    kornia scripts plain functions too. A file whose only sign is `@torch.jit.script` on functions or classes
+    scripts those alone, not its modules' methods (imagen-pytorch scripts two noise schedules)."""
     if _unscriptable(ctx, pending.node):
         return None  # the code never scripted: nothing to break
     fix = pending.fix
@@ -51,7 +54,11 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     autocast = pending.rule.code in _AUTOCAST_RULES
     if not (accelerator or autocast) or not (project_scripts or _TORCHSCRIPT.search(ctx.source)):
         return None
-    if (scope := _scope(pending.stack)) is not None or accelerator or not (project_scripts and autocast):
+    modules = project_scripts or len(_TORCHSCRIPT.findall(ctx.source)) > len(
+        _SCRIPT_DECORATOR_LINE.findall(ctx.source)
+    )
+    scope = _scope(pending.stack, modules)
+    if scope is not None or accelerator or not (project_scripts and autocast):
         return scope
     return next((node.name.value for node in pending.stack if isinstance(node, cst.FunctionDef)), None)
 
@@ -77,22 +84,32 @@ def _unscriptable(ctx, node: cst.CSTNode) -> bool:
     )
 
 
-def _scope(stack: tuple[cst.CSTNode, ...]) -> str | None:
-    """The outermost function of `stack` that TorchScript may compile, by name."""
+def _scope(stack: tuple[cst.CSTNode, ...], modules: bool) -> str | None:
+    """The outermost function of `stack` that TorchScript may compile, by name: one decorated for it, a
+    method of a class decorated for it, or (`modules`: the file may script its modules) a `*Module`'s
+    method."""
     for index, node in enumerate(stack):
+        if isinstance(node, cst.ClassDef) and _decorated_for_torchscript(node):
+            method = next((n for n in stack[index:] if isinstance(n, cst.FunctionDef)), None)
+            return f"{node.name.value}.{method.name.value}" if method else node.name.value
         if not isinstance(node, cst.FunctionDef):
             continue
-        if any(_SCRIPT_DECORATOR.search(dotted(_callee(d.decorator)) or "") for d in node.decorators):
+        if _decorated_for_torchscript(node):
             return node.name.value
         owner = stack[index - 2] if index >= 2 else None
         if (
-            isinstance(owner, cst.ClassDef)
+            modules
+            and isinstance(owner, cst.ClassDef)
             and node.name.value != "__init__"
             and any((dotted(base.value) or "").endswith("Module") for base in owner.bases)
         ):
             return f"{owner.name.value}.{node.name.value}"
         return None
     return None
+
+
+def _decorated_for_torchscript(node: cst.FunctionDef | cst.ClassDef) -> bool:
+    return any(_SCRIPT_DECORATOR.search(dotted(_callee(d.decorator)) or "") for d in node.decorators)
 
 
 def _callee(decorator: cst.BaseExpression) -> cst.BaseExpression:

@@ -36,6 +36,34 @@ def test_init_and_files_that_never_script_keep_their_safe_fixes():
     assert [f.code for f in scripted] == ["NM204"]  # not the availability check in __init__
 
 
+@pytest.mark.parametrize(
+    ("decorated", "scripted"),
+    [
+        # a decorated function scripts that function: the module's methods stay eager code
+        ("@torch.jit.script\ndef snr(t):\n    return t * 2\n", None),
+        ("@torch.jit.script\nclass Schedule:\n    def at(self, t: int) -> int:\n        return t\n", None),
+        # scripting an instance, or a method marked for scripting, compiles the module's methods
+        ("def export(m):\n    return torch.jit.script(m)\n", "CastToFloat.forward"),
+        (
+            "class Other(torch.nn.Module):\n    @torch.jit.export\n    def f(self):\n        pass\n",
+            "CastToFloat.forward",
+        ),
+    ],
+)
+def test_only_what_a_file_scripts_holds_module_methods_back(decorated, scripted):
+    found = _autocast(MODULE + "\n\n" + decorated)
+    assert (found.fix.safety == "unsafe") is (scripted is not None)
+    assert scripted is None or scripted in found.message
+
+
+def test_a_method_of_a_class_decorated_for_torchscript_counts():
+    source = (
+        "import torch\n\n\n@torch.jit.script\nclass Scaler:\n    def scale(self, x: torch.Tensor):\n"
+        '        with torch.autocast("cuda", dtype=torch.float16):\n            return x * 2\n'
+    )
+    assert "`Scaler.scale` is ever scripted" in _autocast(source).message
+
+
 def test_a_function_decorated_for_torchscript_counts_too():
     source = (
         "import torch\n\n\n@torch.jit.script\ndef scaled(x: torch.Tensor) -> torch.Tensor:\n"
