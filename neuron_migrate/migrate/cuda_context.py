@@ -16,7 +16,8 @@ A fix is withdrawn, with a note saying why, when its code:
 - is in a branch of a per-device `if`/`elif` chain that has a branch for `neuron` (Trainium takes that one),
   or in the `GPU` branch of a test that tells devices apart (`DistributedType.MULTI_GPU` next to `MULTI_XPU`);
 - is under a comment that says it is CUDA-only ("right now, only CUDA is implemented") or names NVIDIA's
-  kernel templates ("CuTe-DSL kernel", CUTLASS);
+  kernel templates ("CuTe-DSL kernel", CUTLASS), or is the test of an `if` whose body opens with a comment
+  naming the CUDA library it tunes for (cuDNN, cuBLAS, tensor cores);
 - is in a function that itself asks NVIDIA's driver or interconnect (`_has_nvlink()`, NVML, nvidia-smi);
 - is in a function that requires a CUDA-only library, or in a function or class defined in one: imports it
   in its body (`import bitsandbytes as bnb`, or in an `if` whose other branch exits, or in a `try` whose
@@ -680,16 +681,39 @@ def _identifier(node: cst.CSTNode | None) -> str | None:
 
 def _cuda_only_comment(stack) -> str | None:
     """A comment above (or after) a statement around the node that says the code is CUDA-only ("right now,
-    only CUDA is implemented")."""
-    for node in stack:
-        comments = [line.comment for line in getattr(node, "leading_lines", ()) if line.comment]
+    only CUDA is implemented"), or, for a node in the test of an `if`, one that opens its body and names the
+    CUDA library the body tunes for (sheeprl: `if fabric.device.type == "cuda":  # The convolutions of cuDNN
+    run in the channels-last layout ...`)."""
+    for index, node in enumerate(stack):
+        comments = [
+            (line.comment, _CUDA_ONLY_COMMENT) for line in getattr(node, "leading_lines", ()) if line.comment
+        ]
         trailing = getattr(node, "trailing_whitespace", None)
         if trailing is not None and trailing.comment is not None:
-            comments.append(trailing.comment)
-        for comment in comments:
-            if _CUDA_ONLY_COMMENT.search(comment.value):
+            comments.append((trailing.comment, _CUDA_ONLY_COMMENT))
+        if isinstance(node, cst.If) and index + 1 < len(stack) and stack[index + 1] is node.test:
+            comments.extend((comment, _CUDA_LIBRARY_COMMENT) for comment in _opening_comments(node.body))
+        for comment, says in comments:
+            if says.search(comment.value):
                 return shortened(comment.value.lstrip("# ").strip(), 40)
     return None
+
+
+#: a comment naming a CUDA library whose performance code tunes for (cuDNN's layouts and algorithms,
+#: cuBLAS's math modes, tensor cores)
+_CUDA_LIBRARY_COMMENT = re.compile(
+    r"\bcu(?:dnn|blas(?:lt)?|fft|sparse)\b|\btensor[\s-]?cores?\b", re.IGNORECASE
+)
+
+
+def _opening_comments(body: cst.BaseSuite) -> list[cst.Comment]:
+    """The comments after a block's colon and above its first statement."""
+    if not isinstance(body, cst.IndentedBlock):  # `if x: y` has neither
+        return []
+    comments = [body.header.comment] if body.header.comment is not None else []
+    if body.body:
+        comments.extend(line.comment for line in body.body[0].leading_lines if line.comment)
+    return comments
 
 
 def _in_chain_with_neuron(ctx, stack, index: int, in_body: bool) -> bool:

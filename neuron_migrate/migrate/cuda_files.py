@@ -3,7 +3,8 @@ the integration of a CUDA-only library.
 
 - `torch/cuda/memory.py`, `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `nccl_utils.py`, `triton_impl.py`,
   `codegen/rocm/...`: a folder named after CUDA or one of its libraries (cuDNN, NCCL, cuBLAS, CUTLASS), ROCm
-  or Triton, or a file name that mentions one. A project folder's name (`cuda_project/train.py`) says nothing
+  or Triton, or a file name that mentions one; a folder for TensorRT or NVIDIA's Isaac simulators
+  (`runtime/triton_trtllm/benchmark.py`). A project folder's name (`cuda_project/train.py`) says nothing
   about one file.
 - `accelerate/utils/megatron_lm.py`: a module that imports a CUDA-only library at its top level (also under
   `if is_megatron_lm_available():` or in a `try`) and is named after it drives that library: none of its code
@@ -39,11 +40,15 @@ from neuron_migrate.migrate.sources import KERNEL_SUFFIXES
 from neuron_migrate.migrate.walk import find
 
 _CUDA_FOLDERS = frozenset({"cuda", "cudnn", "nccl", "cublas", "cutlass", "rocm", "hip", "triton"})
+#: a folder for NVIDIA's inference or simulation stacks: TensorRT (f5-tts's `runtime/triton_trtllm`), Isaac
+_NVIDIA_STACK_FOLDER = re.compile(r"tensorrt|trtllm|(^|_)trt(_|$)|isaac_?(?:gym|sim|lab)")
 #: CUDA and its libraries, NVIDIA's (`nv_universal_gemm`, `nvmath`) and its embedded CUDA platforms (Jetson,
-#: Tegra), ROCm (AMD's GPUs, driven through the same `torch.cuda` API) and Triton (GPU kernels: Trainium's are
-#: NKI)
+#: Tegra), ROCm (AMD's GPUs, driven through the same `torch.cuda` API), Triton (GPU kernels: Trainium's are
+#: NKI), TensorRT (`trt_utils`, `triton_trtllm`) and NVIDIA's Isaac simulators (Isaac Gym, Isaac Sim, Isaac
+#: Lab: GPU PhysX, whose device is a CUDA one)
 _CUDA_STEM = re.compile(
     r"cuda|cudnn|nccl|cublas|cutlass|nvidia|nvtx|nvmath|jetson|(?<![a-z])tegra|rocm|triton|(^|_)nv(_|$)"
+    r"|tensorrt|trtllm|(^|_)trt(_|$)|isaac_?(?:gym|sim|lab)"
 )
 
 
@@ -57,7 +62,10 @@ def cuda_file(path: str) -> bool:
     """Whether a file is CUDA's by its name or package (see the module docstring)."""
     parts = path.replace("\\", "/").split("/")
     stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
-    return any(part.lower() in _CUDA_FOLDERS for part in parts[:-1]) or cuda_named(stem)
+    folders = [part.lower() for part in parts[:-1]]
+    return any(part in _CUDA_FOLDERS or _NVIDIA_STACK_FOLDER.search(part) for part in folders) or cuda_named(
+        stem
+    )
 
 
 #: a docstring's statement that its module needs CUDA

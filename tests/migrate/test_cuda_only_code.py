@@ -650,6 +650,12 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         # a comment that names NVIDIA's kernel templates: transformers' MSA attention (a CuTe-DSL kernel)
         "import torch\ndef attend(msa, q):\n    # CuTe-DSL kernel launches on the ambient current_device\n"
         "    with torch.cuda.device(q.device):\n        return msa.build(q)\n",
+        # a device check whose body opens with a comment naming the CUDA library it tunes for (sheeprl)
+        "import torch\ndef setup(fabric, model):\n    if fabric.device.type == 'cuda':\n"
+        "        # the convolutions of cuDNN run in the channels-last layout\n"
+        "        model.to(memory_format=torch.channels_last)\n",
+        "import torch\ndef setup(fabric, model):\n    if fabric.device.type == 'cuda':  # tensor cores\n"
+        "        model.to(memory_format=torch.channels_last)\n",
         # a function that requires a CUDA-only library (imported unconditionally, or with a raise otherwise)
         "import torch\ndef dequantize(qweight, weight):\n    import bitsandbytes as bnb\n\n"
         "    compute_device = 'xpu' if is_xpu_available() else 'cuda'\n"
@@ -664,6 +670,19 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
 )
 def test_code_that_only_runs_on_cuda_by_what_it_needs_is_left_alone(source):
     assert fixed(source) == source
+
+
+def test_a_comment_naming_a_cuda_library_counts_only_where_it_opens_the_body_of_the_check():
+    tuned = (
+        "import torch\ndef setup(fabric, model):\n    if fabric.device.type == 'cuda':\n"
+        "        # channels-last: faster\n        model.to(memory_format=torch.channels_last)\n"
+    )
+    assert "fabric.device.type in ('cuda', 'neuron')" in fixed(tuned)
+    above = tuned.replace("    if fabric", "    # cuDNN is tuned by the caller\n    if fabric")
+    assert "fabric.device.type in ('cuda', 'neuron')" in fixed(above)
+    assert fixed(tuned.replace("channels-last", "cuDNN: channels-last")) == tuned.replace(
+        "channels-last", "cuDNN: channels-last"
+    )
 
 
 def test_gpu_where_devices_are_not_told_apart_means_any_accelerator():
@@ -990,6 +1009,9 @@ def test_a_cuda_function_stored_in_a_table_is_left_alone():
         ("torch/_inductor/codegen/rocm/bench.py", "import torch\nn = torch.cuda.device_count()\n"),
         ("ops/bmm/triton_impl.py", "import torch\nn = torch.cuda.device_count()\n"),
         ("ops/foreach_mm/nvmath_impl.py", "import torch\nn = torch.cuda.device_count()\n"),
+        # TensorRT's runtime, by its folder (f5-tts) or its name
+        ("runtime/triton_trtllm/benchmark.py", "import torch\nn = torch.cuda.device_count()\n"),
+        ("export/trt_utils.py", "import torch\nn = torch.cuda.device_count()\n"),
         # a module whose docstring says it requires CUDA
         (
             "integrations/deepgemm.py",
@@ -1238,6 +1260,16 @@ def test_a_function_named_after_nccl_is_cudas():
     """torch's NCCL cost model (`_nccl_algo_time`): the device count there is the NCCL topology's."""
     source = "import torch\ndef _nccl_algo_time(size):\n    return size / torch.cuda.device_count()\n"
     assert fixed(source) == source
+
+
+@pytest.mark.parametrize("owner", ["IsaaclabArenaEnv", "IsaacGymEnv", "isaac_sim_config"])
+def test_code_for_nvidia_s_isaac_simulators_is_cudas(owner):
+    """lerobot's Isaac Lab Arena env config: the simulator's device is a CUDA one (GPU PhysX)."""
+    source = (
+        f"import torch\nclass {owner}:\n    device: str = 'cuda:0' if torch.cuda.is_available() else 'cpu'\n"
+    )
+    assert fixed(source) == source
+    assert fixed(source.replace(owner, "ArenaEnv")) != source
 
 
 def test_a_stream_context_around_cuda_only_code_stays_cudas_and_names_that_code():
@@ -1780,21 +1812,28 @@ def test_a_stream_attribute_is_one_unit_across_the_methods_of_its_class():
     assert "torch.cuda" not in fixed(plain)
 
 
-def test_rng_states_wait_for_a_fork_that_covers_cuda_only():
-    """fairscale's pipe checkpointing restores the device generator inside `torch.random.fork_rng(devices)`,
-    whose `device_type` defaults to "cuda": on neuron nothing would be forked, and the restored state would
-    outlive the block. The states wait for the fork; with `device_type=` given they are rewritten."""
+def test_rng_states_inside_a_fork_without_a_device_type_are_rewritten():
+    """fairscale's pipe checkpointing restores the device generator inside `torch.random.fork_rng(devices)`.
+    torch 2.13's `fork_rng` forks the current accelerator's generators when no `device_type=` is given (CUDA's
+    without one), so the fork covers neuron's too and the states change alone."""
     source = (
         "import torch\n\n\ndef save(device):\n    return torch.cuda.get_rng_state(device)\n\n\n"
         "def restore(devices, state, device):\n"
         "    with torch.random.fork_rng(devices):\n"
         "        torch.cuda.set_rng_state(state, device)\n"
     )
-    states = [f for f in findings(source) if f.code == "NM405"]
-    assert len(states) == 2 and all(f.fix is None for f in states)
-    assert all("forks the generators with `torch.random.fork_rng(devices)`" in f.message for f in states)
-    typed = source.replace("fork_rng(devices)", "fork_rng(devices, device_type=device.type)")
-    assert "torch.cuda" not in fixed(typed)
+    assert "torch.cuda" not in fixed(source) and "fork_rng(devices)" in fixed(source)
+
+
+def test_torch_forks_the_current_accelerator_s_generators_by_default():
+    """The fact the rewrite above and NM101's `fork_rng(device_type="cuda")` fix stand on."""
+    import inspect
+
+    import torch
+
+    source = inspect.getsource(torch.random.fork_rng)
+    assert "torch.accelerator.current_accelerator()" in source
+    assert inspect.signature(torch.random.fork_rng).parameters["device_type"].default is None
 
 
 def test_a_gpu_named_list_is_not_a_gpu_query():
