@@ -83,6 +83,8 @@ class DeviceFlow:
 
     uses: set[str] = field(default_factory=set)
     map_locations: set[str] = field(default_factory=set)
+    #: names that reach `fork_rng(device_type=...)`, where the CPU fallback raises (`torch.cpu` has no RNG)
+    forks: set[str] = field(default_factory=set)
     holders: set[str] = field(default_factory=set)
     params: dict[str, list[str]] = field(default_factory=dict)
     compared: set[str] | None = None  # names the module compares (`==`, `!=`, `in`), on first use
@@ -172,6 +174,8 @@ def _collect(ctx) -> DeviceFlow:
                 flow.uses.add(key)
                 if slot.map_location:
                     flow.map_locations.add(key)
+                if slot.kind == "none":
+                    flow.forks.add(key)
         for param, arg in _bound_params(call, flow):
             edges.setdefault(param, set()).update(keys_of(arg.value))
     for key, bindings in ctx.bindings.by_key.items():
@@ -185,10 +189,12 @@ def _collect(ctx) -> DeviceFlow:
     while pending:
         key = pending.pop()
         for source in edges.get(key, ()):
-            if source not in flow.uses:
+            if source not in flow.uses or (key in flow.forks and source not in flow.forks):
                 flow.uses.add(source)
                 if key in flow.map_locations:
                     flow.map_locations.add(source)
+                if key in flow.forks:
+                    flow.forks.add(source)
                 pending.append(source)
     for key in list(flow.holders):
         flow.holders.update(k for k, sources in edges.items() if key in sources)
@@ -353,6 +359,8 @@ def _named_slot(keys: list[str | None], ctx, indexed: bool, what: str = "") -> S
     for key in keys:
         if key and (is_device_name(key) or key in flow.uses):
             where = f"{what} `{key}`" if what else f"`{key} = ...`"
+            if key in flow.forks:
+                return Slot("none", where)
             # only its name says the value is a device (it reaches no device slot) and the module compares
             # that name: a device type matched against others, where the CPU fallback matches CPU entries
             compared = key not in flow.uses and key in _compared_names(ctx, flow)

@@ -32,6 +32,16 @@ def positional(call: cst.Call, index: int) -> cst.Arg | None:
     return args[index] if index < len(args) else None
 
 
+def without_argument(rule: Rule, call: cst.Call, arg: cst.Arg) -> str:
+    """The source of `call` with `arg` removed (commas and the trailing-comma style kept right)."""
+    args = list(call.args)
+    index = args.index(arg)
+    args.pop(index)
+    if args and index == len(args):  # removed the last argument: the new last one takes its comma (or none)
+        args[-1] = args[-1].with_changes(comma=arg.comma)
+    return rule.ctx.module.code_for_node(call.with_changes(args=args))
+
+
 class QualifiedNameRule(Rule):
     """Flags every use (call, decorator, bare reference) of the qualified names in `NAMES`.
 

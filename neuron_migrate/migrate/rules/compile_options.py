@@ -9,7 +9,7 @@ import libcst as cst
 from neuron_migrate.migrate.conditions import any_string
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.lexicon import Lexicon
-from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, spells_names
+from neuron_migrate.migrate.patterns import QualifiedNameRule, keyword, spells_names, without_argument
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 #: torch.compile modes other than "default" (a `.compile(mode=...)` method is only trusted with one of these)
@@ -34,16 +34,6 @@ def compile_call(rule: Rule, call: cst.Call, torch_specific: bool) -> bool:
     # `model.compile(...)` (nn.Module.compile) forwards to torch.compile; other `.compile` methods (re, keras)
     # are only accepted when the argument is unmistakably a torch.compile one
     return isinstance(func, cst.Attribute) and func.attr.value == "compile" and torch_specific
-
-
-def without_argument(rule: Rule, call: cst.Call, arg: cst.Arg) -> str:
-    """The source of `call` with `arg` removed (commas and the trailing-comma style kept right)."""
-    args = list(call.args)
-    index = args.index(arg)
-    args.pop(index)
-    if args and index == len(args):  # removed the last argument: the new last one takes its comma (or none)
-        args[-1] = args[-1].with_changes(comma=arg.comma)
-    return rule.ctx.module.code_for_node(call.with_changes(args=args))
 
 
 class CompileCudaMode(Rule):

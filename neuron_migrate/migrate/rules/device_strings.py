@@ -15,11 +15,13 @@ from neuron_migrate.migrate.device_literals import (
 )
 from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE
 from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.patterns import without_argument
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
 _FORK_RNG = (
-    "`fork_rng(device_type='cuda')` forks CUDA's generator only, and `device_type='cpu'` raises in "
-    "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`"
+    "`fork_rng(device_type='cuda')` forks CUDA's generators only, and `device_type='cpu'` raises in "
+    "torch 2.13: pass the accelerator's type only when `torch.accelerator.is_available()`, or none "
+    "(torch 2.13 then forks the current accelerator's, CUDA's without one)"
 )
 #: `torch.load(map_location=...)` rejects `cpu:N`: an index is kept only where there is an accelerator
 _MAP_LOCATION_CPU = '"cpu"'
@@ -61,7 +63,9 @@ class CudaDeviceString(Rule):
     value directly does a bare `'cuda'` become the device itself. An index that reaches `torch.load(
     map_location=...)` is kept only when there is an accelerator (`"cpu"` otherwise: `torch.load` rejects
     `cpu:N`). The device is named once per function: an existing name for it is reused, and a function that
-    needs it several times gets one `device = ...` line. No fix for `fork_rng(device_type=...)`. A parameter's
+    needs it several times gets one `device = ...` line. `fork_rng(device_type="cuda")` loses the argument:
+    torch 2.13 forks the current accelerator's generators by default, and CUDA's without one, as the string
+    did (no fix when the string reaches it through a name). A parameter's
     default is an unsafe fix: it is the function's interface, and it is computed when the function is defined.
     So is a value for a name that only its name calls a device and that the module compares
     (`expected_device_type = "cuda"` matched against `torch.device(d).type`): without an accelerator the idiom
@@ -148,7 +152,11 @@ class CudaDeviceString(Rule):
             count=2,
         ),
         Invalid(
-            'import torch\nwith torch.random.fork_rng(device_type="cuda"):\n    pass\n',
+            'import torch\nwith torch.random.fork_rng(devices=[0], device_type="cuda"):\n    pass\n',
+            "import torch\nwith torch.random.fork_rng(devices=[0]):\n    pass\n",
+        ),
+        Invalid(
+            'import torch\ntype_ = "cuda"\nwith torch.random.fork_rng(device_type=type_):\n    pass\n',
         ),
     )
 
@@ -180,6 +188,20 @@ class CudaDeviceString(Rule):
             return  # NM105's
         self.ctx.defer(lambda: self._decide(node))
 
+    def _default_fork(self, node: cst.BaseExpression) -> FixSpec | None:
+        """`fork_rng(..., device_type="cuda")` without the argument: torch 2.13 takes the current
+        accelerator's type (CUDA's on CUDA, `neuron` on Trainium) and falls back to CUDA's without one, which
+        is what an older torch always took."""
+        arg, call = self.ctx.parent, self.ctx.ancestor(2)
+        if not (isinstance(arg, cst.Arg) and arg.value is node and isinstance(call, cst.Call)):
+            return None
+        if has_index(node) or any(a.star for a in call.args):
+            return None
+        return FixSpec(
+            "Fork the current accelerator's generators (the default)",
+            (Replacement(call, without_argument(self, call, arg)),),
+        )
+
     def _decide(self, node: cst.BaseExpression) -> None:
         """After the walk: whether `node` fills a device slot (names used as devices further down count)."""
         indexed = has_index(node)
@@ -187,7 +209,7 @@ class CudaDeviceString(Rule):
         if slot is None:
             return
         if slot.kind == "none":
-            self.report(node, _FORK_RNG)
+            self.report(node, _FORK_RNG, self._default_fork(node))
             return
         parent = self.ctx.parent
         message = f"CUDA device string in {slot.where}: use the current accelerator (CPU when there is none)"

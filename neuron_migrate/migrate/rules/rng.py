@@ -19,16 +19,9 @@ from neuron_migrate.migrate.patterns import (
     positional,
 )
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
-from neuron_migrate.migrate.walk import find
 
 #: the current accelerator's device module (`torch.cuda`, `torch.neuron`); `torch.cpu` without one
 _DEVICE_MODULE = "torch.get_device_module()"
-
-_FORK_RNG = "torch.random.fork_rng"
-_CUDA_FORK = (
-    "the module forks the generators with `{fork}`, which covers CUDA's only: its `device_type` defaults "
-    'to "cuda"; pass the device\'s type there and change them together'
-)
 
 
 def _with_random_spelling(names: dict) -> dict:
@@ -219,9 +212,9 @@ class CudaRngState(QualifiedNameRule):
     Safe: each rewrite does what the CUDA call did on CUDA and without CUDA. `get_rng_state_all()` becomes
     a per-device list, empty without an accelerator as before (device modules other than CUDA's lack the
     `_all` functions). `set_rng_state` and `set_rng_state_all` did nothing without CUDA, so they are guarded
-    with `torch.accelerator.is_available()`. `get_rng_state()` raised without CUDA and still does. In a module
-    that forks the generators with `torch.random.fork_rng(...)` without `device_type=` (which defaults to
-    "cuda", so nothing is forked on neuron), the states are left for a person to change with the fork.
+    with `torch.accelerator.is_available()`. `get_rng_state()` raised without CUDA and still does. A
+    `torch.random.fork_rng(...)` around them needs no `device_type=`: torch 2.13 forks the current
+    accelerator's generators by default (CUDA's without one).
     """
 
     code = "NM405"
@@ -278,28 +271,6 @@ class CudaRngState(QualifiedNameRule):
             "    torch.get_device_module().set_rng_state(s)\n",
         ),
     )
-
-    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
-        fork = self._cuda_fork()
-        if fork is None:
-            super().on_use(node, call, name)
-            return
-        self.report(call or node, f"{self.message_for(name)} ({_CUDA_FORK.format(fork=fork)})")
-
-    def _cuda_fork(self) -> str | None:
-        """A `torch.random.fork_rng(...)` call of the module without `device_type=`, as text, or None: it
-        forks CUDA's generators only (the default device type), so the states the module saves and restores
-        around it stay CUDA's until it names the device type (fairscale's pipe checkpointing)."""
-        if not hasattr(self, "_fork"):
-            self._fork = next(
-                (
-                    self.ctx.code(call)
-                    for call in find(self.ctx.module, cst.Call)
-                    if self.ctx.call_name(call) == _FORK_RNG and keyword(call, "device_type") is None
-                ),
-                None,
-            )
-        return self._fork
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         short = name.rsplit(".", 1)[-1]
