@@ -1812,17 +1812,23 @@ def test_a_stream_attribute_is_one_unit_across_the_methods_of_its_class():
     assert "torch.cuda" not in fixed(plain)
 
 
-def test_rng_states_inside_a_fork_without_a_device_type_are_rewritten():
-    """fairscale's pipe checkpointing restores the device generator inside `torch.random.fork_rng(devices)`.
-    torch 2.13's `fork_rng` forks the current accelerator's generators when no `device_type=` is given (CUDA's
-    without one), so the fork covers neuron's too and the states change alone."""
+def test_rng_states_wait_for_a_fork_that_lists_its_devices():
+    """fairscale's pipe checkpointing restores the device generator inside `torch.random.fork_rng(devices)`,
+    which forks only the listed devices (fairscale lists the device only when it is CUDA's): rewritten alone,
+    the restored neuron state would outlive the block. Without a list, torch 2.13 forks every device of the
+    current accelerator, and the states are rewritten."""
     source = (
         "import torch\n\n\ndef save(device):\n    return torch.cuda.get_rng_state(device)\n\n\n"
         "def restore(devices, state, device):\n"
         "    with torch.random.fork_rng(devices):\n"
         "        torch.cuda.set_rng_state(state, device)\n"
     )
-    assert "torch.cuda" not in fixed(source) and "fork_rng(devices)" in fixed(source)
+    states = [f for f in findings(source) if f.code == "NM405"]
+    assert len(states) == 2 and all(f.fix is None for f in states)
+    assert all("forks the generators with `torch.random.fork_rng(devices)`" in f.message for f in states)
+    unlisted = source.replace("fork_rng(devices)", "fork_rng()")
+    assert "torch.cuda" not in fixed(unlisted) and "fork_rng()" in fixed(unlisted)
+    assert "torch.cuda" not in fixed(source.replace("fork_rng(devices)", "fork_rng(devices=None)"))
 
 
 def test_torch_forks_the_current_accelerator_s_generators_by_default():

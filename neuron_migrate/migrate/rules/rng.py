@@ -19,9 +19,17 @@ from neuron_migrate.migrate.patterns import (
     positional,
 )
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
+from neuron_migrate.migrate.walk import find
 
 #: the current accelerator's device module (`torch.cuda`, `torch.neuron`); `torch.cpu` without one
 _DEVICE_MODULE = "torch.get_device_module()"
+
+
+_FORK_RNG = "torch.random.fork_rng"
+_LISTED_FORK = (
+    "the module forks the generators with `{fork}`, which forks only the devices it lists: list the "
+    "accelerator's there and change them together"
+)
 
 
 def _with_random_spelling(names: dict) -> dict:
@@ -213,8 +221,9 @@ class CudaRngState(QualifiedNameRule):
     a per-device list, empty without an accelerator as before (device modules other than CUDA's lack the
     `_all` functions). `set_rng_state` and `set_rng_state_all` did nothing without CUDA, so they are guarded
     with `torch.accelerator.is_available()`. `get_rng_state()` raised without CUDA and still does. A
-    `torch.random.fork_rng(...)` around them needs no `device_type=`: torch 2.13 forks the current
-    accelerator's generators by default (CUDA's without one).
+    `torch.random.fork_rng()` around them needs no `device_type=`: torch 2.13 forks the current
+    accelerator's generators by default (CUDA's without one). In a module whose fork lists its devices
+    (`fork_rng(gpu_devices)`), the states are left for a person to change with that list.
     """
 
     code = "NM405"
@@ -271,6 +280,30 @@ class CudaRngState(QualifiedNameRule):
             "    torch.get_device_module().set_rng_state(s)\n",
         ),
     )
+
+    def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
+        fork = self._listed_fork()
+        if fork is None:
+            super().on_use(node, call, name)
+            return
+        self.report(call or node, f"{self.message_for(name)} ({_LISTED_FORK.format(fork=fork)})")
+
+    def _listed_fork(self) -> str | None:
+        """A `torch.random.fork_rng(devices, ...)` call of the module that lists its devices, as text, or
+        None. It forks only those: a state the module saves and restores around it must be of a listed
+        device, so the list and the states change together (fairscale's pipe checkpointing lists
+        `gpu_devices`, filled under `if device.type == "cuda":`). Without a list, torch 2.13 forks every
+        device of the current accelerator (CUDA's without one)."""
+        if not hasattr(self, "_fork"):
+            self._fork = next(
+                (
+                    self.ctx.code(call)
+                    for call in find(self.ctx.module, cst.Call)
+                    if self.ctx.call_name(call) == _FORK_RNG and _devices_argument(call) is not None
+                ),
+                None,
+            )
+        return self._fork
 
     def fix_for(self, node: cst.CSTNode, call: cst.Call | None, name: str) -> FixSpec | None:
         short = name.rsplit(".", 1)[-1]
@@ -337,3 +370,9 @@ def _fresh_name(code: str, name: str) -> str:
         number += 1
         candidate = f"{name}_{number}"
     return candidate
+
+
+def _devices_argument(call: cst.Call) -> cst.Arg | None:
+    """The `devices` argument of a `fork_rng` call (its first parameter), unless it is `None`."""
+    arg = positional(call, 0) or keyword(call, "devices")
+    return None if arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None") else arg
