@@ -650,6 +650,12 @@ def test_memory_statistics_in_one_branch_of_a_chain_stay_cuda():
         # a comment that names NVIDIA's kernel templates: transformers' MSA attention (a CuTe-DSL kernel)
         "import torch\ndef attend(msa, q):\n    # CuTe-DSL kernel launches on the ambient current_device\n"
         "    with torch.cuda.device(q.device):\n        return msa.build(q)\n",
+        # DeepSpeed-Inference's kernel injection is CUDA's (tortoise-tts)
+        "import torch\ndef build(model, use_deepspeed):\n"
+        "    if use_deepspeed and torch.cuda.is_available():\n        import deepspeed\n"
+        "        engine = deepspeed.init_inference(model, replace_with_kernel_inject=True)\n"
+        "        model = engine.module\n"
+        "    return model\n",
         # a device check whose body opens with a comment naming the CUDA library it tunes for (sheeprl)
         "import torch\ndef setup(fabric, model):\n    if fabric.device.type == 'cuda':\n"
         "        # the convolutions of cuDNN run in the channels-last layout\n"
