@@ -62,10 +62,10 @@ def cuda_file(path: str) -> bool:
     """Whether a file is CUDA's by its name or package (see the module docstring)."""
     parts = path.replace("\\", "/").split("/")
     stem = parts[-1].lower().removesuffix(".py").removesuffix(".ipynb")
+    if cuda_named(stem):
+        return True
     folders = [part.lower() for part in parts[:-1]]
-    return any(part in _CUDA_FOLDERS or _NVIDIA_STACK_FOLDER.search(part) for part in folders) or cuda_named(
-        stem
-    )
+    return any(part in _CUDA_FOLDERS or _NVIDIA_STACK_FOLDER.search(part) for part in folders)
 
 
 #: a docstring's statement that its module needs CUDA

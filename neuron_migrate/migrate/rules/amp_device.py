@@ -192,7 +192,7 @@ class AutocastCudaDevice(Rule):
         if is_autocast:
             bound = bind_arguments(call, ("device_type", *self.ORDER)) or {}
             enabled = bound.get("enabled")
-            if is_literal(enabled, "False") and (data := self._tensor_parameter() or self._own_device()):
+            if is_literal(enabled, "False") and (data := self._data_holder()):
                 return FixSpec(
                     f"Turn autocast off on the device of `{data}`",
                     (Replacement(device.value, f"{data}.device.type"),),
@@ -214,46 +214,34 @@ class AutocastCudaDevice(Rule):
             safety=safety,
         )
 
-    def _tensor_parameter(self) -> str | None:
-        """The tensor parameter of the function whose body holds the call (not a decorator): the first one
-        annotated `Tensor`, else, with no annotations, a first parameter named as inputs are (`x`, `input`,
-        `hidden_states`, ...). Autocast turned off for the data's own device is what the code means, on
-        every device, and TorchScript compiles it (it compiles no `torch.accelerator` call)."""
-        if any(isinstance(node, cst.Decorator) for node in self.ctx.stack):
+    def _data_holder(self) -> str | None:
+        """What holds the data the code around the call (not a decorator) computes on, by name: the function's
+        tensor parameter (the first one annotated `Tensor`, else, with no annotations, a first parameter named
+        as inputs are: `x`, `input`, `hidden_states`, ...), or `self` in a method of a module that knows its
+        device (a Lightning module, a Hugging Face model, a class with a `device` property that returns a
+        value's `.device`, such as `next(self.parameters()).device`). Autocast turned off on the data's own
+        device is what the code means, on every device, and TorchScript compiles it (it compiles no
+        `torch.accelerator` call)."""
+        stack = self.ctx.stack
+        if any(isinstance(node, cst.Decorator) for node in stack):
             return None
-        function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
-        if function is None:
+        at = next((i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], cst.FunctionDef)), None)
+        if at is None:
             return None
-        params = list(function.params.params)
-        if params and params[0].name.value in ("self", "cls"):
-            params = params[1:]
-        for param in params:
+        params = list(stack[at].params.params)
+        method = bool(params) and params[0].name.value in ("self", "cls")
+        inputs = params[1:] if method else params
+        for param in inputs:
             annotation = dotted(param.annotation.annotation) if param.annotation else None
             if annotation is not None and annotation.rsplit(".", 1)[-1] == "Tensor":
                 return param.name.value
-        if params and all(p.annotation is None for p in params) and params[0].name.value in _INPUT_NAMES:
-            return params[0].name.value
-        return None
-
-    def _own_device(self) -> str | None:
-        """`self`, in a method (not a decorator) of a class whose instances know their device: a Lightning
-        module or a Hugging Face model, or a class with a `device` property that returns a tensor's or a
-        parameter's `.device` (`next(self.parameters()).device`). Where the module runs is where the code
-        in its methods runs."""
-        if any(isinstance(node, cst.Decorator) for node in self.ctx.stack):
-            return None
-        stack = self.ctx.stack
-        function = next(
-            (i for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], cst.FunctionDef)), None
-        )
-        if function is None or function < 2 or not isinstance(owner := stack[function - 2], cst.ClassDef):
-            return None
-        params = stack[function].params.params
-        if not params or params[0].name.value != "self":
-            return None
-        bases = (self.ctx.qualified_name(base.value) or "" for base in owner.bases)
-        if any(base in _DEVICE_AWARE_BASES for base in bases) or _device_property(owner):
-            return "self"
+        if inputs and all(p.annotation is None for p in inputs) and inputs[0].name.value in _INPUT_NAMES:
+            return inputs[0].name.value
+        owner = stack[at - 2] if at >= 2 else None
+        if method and params[0].name.value == "self" and isinstance(owner, cst.ClassDef):
+            bases = (self.ctx.qualified_name(base.value) or "" for base in owner.bases)
+            if any(base in _DEVICE_AWARE_BASES for base in bases) or _device_property(owner):
+                return "self"
         return None
 
 

@@ -152,8 +152,8 @@ class CudaDeviceString(Rule):
             count=2,
         ),
         Invalid(
-            'import torch\nwith torch.random.fork_rng(devices=[0], device_type="cuda"):\n    pass\n',
-            "import torch\nwith torch.random.fork_rng(devices=[0]):\n    pass\n",
+            'import torch\nwith torch.random.fork_rng(enabled=True, device_type="cuda"):\n    pass\n',
+            "import torch\nwith torch.random.fork_rng(enabled=True):\n    pass\n",
         ),
         Invalid(
             'import torch\ntype_ = "cuda"\nwith torch.random.fork_rng(device_type=type_):\n    pass\n',

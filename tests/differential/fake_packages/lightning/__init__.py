@@ -49,3 +49,11 @@ class Fabric(Trainer):
 
     def setup(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.to(self.device)
+
+
+class LightningModule(torch.nn.Module):
+    """lightning.LightningModule: `device` is where the module's parameters are (the CPU without any)."""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters(), torch.ones(0)).device
