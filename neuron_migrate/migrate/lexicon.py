@@ -205,9 +205,9 @@ def _value(piece: str, strings: set[str], names: set[str], chains: set[str]) -> 
 
 def _replacement_fields(body: str) -> list[str]:
     """The replacement fields of an f-string's body, outermost, without their braces, conversion and format
-    spec included (`{x!r:>{width}}` gives `x!r:>{width}`, whose junk names only widen the sets). Up to
-    Python 3.11 a field cannot hold a backslash or the f-string's own quote, so a string inside a field
-    ends at the next quote like it (a brace in it is text); `{{` and `}}` outside fields are text."""
+    spec included (`{x!r:>{width}}` gives `x!r:>{width}`, whose junk names only widen the sets). A string
+    literal inside a field is skipped whole (a brace in it is text); `{{` and `}}` outside fields are
+    text."""
     fields: list[str] = []
     depth = start = index = 0
     while index < len(body):
@@ -219,9 +219,8 @@ def _replacement_fields(body: str) -> list[str]:
             if char == "{":
                 depth, start = 1, index + 1
         elif char in "'\"":
-            quote = body[index : index + 3] if body.startswith(char * 3, index) else char
-            end = body.find(quote, index + len(quote))
-            index = len(body) if end < 0 else end + len(quote)
+            literal = STRING_LITERAL.match(body, index)
+            index = len(body) if literal is None else literal.end()
             continue
         elif char == "{":
             depth += 1
