@@ -91,10 +91,16 @@ def _stream_attributes(ctx, pending) -> set[str]:
     """The instance attributes (`self.stream`) the finding's statement (or, in a compound statement's header,
     its node) names."""
     statement = next((n for n in reversed(pending.stack) if isinstance(n, cst.SimpleStatementLine)), None)
-    return set(_SELF_ATTRIBUTE.findall(ctx.code(statement if statement is not None else pending.node)))
+    return _self_attributes(statement if statement is not None else pending.node)
 
 
-_SELF_ATTRIBUTE = re.compile(r"\bself\.(\w+)")
+def _self_attributes(node: cst.CSTNode) -> set[str]:
+    """The attributes of `self` that `node` names (`self.stream` gives `stream`), in its code only."""
+    return {
+        attribute.attr.value
+        for attribute in find(node, cst.Attribute)
+        if isinstance(attribute.value, cst.Name) and attribute.value.value == "self"
+    }
 
 
 def _same_class(ctx, pending, inner) -> bool:
@@ -529,7 +535,7 @@ def class_state_left(ctx, pending, leftovers: list) -> tuple[str, str, str] | No
             if (
                 _reads(units, function, owner, "." + attribute)
                 if pending.fix.generalizes
-                else _uses_attribute(ctx.code(pending.node), attribute)
+                else attribute in _self_attributes(pending.node)
             ):
                 return attribute, other.name.value, first_line(ctx, statement)
     return None
@@ -570,7 +576,7 @@ def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
     found = [
         (attribute, statement)
         for b in made
-        if (attribute := _own_attribute(b.key)) and not _rewraps(ctx, value, attribute)
+        if (attribute := _own_attribute(b.key)) and not _rewraps(value, attribute)
     ]
     names = [b.key for b in made if b.key.isidentifier()]
     if names:
@@ -587,16 +593,11 @@ def _state_set(ctx, pending) -> list[tuple[str, cst.CSTNode]]:
     return found
 
 
-def _rewraps(ctx, value: cst.BaseExpression, attribute: str) -> bool:
+def _rewraps(value: cst.BaseExpression, attribute: str) -> bool:
     """Whether `value` wraps what the attribute held before (`self.net = nn.DataParallel(self.net)`,
     super-gradients' data-parallel mode): the attribute is still the model, which its class made elsewhere
     and every method reads."""
-    return _uses_attribute(ctx.code(value), attribute)
-
-
-def _uses_attribute(code: str, attribute: str) -> bool:
-    """Whether `code` names `self.<attribute>`."""
-    return attribute in _SELF_ATTRIBUTE.findall(code)
+    return attribute in _self_attributes(value)
 
 
 def _own_attribute(key: str) -> str | None:
