@@ -6,7 +6,6 @@ called; `cuda_ties`: which functions work together).
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -57,15 +56,10 @@ class Calls:
 #: the names by which a method refers to its own instance or class
 _OWN = frozenset({"self", "cls"})
 
-_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def calls_in(ctx) -> Calls:
     """The file's `Calls`, found on first use."""
-    calls = _CALLS.get(ctx)
-    if calls is None:
-        calls = _CALLS[ctx] = _collect(ctx.module)
-    return calls
+    return ctx.once(calls_in, lambda: _collect(ctx.module))
 
 
 def _collect(module: cst.Module) -> Calls:

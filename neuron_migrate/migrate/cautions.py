@@ -56,7 +56,7 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
     if (
         pending.fix.uses_device
         and _setting_default(pending.stack)
-        and (cluster := _CLUSTER.search(ctx.source))
+        and (cluster := ctx.once(_CLUSTER, lambda: _CLUSTER.search(ctx.source)))
     ):
         return _CLUSTER_DEFAULT.format(cluster=cluster.group(0))
     if "torch" in pending.fix.imports and (lazy := lazy_import("torch", ctx, pending.stack)) is not None:

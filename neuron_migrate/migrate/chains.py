@@ -9,7 +9,6 @@ its branches needs a change for Trainium.
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -38,7 +37,6 @@ _OTHER_DEVICE_NAMED = re.compile(
 )
 #: CUDA's or neuron's device type, listed with others' (`["cuda", "xpu", "neuron"]`)
 _TOGETHER = re.compile(r"""["'](?:cuda|neuron)(?::\d*)?["']""")
-_NAMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: the device types of a CUDA test that lets neuron in (what NM105 writes, `d.type in ("cuda", "neuron")`):
 #: one branch for both, not a branch of neuron's own
 _SHARED_WITH_CUDA = re.compile(r"""\(\s*(["'])cuda(:?)\1\s*,\s*\1neuron\2\1\s*\)""")
@@ -132,17 +130,12 @@ def other_device_named(ctx) -> str | None:
     neuron's (`device.type in ["cuda", "xpu", "neuron"]`, `if device not in ("cpu", "xpu", "neuron"):
     raise`) treats them together, and does not count. The module's text is read once per file, on first
     need."""
-    if ctx not in _NAMED:
-        text = ctx.source
-        _NAMED[ctx] = next(
-            (
-                next(g for g in m.groups() if g)
-                for m in _OTHER_DEVICE_NAMED.finditer(text)
-                if not _listed(text, m)
-            ),
-            None,
-        )
-    return _NAMED[ctx]
+    return ctx.once(other_device_named, lambda: _first_other_device(ctx.source))
+
+
+def _first_other_device(text: str) -> str | None:
+    named = (m for m in _OTHER_DEVICE_NAMED.finditer(text) if not _listed(text, m))
+    return next((next(g for g in m.groups() if g) for m in named), None)
 
 
 def _listed(text: str, match: re.Match) -> bool:

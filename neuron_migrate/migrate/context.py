@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import Bindings
 from neuron_migrate.migrate.fixes import FixSpec
 from neuron_migrate.migrate.names import Scopes
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -73,6 +75,7 @@ class FileContext:
         self.deferred: list[tuple[Callable[[], None], list[cst.CSTNode]]] = []
         self.calls: list[tuple[cst.Call, str | None]] = []  # calls with arguments, with their callee's name
         self._code: dict[cst.CSTNode, str] = {}
+        self._facts: dict[object, Any] = {}
 
     # --- names -------------------------------------------------------------------------------------------
 
@@ -90,6 +93,15 @@ class FileContext:
         if name in self.bound_modules:
             return True
         return self.scopes.resolve_name(name) == name and name in self.scopes.module_table
+
+    def once(self, key: object, compute: Callable[[], T]) -> T:
+        """`compute()`, computed once per file for `key`: a fact about the whole file, or about one node, that
+        each finding asks again (in a 1.4 MB file with a thousand findings, asking anew made the analysis
+        quadratic). A key that holds a node keeps it alive, so its identity is not reused."""
+        if key in self._facts:
+            return self._facts[key]
+        value = self._facts[key] = compute()
+        return value
 
     @property
     def source(self) -> str:

@@ -27,7 +27,6 @@ the integration of a CUDA-only library.
 from __future__ import annotations
 
 import re
-import weakref
 
 import libcst as cst
 
@@ -177,14 +176,8 @@ def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     names = sorted({name.value for name in find(functions[0], cst.Name)})
     if (direct := next((bound[name] for name in names if name in bound), None)) is not None:
         return direct
-    users = _USERS.get(ctx)
-    if users is None:
-        users = _USERS[ctx] = _library_users(ctx.module, bound)
+    users = ctx.once(_library_users, lambda: _library_users(ctx.module, bound))
     return next((users[name] for name in names if name in users), None)
-
-
-#: per file context, its `_library_users` (computed on first need)
-_USERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _library_users(module: cst.Module, bound: dict[str, str]) -> dict[str, str]:

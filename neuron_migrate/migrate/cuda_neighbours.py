@@ -31,7 +31,6 @@ torch.cuda.synchronize)`, `timer(sync=torch.cuda.synchronize)`) may be kept the 
 from __future__ import annotations
 
 import re
-import weakref
 
 import libcst as cst
 
@@ -61,7 +60,6 @@ _PASSED = (
     "key), so another function there changes what it means; leave it, or register the accelerator's own",
     True,
 )
-_SELECTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def paired_with_cuda(ctx, stack: tuple[cst.CSTNode, ...], covered: set[int]) -> tuple[str, bool] | None:
@@ -176,16 +174,17 @@ def _callee(ctx, call: cst.Call) -> str:
 def _selectors(ctx) -> dict[str, set[str]]:
     """Per (callee, keyword): the other device types the module passes it as `device_type=` or `device=`
     (computed once a file)."""
-    selectors = _SELECTORS.get(ctx)
-    if selectors is None:
-        selectors = {}
-        for call, _ in ctx.calls:
-            for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value in _SELECTOR_KEYWORDS:
-                    value = string_value(arg.value)
-                    if value in _OTHER_DEVICE_TYPES:
-                        selectors.setdefault((_callee(ctx, call), arg.keyword.value), set()).add(value)
-        _SELECTORS[ctx] = selectors
+    return ctx.once(_selectors, lambda: _collect_selectors(ctx))
+
+
+def _collect_selectors(ctx) -> dict[str, set[str]]:
+    selectors: dict[str, set[str]] = {}
+    for call, _ in ctx.calls:
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in _SELECTOR_KEYWORDS:
+                value = string_value(arg.value)
+                if value in _OTHER_DEVICE_TYPES:
+                    selectors.setdefault((_callee(ctx, call), arg.keyword.value), set()).add(value)
     return selectors
 
 

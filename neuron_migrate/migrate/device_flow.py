@@ -17,7 +17,6 @@ bindings index; a rule that asks about it defers its decision to after the walk 
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -90,15 +89,9 @@ class DeviceFlow:
     compared: set[str] | None = None  # names the module compares (`==`, `!=`, `in`), on first use
 
 
-_FLOWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def device_flow(ctx) -> DeviceFlow:
     """The module's `DeviceFlow`, computed on first use from what the walk recorded (no second walk)."""
-    flow = _FLOWS.get(ctx)
-    if flow is None:
-        flow = _FLOWS[ctx] = _collect(ctx)
-    return flow
+    return ctx.once(device_flow, lambda: _collect(ctx))
 
 
 def keys_of(expr: cst.CSTNode | None) -> list[str]:

@@ -12,7 +12,6 @@ a CPU-only machine, where `torch.cuda.memory_stats()` returned `{}`).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import libcst as cst
@@ -20,13 +19,11 @@ import libcst as cst
 from neuron_migrate.migrate.call_sites import calls_in
 from neuron_migrate.migrate.device_literals import literal_value
 
-#: per file: the answer per function id (False while it is being computed: a recursive call is no evidence)
-_ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def certain_on_entry(ctx, function: cst.FunctionDef, presence: Callable) -> bool:
     """Whether every call of `function` is where `presence(ctx, stack)` says an accelerator is certain."""
-    answers = _ANSWERS.setdefault(ctx, {})
+    # per file, the answer per function id (False while it is being computed: a recursive call is no evidence)
+    answers = ctx.once(certain_on_entry, dict)
     if id(function) not in answers:
         answers[id(function)] = False
         sites = _call_sites(ctx, function)

@@ -24,7 +24,6 @@ only reached without an accelerator).
 from __future__ import annotations
 
 import re
-import weakref
 from itertools import pairwise
 from typing import Literal
 
@@ -43,7 +42,6 @@ _COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"}
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _NONE: Implication = (None, None)
-_FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per file: flag -> what it implies
 
 
 def _string(node: cst.CSTNode) -> str | None:
@@ -188,7 +186,7 @@ def _named(ctx, node: cst.CSTNode, depth: int) -> Implication:
 def _raised_flag(ctx, key: str, bindings: list) -> Implication:
     """`("certain", None)` when every `key = True` runs where an accelerator is certain (once per file and
     flag; a flag raised under a test of itself is no evidence)."""
-    known = _FLAGS.setdefault(ctx, {})
+    known = ctx.once(_raised_flag, dict)  # per file: flag -> what it implies
     if key not in known:
         known[key] = _NONE  # while it is being worked out
         raised = [b for b in bindings if _boolean(b.value)]
@@ -288,8 +286,19 @@ _CONDITIONAL = (
 
 def _raises_without_accelerator(ctx, statement: cst.SimpleStatementLine) -> bool:
     """Whether the statement always calls one of `_RAISE_WITHOUT` (megatron's `torch.empty(n,
-    device=torch.cuda.current_device())`), so the statements after it run only with an accelerator."""
-    return any(ctx.call_name(call) in _RAISE_WITHOUT for call in find(statement, cst.Call, skip=_CONDITIONAL))
+    device=torch.cuda.current_device())`), so the statements after it run only with an accelerator. Asked
+    of every statement before each finding in a block: each statement is searched once per file, and none
+    where the file's text names no such function (a large data literal is not searched at all)."""
+    if not ctx.once(
+        _RAISE_WITHOUT, lambda: any(name.rsplit(".", 1)[1] in ctx.source for name in _RAISE_WITHOUT)
+    ):
+        return False
+    return ctx.once(
+        (_raises_without_accelerator, statement),
+        lambda: any(
+            ctx.call_name(call) in _RAISE_WITHOUT for call in find(statement, cst.Call, skip=_CONDITIONAL)
+        ),
+    )
 
 
 def _branch(ctx, parent: cst.CSTNode, child: cst.CSTNode) -> str | None:

@@ -152,10 +152,10 @@ def _blocks(owner: cst.CSTNode, node: ast.AST, indents: tuple[str, ...], default
     """(libcst statements, ast statements, indentation) of each indented block of compound statement `owner`,
     whose `ast` node is `node`."""
 
-    def block(suite, ast_body):
+    def block(suite, ast_body, outer=indents):
         if isinstance(suite, cst.IndentedBlock):
             return [
-                (suite.body, ast_body, (*indents, default_indent if suite.indent is None else suite.indent))
+                (suite.body, ast_body, (*outer, default_indent if suite.indent is None else suite.indent))
             ]
         return []
 
@@ -165,9 +165,10 @@ def _blocks(owner: cst.CSTNode, node: ast.AST, indents: tuple[str, ...], default
             found += block(handler.body, ast_handler.body)
         if owner.finalbody is not None:
             found += block(owner.finalbody.body, getattr(node, "finalbody", []))
-    elif isinstance(owner, cst.Match):
+    elif isinstance(owner, cst.Match):  # its cases are indented, and their bodies again
+        cases = (*indents, default_indent if owner.indent is None else owner.indent)
         for case, ast_case in zip(owner.cases, getattr(node, "cases", []), strict=False):
-            found += block(case.body, ast_case.body)
+            found += block(case.body, ast_case.body, cases)
     orelse = getattr(owner, "orelse", None)
     if isinstance(orelse, cst.Else):
         found += block(orelse.body, getattr(node, "orelse", []))

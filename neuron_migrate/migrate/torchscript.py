@@ -52,15 +52,21 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     texts = [part.text for part in (*fix.replacements, *fix.insertions)]
     accelerator = any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts)
     autocast = pending.rule.code in _AUTOCAST_RULES
-    if not (accelerator or autocast) or not (project_scripts or _TORCHSCRIPT.search(ctx.source)):
+    if not (accelerator or autocast):
         return None
-    modules = project_scripts or len(_TORCHSCRIPT.findall(ctx.source)) > len(
-        _SCRIPT_DECORATOR_LINE.findall(ctx.source)
-    )
-    scope = _scope(pending.stack, modules)
+    signs, decorators = ctx.once(_script_signs, lambda: _script_signs(ctx.source))
+    if not (project_scripts or signs):
+        return None
+    scope = _scope(pending.stack, project_scripts or signs > decorators)
     if scope is not None or accelerator or not (project_scripts and autocast):
         return scope
     return next((node.name.value for node in pending.stack if isinstance(node, cst.FunctionDef)), None)
+
+
+def _script_signs(source: str) -> tuple[int, int]:
+    """How often a file says it is TorchScript code, and how many of those are `@torch.jit.script`
+    decorator lines (a file whose only signs are those scripts the decorated code alone)."""
+    return len(_TORCHSCRIPT.findall(source)), len(_SCRIPT_DECORATOR_LINE.findall(source))
 
 
 #: the `torch.cuda` functions TorchScript compiles (builtin `cuda::` ops of a CUDA build) and its stream

@@ -41,3 +41,18 @@ def test_code_ast_cannot_parse_falls_back_to_the_whole_module():
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     assert positions[module.body[1]] == expected[module.body[1]]
     assert positions.whole_file
+
+
+def test_a_statement_in_a_match_case_is_placed_by_itself():
+    """A `case` body is indented twice below its `match` (inductor's `ir.py`): the case's own indentation
+    counts, or the regenerated line misses the file's and the whole module is placed (6 s on that file)."""
+    source = (
+        "def f(x):\n    match x:\n        case 1:\n            y = torch.cuda.is_available()\n"
+        "        case _:\n            pass\n"
+    )
+    module = cst.parse_module(source)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = StatementPositions(module, source, *index_statements(module))
+    statement = module.body[0].body.body[0].cases[0].body.body[0]
+    assert positions[statement] == expected[statement]
+    assert not positions.whole_file
