@@ -12,6 +12,21 @@ from __future__ import annotations
 
 from neuron_migrate.migrate.fixes import FixSpec
 
+#: the memory functions (pytorch#138222)
+MEMORY_FUNCTIONS = tuple(
+    f"torch.accelerator.{name}"
+    for name in (
+        "empty_cache",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "memory_stats",
+        "reset_peak_memory_stats",
+        "reset_accumulated_memory_stats",
+    )
+)
+
 SINCE: dict[str, tuple[int, int]] = {
     "torch.accelerator.is_available": (2, 6),
     "torch.accelerator.device_count": (2, 6),
@@ -22,14 +37,7 @@ SINCE: dict[str, tuple[int, int]] = {
     "torch.accelerator.current_device_index": (2, 7),
     "torch.accelerator.set_device_index": (2, 7),
     "torch.accelerator.device_index": (2, 8),
-    "torch.accelerator.empty_cache": (2, 9),
-    "torch.accelerator.memory_allocated": (2, 9),
-    "torch.accelerator.max_memory_allocated": (2, 9),
-    "torch.accelerator.memory_reserved": (2, 9),
-    "torch.accelerator.max_memory_reserved": (2, 9),
-    "torch.accelerator.memory_stats": (2, 9),
-    "torch.accelerator.reset_peak_memory_stats": (2, 9),
-    "torch.accelerator.reset_accumulated_memory_stats": (2, 9),
+    **dict.fromkeys(MEMORY_FUNCTIONS, (2, 9)),  # on MPS only from 2.13 (`cautions.MEMORY_ON_MPS_FROM`)
     # added after 2.9.0 was released; first release not established, 2.13 has them
     "torch.accelerator.get_memory_info": (2, 13),
     "torch.accelerator.get_device_capability": (2, 13),

@@ -9,7 +9,9 @@ its message. A fix that
 - makes code generic that works with a library whose kernels are the CPU's and CUDA's only;
 - widens a check around code MPS cannot run (pinning memory, moving float64 data), or names the device in a
   function that works in float64 (MPS has none);
-- makes code generic in a module that keeps other accelerators apart.
+- makes code generic in a module that keeps other accelerators apart;
+- writes a `torch.accelerator` memory function for a project that supports a torch older than 2.13 (they
+  raise on MPS before it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from itertools import pairwise
 
 import libcst as cst
 
+from neuron_migrate.migrate.api_versions import MEMORY_FUNCTIONS
 from neuron_migrate.migrate.chains import after_device_branches, other_device_named
 from neuron_migrate.migrate.cuda_files import cpu_and_cuda_library
 from neuron_migrate.migrate.device_neutral import flag_side
@@ -69,6 +72,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
         return cannot
+    if style.target_torch < MEMORY_ON_MPS_FROM and (memory := _memory_function(pending.fix)) is not None:
+        return _MEMORY_ON_MPS.format(memory=memory, target=".".join(map(str, style.target_torch)))
     if pending.fix.generalizes and (load := _load_as_saved(ctx, pending)) is not None:
         return _LOAD_AS_SAVED.format(load=load)
     if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
@@ -164,6 +169,23 @@ def _lets_any_accelerator_in(pending) -> bool:
     """Whether the fix makes a check guard its code for any accelerator (`torch.accelerator`), not for a list
     of device types (`in ("cuda", "neuron")`)."""
     return bool(pending.region) and any("torch.accelerator" in r.text for r in pending.fix.replacements)
+
+
+#: the first torch whose `torch.accelerator` memory functions work on MPS: its allocator became a
+#: `c10::DeviceAllocator` there (pytorch#186748; `class IMPSAllocator : public c10::DeviceAllocator` in 2.13's
+#: headers). From 2.9 to 2.12 each of them raises on a Mac ("Allocator for mps is not a DeviceAllocator",
+#: pytorch#186430), availability guard or not, since MPS is the available accelerator
+MEMORY_ON_MPS_FROM = (2, 13)
+_MEMORY_ON_MPS = (
+    "before torch 2.13 `{memory}` raises on MPS, where the CUDA call did nothing, and the fix is written for "
+    "torch {target}: apply it if the code never runs on a Mac with an older torch, or set `target-torch` "
+    "to 2.13"
+)
+
+
+def _memory_function(fix) -> str | None:
+    """The `torch.accelerator` memory function a fix writes (`torch.accelerator.empty_cache`), if any."""
+    return next((api for api in MEMORY_FUNCTIONS for r in fix.replacements if api in r.text), None)
 
 
 _LOAD_AS_SAVED = (

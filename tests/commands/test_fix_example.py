@@ -1,5 +1,9 @@
 """`fix --write` on a copy of the bundled example: train.py then trains on this CPU-only machine, and a second
-`fix` has nothing left to rewrite (only the findings left for a person)."""
+`fix` has nothing left to rewrite (only the findings left for a person).
+
+The copy sets `target-torch = "2.13"`, the torch TorchNeuron runs on, as `fix` advises: for an older torch the
+memory functions' fixes are unsafe (they raise on MPS before 2.13), and `torch.cuda.reset_peak_memory_stats`
+fails on a CPU-only torch."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cuda_project"
 def test_fixed_example_trains_on_cpu_and_second_fix_is_clean(run_cli, tmp_path):
     project = tmp_path / "cuda_project"
     shutil.copytree(EXAMPLE, project)
+    (project / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget-torch = "2.13"\n')
     original = subprocess.run(
         [sys.executable, "train.py", "--steps", "2", "--num-workers", "0"],
         cwd=project,

@@ -9,6 +9,7 @@ from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.layout import Layout
 from neuron_migrate.migrate.rule import load_rules
 from neuron_migrate.migrate.sources import SourceText
+from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH
 from neuron_migrate.model import Finding
 
 #: the rules' examples (and the documentation made from them) are written for a project with 120 columns
@@ -21,10 +22,12 @@ def findings(
     path: str = "example.py",
     unsafe: bool = False,
     layout: Layout = EXAMPLE_LAYOUT,
+    target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH,
 ) -> list[Finding]:
     """Findings of `codes` (all rules when None) in `source`, their fixes shaped for a run with(out)
-    unsafe."""
-    return scan_text(path, SourceText(source), tuple(codes or load_rules()), FixStyle(layout, unsafe))
+    unsafe, for a project that supports torch `target_torch` on."""
+    style = FixStyle(layout, unsafe, target_torch=target_torch)
+    return scan_text(path, SourceText(source), tuple(codes or load_rules()), style)
 
 
 def fixed(
@@ -33,9 +36,10 @@ def fixed(
     unsafe: bool = False,
     layout: Layout = EXAMPLE_LAYOUT,
     path: str = "example.py",
+    target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH,
 ) -> str:
     """`source` (the file at `path`) after one pass of the fixes of `codes`."""
-    found = findings(source, codes, path, unsafe=unsafe, layout=layout)
+    found = findings(source, codes, path, unsafe=unsafe, layout=layout, target_torch=target_torch)
     return fix_text(source, found, unsafe=unsafe, layout=layout).text
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from neuron_migrate.migrate.cautions import MEMORY_ON_MPS_FROM
+
 from .helpers import findings, fixed, fixed_until_stable
 
 ALL = None  # every rule, as `fix` runs them
@@ -828,8 +830,8 @@ def test_a_module_that_chooses_by_other_accelerators_keeps_its_cuda_code_for_rev
         "def tidy():\n    if torch.cuda.is_available():\n        torch.cuda.empty_cache()\n"
         "def seed(s):\n    torch.manual_seed(s)\n    torch.cuda.manual_seed(s)\n"
     )
-    assert fixed(source) == source
-    told = [f for f in findings(source) if f"apart (`{cue}`)" in f.message]
+    assert fixed(source, target_torch=MEMORY_ON_MPS_FROM) == source
+    told = [f for f in findings(source, target_torch=MEMORY_ON_MPS_FROM) if f"apart (`{cue}`)" in f.message]
     lines = source.splitlines()
     where = {
         n
@@ -840,9 +842,9 @@ def test_a_module_that_chooses_by_other_accelerators_keeps_its_cuda_code_for_rev
     assert all(f.fix is None or f.fix.safety == "unsafe" for f in told)
     assert sum("sends neuron there too" in f.message for f in told) == 2
     narrowed = ("startswith(('cuda', 'neuron'))", "in ('cuda', 'neuron')", "torch.accelerator.empty_cache()")
-    reviewed = fixed(source, unsafe=True)
+    reviewed = fixed(source, unsafe=True, target_torch=MEMORY_ON_MPS_FROM)
     assert all(text in reviewed for text in narrowed)
-    alone = fixed(source.replace(other, ""))  # no other device: all safe
+    alone = fixed(source.replace(other, ""), target_torch=MEMORY_ON_MPS_FROM)  # no other device: all safe
     assert all(text in alone for text in narrowed)
 
 
@@ -853,20 +855,20 @@ def test_a_module_that_lists_devices_together_or_serves_the_rest_after_them_is_f
     `device.type != "mps"` alone: that one keeps them apart."""
     for listed in ("DEVICES = ('xpu', 'neuron')\n", "OK = ['cuda', 'xpu', 'mps']\n"):
         source = "import torch\n" + listed + "def f():\n    torch.cuda.synchronize()\n"
-        assert "torch.accelerator.synchronize()" in fixed(source)
+        assert "torch.accelerator.synchronize()" in fixed(source, target_torch=MEMORY_ON_MPS_FROM)
         apart = source + "def g(d):\n    return d.type != 'mps'\n"
-        assert "torch.accelerator.synchronize()" not in fixed(apart)
+        assert "torch.accelerator.synchronize()" not in fixed(apart, target_torch=MEMORY_ON_MPS_FROM)
     # a bracket closed before the device string is not a list around it
     after_a_call = (
         "import torch\nt = torch.zeros(2, device='cuda')\nuse = t.device.type == 'mps' or f(1)\n"
         "def f(x):\n    torch.cuda.synchronize()\n"
     )
-    assert "torch.accelerator.synchronize()" not in fixed(after_a_call)
+    assert "torch.accelerator.synchronize()" not in fixed(after_a_call, target_torch=MEMORY_ON_MPS_FROM)
     after_them = (
         "import torch\ndef f():\n    if is_xpu_available():\n        torch.xpu.empty_cache()\n"
         "    else:\n        torch.cuda.empty_cache()\n"
     )
-    assert "torch.accelerator.empty_cache()" in fixed(after_them)
+    assert "torch.accelerator.empty_cache()" in fixed(after_them, target_torch=MEMORY_ON_MPS_FROM)
 
 
 # --- what is left for a person, and what needs no change ---------------------------------------------------

@@ -4,6 +4,8 @@ design) and the usual `if torch.cuda.device_count() > 1:` around it."""
 
 from __future__ import annotations
 
+from neuron_migrate.migrate.cautions import MEMORY_ON_MPS_FROM
+
 from .helpers import findings, fixed
 
 _WRAPPER = (
@@ -55,8 +57,8 @@ def test_a_model_attribute_rewrapped_in_data_parallel_is_still_the_model():
         "    def wrap(self):\n        self.net = nn.DataParallel(self.net)\n\n"
         "    def qat(self):\n        torch.cuda.empty_cache()\n        return self.net\n"
     )
-    assert "torch.cuda.empty_cache()" not in fixed(source)
+    assert "torch.cuda.empty_cache()" not in fixed(source, target_torch=MEMORY_ON_MPS_FROM)
     given = source.replace("nn.DataParallel(self.net)", "nn.DataParallel(net)").replace(
         "def wrap(self)", "def wrap(self, net)"
     )
-    assert "torch.cuda.empty_cache()" in fixed(given)
+    assert "torch.cuda.empty_cache()" in fixed(given, target_torch=MEMORY_ON_MPS_FROM)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from neuron_migrate.migrate.cautions import MEMORY_ON_MPS_FROM
 from neuron_migrate.migrate.layout import Layout
 
 from .helpers import findings, fixed
@@ -396,7 +397,7 @@ def test_a_test_of_str_of_a_name_keeps_taking_none():
         "import torch\ndef clean(device=None):\n    if 'cuda' in str(device):\n"
         "        torch.cuda.empty_cache()\n    return 1\n"
     )
-    got = fixed(source)
+    got = fixed(source, target_torch=MEMORY_ON_MPS_FROM)
     assert "str(device).split(':')[0] in ('cuda', 'neuron')" in got, got
     namespace: dict = {}
     exec(compile(got, "fixed.py", "exec"), namespace)
@@ -432,14 +433,14 @@ def test_a_test_of_a_parameter_that_defaults_to_cuda_does_not_make_an_accelerato
         "import torch\ndef clean(device='cuda'):\n    if 'cuda' in str(device):\n"
         "        torch.cuda.empty_cache()\n    return 1\n"
     )
-    got = fixed(source)
+    got = fixed(source, target_torch=MEMORY_ON_MPS_FROM)
     assert (
         "        if torch.accelerator.is_available():\n            torch.accelerator.empty_cache()" in got
     ), got
     namespace: dict = {}
     exec(compile(got, "fixed.py", "exec"), namespace)
     assert namespace["clean"]() == 1
-    unguarded = fixed(source.replace("device='cuda'", "device=None"))
+    unguarded = fixed(source.replace("device='cuda'", "device=None"), target_torch=MEMORY_ON_MPS_FROM)
     assert "is_available" not in unguarded, unguarded
 
 
@@ -451,11 +452,11 @@ def test_code_after_a_call_that_raises_without_an_accelerator_has_one():
         "import torch\n\n\ndef send(msg):\n    torch.cuda.current_stream().synchronize()\n"
         "    t = msg.cuda()\n    torch.cuda.empty_cache()\n    return t\n"
     )
-    got = fixed(source)
+    got = fixed(source, target_torch=MEMORY_ON_MPS_FROM)
     assert "t = msg.to(torch.accelerator.current_accelerator())" in got, got
     assert "is_available" not in got and 'torch.device("cpu")' not in got
     conditional = source.replace(
         "    torch.cuda.current_stream().synchronize()\n",
         "    sync and torch.cuda.current_stream().synchronize()\n",
     )
-    assert "is_available" in fixed(conditional)
+    assert "is_available" in fixed(conditional, target_torch=MEMORY_ON_MPS_FROM)

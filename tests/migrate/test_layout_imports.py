@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_migrate.migrate.cautions import MEMORY_ON_MPS_FROM
 from neuron_migrate.migrate.layout import Layout, layout_for, reflow, wrap
 
 from .helpers import findings, fixed, fixed_until_stable
@@ -180,7 +181,7 @@ def test_a_guard_that_is_all_of_an_else_becomes_an_elif():
         "        # frees the cached blocks\n        torch.cuda.empty_cache()\n"
         "    return None\n"
     )
-    assert fixed(source, ("NM402",)) == (
+    assert fixed(source, ("NM402",), target_torch=MEMORY_ON_MPS_FROM) == (
         "import torch\ndef empty_cache():\n    if is_torch_xpu_available():\n"
         "        torch.xpu.empty_cache()\n    elif torch.accelerator.is_available():  # CUDA, or nothing\n"
         "        # frees the cached blocks\n"
@@ -211,7 +212,9 @@ def test_a_comment_that_said_the_unguarded_call_was_safe_goes_with_it():
     ],
 )
 def test_other_else_blocks_keep_the_nested_guard(source):
-    assert "else:\n    if torch.accelerator.is_available():" in fixed(source, ("NM402",))
+    assert "else:\n    if torch.accelerator.is_available():" in fixed(
+        source, ("NM402",), target_torch=MEMORY_ON_MPS_FROM
+    )
 
 
 PROJECT = '''\

@@ -144,11 +144,17 @@ def run_all(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
         return {name: future.result() for name, future in futures.items()}
 
 
+#: the scripts are moved for the torch TorchNeuron runs on (for an older torch the memory functions' fixes
+#: are unsafe: they raise on MPS before 2.13)
+PROJECT = '[tool.neuron-migrate]\ntarget-torch = "2.13"\n'
+
+
 def copy_scripts(target: Path) -> Path:
-    """A fresh copy of the CUDA-style scripts (`fix --write` edits files in place)."""
+    """A fresh copy of the CUDA-style scripts (`fix --write` edits files in place), with their `PROJECT`."""
     target.mkdir(parents=True)
     for name in NAMES:
         shutil.copy(SCRIPTS / f"{name}.py", target / f"{name}.py")
+    (target / "pyproject.toml").write_text(PROJECT)
     return target
 
 

@@ -41,7 +41,10 @@ class CudaEmptyCache(QualifiedNameRule):
     Safe: on CUDA the call is the same. `torch.cuda.empty_cache()` was a silent no-op without CUDA, but
     `torch.accelerator.empty_cache()` raises without an accelerator, so the fix guards it with
     `torch.accelerator.is_available()` (no second guard inside an existing availability check). A bare
-    reference (`atexit.register(torch.cuda.empty_cache)`) gets no fix: it cannot be guarded in place.
+    reference (`atexit.register(torch.cuda.empty_cache)`) gets no fix: it cannot be guarded in place. For a
+    project that supports a torch older than 2.13 the fix is unsafe: before 2.13 the call raises on MPS (its
+    allocator joined the unified memory API in 2.13), guard or not, where `torch.cuda.empty_cache()` did
+    nothing.
     """
 
     code = "NM402"
@@ -148,7 +151,9 @@ class CudaMemoryStats(QualifiedNameRule):
     may be the CPU's (`memory_allocated(tensor.device)`, not an index or a device string) is unsafe: the
     `torch.accelerator` version raises for a CPU device on a host with another accelerator. `memory_snapshot`,
     `_record_memory_history`, `set_per_process_memory_fraction`, `list_gpu_processes` and
-    `memory_stats_as_nested_dict` have no device-agnostic equivalent and get no fix.
+    `memory_stats_as_nested_dict` have no device-agnostic equivalent and get no fix. As for NM402, a fix
+    that writes a `torch.accelerator` memory function is unsafe for a project that supports a torch older than
+    2.13: those raise on MPS before 2.13.
     """
 
     code = "NM403"
