@@ -262,6 +262,49 @@ def _from_earlier_statements(ctx, block: cst.CSTNode, child: cst.CSTNode) -> str
     return state
 
 
+def admitted_devices(stack: tuple[cst.CSTNode, ...] | list[cst.CSTNode]) -> cst.Comparison | None:
+    """An earlier check in the function around the end of `stack` that lets through only device types that
+    leave out neuron (anomalib's benchmark: `if accelerator not in {"cpu", "cuda"}: raise ValueError(...)`;
+    `assert device in ("cpu", "cuda", "mps")`): its test, or None. The code after it serves those
+    devices alone, so a rewrite there for any accelerator is half a migration: the check turns neuron away."""
+    found = None
+    for parent, child in pairwise(stack):
+        if isinstance(parent, _FUNCTIONS):
+            found = None  # a check outside the innermost function does not hold inside it
+            continue
+        body = getattr(parent, "body", None)
+        if not isinstance(body, (list, tuple)):
+            continue
+        for statement in body:
+            if statement is child:
+                break
+            found = _device_check(statement) or found
+    return found
+
+
+def _device_check(statement: cst.CSTNode) -> cst.Comparison | None:
+    """The membership test of `if x not in (...): raise` (or any exit) or `assert x in (...)`, when every
+    element is a device type and CUDA is one of them, not neuron."""
+    if isinstance(statement, cst.If) and statement.orelse is None and exits(statement.body):
+        test, operator = statement.test, cst.NotIn
+    elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assert):
+        test, operator = statement.body[0].test, cst.In
+    else:
+        return None
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    if not isinstance(target.operator, operator) or not isinstance(target.comparator, _COLLECTIONS):
+        return None
+    values = {_string(element.value) for element in target.comparator.elements}
+    return test if "cuda" in values and values <= _DEVICE_TYPES else None
+
+
+_COLLECTIONS = (cst.Set, cst.Tuple, cst.List)
+#: the device types a check that turns neuron away may list
+_DEVICE_TYPES = frozenset({"cpu", "cuda", "mps", "xpu", "hpu", "npu", "mtia", "xla", "tpu", "meta"})
+
+
 #: calls that raise without an accelerator, as written and as rewritten (`torch.cuda.current_device()` becomes
 #: `torch.accelerator.current_device_index()`, unguarded): code after one in its block only runs with one
 _RAISE_WITHOUT = frozenset(

@@ -66,7 +66,13 @@ from neuron_migrate.migrate.cuda_ties import (
 from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
-from neuron_migrate.migrate.guards import accelerator, branch_torch_floor, implies, without_accelerator_api
+from neuron_migrate.migrate.guards import (
+    accelerator,
+    admitted_devices,
+    branch_torch_floor,
+    implies,
+    without_accelerator_api,
+)
 from neuron_migrate.migrate.naive_model_parallel import NAIVE_MODEL_PARALLEL, naive_model_parallel
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames
@@ -90,6 +96,10 @@ _BEHIND_CHECK = "it only runs on CUDA, behind a CUDA {} that stays: no change ne
 _CPU_OR_CUDA = (
     "its function declares its device `{declared}`, so naming another accelerator here breaks that contract "
     "(and what checks it): widen the declaration and its checks first, then rerun"
+)
+_ADMITTED = (
+    "it runs after a check that turns neuron away (`{check}`): a rewrite for any accelerator here serves a "
+    "device that never gets this far; widen the check, and what it admits, first"
 )
 _PART_OF_CHECK = "it is part of the CUDA {} `{}`, which stays: change them together"
 
@@ -150,6 +160,8 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             and (declared := cpu_or_cuda_declared(ctx, pending.stack)) is not None
         ):
             withdraw(pending, _CPU_OR_CUDA.format(declared=declared))
+        elif pending.fix is not None and (check := admitted_devices(pending.stack)) is not None:
+            withdraw(pending, _ADMITTED.format(check=ctx.code(check)))
         elif pending.fix is not None and without_accelerator_api(ctx, pending.stack):
             withdraw(pending, _FALLBACK, no_change=True)
         elif (

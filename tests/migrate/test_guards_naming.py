@@ -460,3 +460,26 @@ def test_code_after_a_call_that_raises_without_an_accelerator_has_one():
         "    sync and torch.cuda.current_stream().synchronize()\n",
     )
     assert "is_available" in fixed(conditional, target_torch=MEMORY_ON_MPS_FROM)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        'if accelerator not in {"cpu", "cuda"}:\n        raise ValueError(accelerator)\n',
+        'assert accelerator in ("cpu", "cuda", "mps")\n',
+    ],
+)
+def test_code_after_a_check_that_turns_neuron_away_is_left_for_a_person(check):
+    """anomalib's benchmark raises for any accelerator but the CPU and CUDA, then counts CUDA devices for
+    `cuda:{i}` jobs: a rewrite after that check serves a device that never gets there (review 37, class d)."""
+    source = f"import torch\ndef runners(accelerator):\n    {check}    return torch.cuda.device_count()\n"
+    assert fixed(source) == source
+    (count,) = [f for f in findings(source) if "torch.cuda.device_count" in f.message]
+    assert "a check that turns neuron away" in count.message and count.fix is None
+    admitted = source.replace('"cuda"', '"cuda", "neuron"')
+    assert "torch.accelerator.device_count()" in fixed(admitted)
+    head = "import torch\ndef runners(accelerator):\n"
+    after = f"{head}    n = torch.cuda.device_count()\n    {check}    return n\n"
+    assert "torch.accelerator.device_count()" in fixed(after)  # the check comes after the code
+    nested = source.replace("    return torch", "    def count():\n        return torch")
+    assert "torch.accelerator.device_count()" in fixed(nested)  # another function: called from anywhere
