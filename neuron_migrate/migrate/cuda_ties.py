@@ -3,7 +3,8 @@ code half CUDA's.
 
 - one argument of a call whose other arguments stay CUDA's (a CUDA device string, a finding left):
   `trace(..., [ProfilerActivity.CUDA], devices=["cuda"])`;
-- a use of a CUDA call in a function that keeps another use of the same call for a person;
+- a use of a CUDA call in a function that keeps another use of the same call for a person (for the
+  profiler's activities, in a class);
 - a finding in the test of an `if`/`while` whose body keeps a CUDA-only finding: `if torch.device("cuda") in
   devices:` around the NCCL backend's code;
 - a call that takes a name whose value comes from CUDA-only code that stays: `torch.cuda.set_rng_state(state)`
@@ -62,7 +63,10 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     `get_cycles_per_ms` times `torch.cuda._sleep` with events.
     Module-level code is left out: a script's top level is too large a unit to hold back.
 
-    Timing machinery that works on the same attribute of an instance is one unit across the class's methods:
+    A class's profiler activities are one unit with the test of them its other methods keep (nequip's
+    callback appends `ProfilerActivity.CUDA` in one method and sorts its summary by CUDA time in another when
+    the list has it). Timing machinery that works on the same attribute of an instance is one unit across the
+    class's methods:
     LAVIS's `PrefetchLoader` makes `self.stream` in `__init__` and waits for it in `next`, while `preload`
     keeps `with torch.cuda.stream(self.stream):` around a CUDA-only copy."""
     scope = scope_of(pending.stack)
@@ -78,6 +82,9 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
         ):
             if scope_of(inner.stack) is scope:
                 return f"its function keeps `{first_line(ctx, inner.node)}` for a person"
+            if pending.rule.code in _CLASS_UNITS and _same_class(ctx, pending, inner):
+                kept, method = first_line(ctx, inner.node), _unit_of(inner.stack).name.value
+                return f"its class keeps `{kept}` in `{method}` for a person"
             if (attributes := shared & _stream_attributes(ctx, inner)) and _same_class(ctx, pending, inner):
                 kept, method = first_line(ctx, inner.node), _unit_of(inner.stack).name.value
                 on = f"`self.{min(attributes)}`"
@@ -85,6 +92,11 @@ def same_call_left(ctx, pending, leftovers: list) -> str | None:
     if api == _TIMING and (helper := _timing_helper_in(ctx, scope)) is not None:
         return f"its function keeps `{helper}` for a person"
     return None
+
+
+#: the rules whose findings in one class are one unit: the profiler activities a class records and the test
+#: of them that picks what its summary sorts by (nequip's profiler callback)
+_CLASS_UNITS = frozenset({"NM409"})
 
 
 def _stream_attributes(ctx, pending) -> set[str]:

@@ -258,15 +258,17 @@ def guarded_call_fix(
 
 #: CUDA-only code no rule flags by itself (kernels and libraries called through their own names, capability
 #: queries, quantization methods whose kernels are CUDA-only, TensorPipe's RPC device maps, which take CPU and
-#: CUDA devices only, DeepSpeed-Inference's kernel injection): a check guarding it is a capability gate and
-#: stays CUDA-only
+#: CUDA devices only, DeepSpeed-Inference's kernel injection, the process-wide float32 precision settings,
+#: which in torch 2.13 also switch oneDNN's CPU matmuls and convolutions to TF32 or bfloat16: widened to any
+#: accelerator, they change CPU results on an MPS, XPU or Trainium host): a check guarding it is a capability
+#: gate and stays CUDA-only
 CUDA_ONLY_CODE = re.compile(
     r"flash_attn|flash|fused|xformers|apex|bitsandbytes|triton|cupy|nvml|cutlass|deepspeed\.ops|"
     r"replace_with_kernel_inject|"
     r"eetq|spqr|vptq|higgs|flute|marlin|exllama|qutlass|fbgemm_gpu|deep_?gemm|magma|"
     r"transformer_engine|CUDAGraph|make_graphed_callables|get_device_capability|get_device_properties|"
     r"get_device_name|is_bf16_supported|version\.cuda|cudnn\.version|cuda\.nccl|\bsm_?\d+|rocm|\bhip\b|"
-    r"set_device_map|device_maps|cuequivariance",
+    r"set_device_map|device_maps|cuequivariance|set_float32_matmul_precision|fp32_precision",
     re.IGNORECASE,
 )
 

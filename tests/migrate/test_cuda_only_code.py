@@ -1953,3 +1953,42 @@ def test_a_check_around_loading_a_checkpoint_as_saved_is_unsafe():
     assert check.fix.safety == "unsafe" and "loads a checkpoint as it was saved" in check.message
     mapped = source.replace("torch.load(pretrained)\n", "torch.load(pretrained, map_location='cuda')\n")
     assert next(iter(findings(mapped))).fix.safety == "safe"
+
+
+def test_a_class_that_tests_its_profiler_activities_keeps_the_cuda_activity_with_that_test():
+    """nequip's profiler callback appends `ProfilerActivity.CUDA` in one method and sorts its summary by CUDA
+    time in another when the list has it: the activity alone would leave the summary sorting by CPU time on
+    any other accelerator (review 37, half a migration)."""
+    source = (
+        "import torch\n\n\nclass Profiler:\n    def __init__(self):\n"
+        "        self.activities = [torch.profiler.ProfilerActivity.CPU]\n"
+        "        if torch.cuda.is_available():\n"
+        "            self.activities.append(torch.profiler.ProfilerActivity.CUDA)\n\n"
+        "    def summary(self, prof):\n"
+        "        cuda = torch.profiler.ProfilerActivity.CUDA in self.activities\n"
+        '        return prof.key_averages().table(sort_by="cuda_time_total" if cuda else "cpu_time_total")\n'
+    )
+    assert fixed(source, unsafe=True) == source
+    (appended,) = [f for f in findings(source) if f.code == "NM409" and f.line == 8]
+    assert "its class keeps `torch.profiler.ProfilerActivity.CUDA` in `summary`" in appended.message
+    alone = source[: source.index("\n    def summary")] + "\n"
+    assert "ProfilerActivity.CUDA" not in fixed(alone)  # no test of the activities: the activity is rewritten
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        'torch.backends.fp32_precision = "tf32"',
+        'torch.set_float32_matmul_precision("high")',
+    ],
+)
+def test_a_check_around_a_process_wide_float32_precision_stays_cudas(setting):
+    """fairseq2 sets `torch.backends.fp32_precision = "tf32"` after `if not torch.cuda.is_available():
+    return`, d3rlpy `set_float32_matmul_precision("high")` under `if torch.cuda.is_available():`: in torch
+    2.13 both also switch oneDNN's CPU matmuls and convolutions, so a check widened to any accelerator changes
+    CPU results on other accelerators' hosts (reviews 37 and 38, class b)."""
+    head = "import torch\ndef numerics():\n    if not torch.cuda.is_available():\n        return\n"
+    source = f"{head}    {setting}\n"
+    assert fixed(source, unsafe=True) == source
+    (check,) = [f for f in findings(source) if f.line == 3]
+    assert "keep this check CUDA's" in check.message
