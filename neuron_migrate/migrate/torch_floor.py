@@ -2,8 +2,8 @@
 its users' torch lacks (as ruff's `target-version` follows `requires-python`).
 
 The project is the nearest folder at or above a source file that holds `pyproject.toml`, `setup.cfg` or
-`setup.py`, or that is an installed package with its `<name>-<version>.dist-info` beside it (a package in
-`site-packages`, or a copy of one: its `METADATA`'s `Requires-Dist` lines, required ones first, then its
+`setup.py`, or that is an installed package with its `<name>-<version>.dist-info` beside it (by that name, or
+by an import name its `top_level.txt` lists; a package in `site-packages`, or a copy of one: its `METADATA`'s `Requires-Dist` lines, required ones first, then its
 extras'; an installed package that names no torch needs the highest floor of the installed packages it
 requires: trl needs what accelerate and transformers declare). A source project's torch requirement is read,
 in this order, from the first place that names torch: `[project] dependencies`, then
@@ -75,12 +75,28 @@ def _project_at(directory: Path) -> Path | None:
 
 @lru_cache(maxsize=256)
 def _installed(folder: Path) -> dict[str, Path]:
-    """The `<name>-<version>.dist-info` folders in `folder` that hold a METADATA, by package name."""
+    """The `<name>-<version>.dist-info` folders in `folder` that hold a METADATA, by the name of each package
+    they install: the distribution's own name, and the import names its `top_level.txt` lists, which may
+    differ (`mace_torch-0.3.16.dist-info` installs `mace`, `fair_esm` installs `esm`)."""
     try:
         entries = [entry for entry in folder.iterdir() if entry.name.endswith(".dist-info")]
     except OSError:
         return {}
-    return {entry.name.split("-", 1)[0]: entry for entry in sorted(entries) if (entry / "METADATA").is_file()}
+    found: dict[str, Path] = {}
+    for entry in sorted(entries):
+        if (entry / "METADATA").is_file():
+            for name in (entry.name.split("-", 1)[0], *_top_level(entry)):
+                found.setdefault(name, entry)
+    return found
+
+
+def _top_level(dist_info: Path) -> list[str]:
+    """The top-level import names a `.dist-info`'s `top_level.txt` lists (none when it has no such file)."""
+    try:
+        text = (dist_info / "top_level.txt").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip().isidentifier()]
 
 
 @lru_cache(maxsize=64)

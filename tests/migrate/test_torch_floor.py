@@ -129,6 +129,24 @@ def test_an_installed_package_declares_its_torch_in_its_dist_info(tmp_path, meta
         assert "somepkg-1.2.3.dist-info/METADATA" in floor.source
 
 
+@pytest.mark.parametrize(("top_level", "expected"), [("mace\nscripts\n", (1, 12)), (None, None)])
+def test_an_installed_package_is_found_by_the_import_names_its_dist_info_lists(tmp_path, top_level, expected):
+    """`pip install mace-torch` installs `mace` beside `mace_torch-0.3.16.dist-info`, whose `top_level.txt`
+    names it: without that, the package's `torch>=1.12` went unread and fixes for torch 2.9 were written into
+    it (review 37). Without a `top_level.txt` the names differ and nothing is declared."""
+    package = tmp_path / "site-packages" / "mace" / "calculators"
+    package.mkdir(parents=True)
+    info = tmp_path / "site-packages" / "mace_torch-0.3.16.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.4\nName: mace-torch\nRequires-Dist: torch>=1.12\n")
+    if top_level is not None:
+        (info / "top_level.txt").write_text(top_level)
+    floor = torch_floor(package)
+    assert (floor.version if floor else None) == expected
+    if floor:
+        assert "mace_torch-0.3.16.dist-info/METADATA" in floor.source
+
+
 def test_an_installed_package_that_names_no_torch_needs_what_its_requirements_declare(tmp_path):
     """trl names no torch in its METADATA, but requires accelerate (`torch>=2.0.0`) and transformers
     (`torch>=2.6` for its torch extra): its users run torch 2.6 or newer, the highest of those floors.
