@@ -3,16 +3,17 @@ its users' torch lacks (as ruff's `target-version` follows `requires-python`).
 
 The project is the nearest folder at or above a source file that holds `pyproject.toml`, `setup.cfg` or
 `setup.py`, or that is an installed package with its `<name>-<version>.dist-info` beside it (by that name, or
-by an import name its `top_level.txt` lists; a package in `site-packages`, or a copy of one: its `METADATA`'s `Requires-Dist` lines, required ones first, then its
-extras'; an installed package that names no torch needs the highest floor of the installed packages it
-requires: trl needs what accelerate and transformers declare). A source project's torch requirement is read,
-in this order, from the first place that names torch: `[project] dependencies`, then
-`[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`; `setup.cfg`'s `install_requires`
-and `extras_require`; requirement strings in `setup.py`; and last the project's own `requirements.txt` (often
-pinned for development rather than the range users get). The floor is the requirement's lower bound (`>=2.1`,
-`~=2.1`, `==2.1.*`, `>2.1`, poetry's `^2.1`) to the minor release; when torch is listed several times (per
-Python version), the lowest. A requirement without a lower bound, or no requirement, says nothing: the default
-target applies. An explicit `target-torch` setting wins over all of this.
+by an import name its `top_level.txt` lists; a package in `site-packages`, or a copy of one: its `METADATA`'s
+`Requires-Dist` lines, required ones first, then its extras'; an installed package that names no torch needs
+the highest floor of the installed packages it requires: trl needs what accelerate and transformers declare).
+A source project's torch requirement is read, in this order, from the first place that names torch: `[project]
+dependencies`, then `[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`; `setup.cfg`'s
+`install_requires` and `extras_require`; requirement strings in `setup.py`; and last the project's own
+`requirements.txt` (often pinned for development rather than the range users get). The floor is the
+requirement's lower bound (`>=2.1`, `~=2.1`, `==2.1.*`, `>2.1`, poetry's `^2.1`) to the minor release; when
+torch is listed several times (per Python version), the lowest. A requirement without a lower bound, or no
+requirement, says nothing: the default target applies. An explicit `target-torch` setting wins over all of
+this.
 """
 
 from __future__ import annotations
