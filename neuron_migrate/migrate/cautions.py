@@ -11,7 +11,7 @@ its message. A fix that
   function that works in float64 (MPS has none);
 - makes code generic in a module that keeps other accelerators apart;
 - writes a `torch.accelerator` memory function for a project that supports a torch older than 2.13 (they
-  raise on MPS before it).
+  raise on MPS before it), or a computed autocast device for one older than 2.5 (no MPS autocast before it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.patterns import keyword
 from neuron_migrate.migrate.rules.float64 import makes_float64, spells_float64
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
-from neuron_migrate.migrate.torchscript import SCRIPTED, scripted_scope
+from neuron_migrate.migrate.torchscript import AUTOCAST_RULES, SCRIPTED, scripted_scope
 from neuron_migrate.migrate.walk import find
 
 _DEFAULT = (
@@ -72,8 +72,11 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
         return cannot
+    target = ".".join(map(str, style.target_torch))
     if style.target_torch < MEMORY_ON_MPS_FROM and (memory := _memory_function(pending.fix)) is not None:
-        return _MEMORY_ON_MPS.format(memory=memory, target=".".join(map(str, style.target_torch)))
+        return _MEMORY_ON_MPS.format(memory=memory, target=target)
+    if style.target_torch < AUTOCAST_ON_MPS_FROM and pending.rule.code in AUTOCAST_RULES:
+        return _AUTOCAST_ON_MPS.format(target=target)
     if pending.fix.generalizes and (load := _load_as_saved(ctx, pending)) is not None:
         return _LOAD_AS_SAVED.format(load=load)
     if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
@@ -180,6 +183,16 @@ _MEMORY_ON_MPS = (
     "before torch 2.13 `{memory}` raises on MPS, where the CUDA call did nothing, and the fix is written for "
     "torch {target}: apply it if the code never runs on a Mac with an older torch, or set `target-torch` "
     "to 2.13"
+)
+
+
+#: the first torch with an MPS autocast (pytorch#99272): before it, `torch.autocast("mps", ...)` raises, also
+#: with `enabled=False` (transformers#29431, torch 2.2 and 2.3), where `autocast("cuda")` only warned on a Mac
+AUTOCAST_ON_MPS_FROM = (2, 5)
+_AUTOCAST_ON_MPS = (
+    "before torch 2.5 an autocast raises for an MPS device, `enabled=False` too, where the CUDA one only "
+    "warned on a Mac, and the fix is written for torch {target}: apply it if the code never runs on a Mac "
+    "with an older torch, or set `target-torch` to 2.5 or newer"
 )
 
 

@@ -34,7 +34,7 @@ SCRIPTED = (
     "scripting (`if torch.jit.is_scripting():`) and give eager mode the rewrite"
 )
 #: rules whose fixes give an autocast a computed device
-_AUTOCAST_RULES = frozenset({"NM201", "NM204"})
+AUTOCAST_RULES = frozenset({"NM201", "NM204"})
 
 
 def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
@@ -51,7 +51,7 @@ def scripted_scope(ctx, pending, project_scripts: bool = False) -> str | None:
     fix = pending.fix
     texts = [part.text for part in (*fix.replacements, *fix.insertions)]
     accelerator = any("torch.accelerator" in text or any(p in text for p in PLACEHOLDERS) for text in texts)
-    autocast = pending.rule.code in _AUTOCAST_RULES
+    autocast = pending.rule.code in AUTOCAST_RULES
     if not (accelerator or autocast):
         return None
     signs, decorators = ctx.once(_script_signs, lambda: _script_signs(ctx.source))

@@ -383,3 +383,22 @@ def test_a_memory_function_is_a_safe_fix_only_for_a_project_on_torch_2_13_or_new
     assert all("raises on MPS" in f.message and "torch 2.12" in f.message for f in older), older[0].message
     newer = findings(source, ("NM402", "NM403"), target_torch=MEMORY_ON_MPS_FROM)
     assert [f.fix.safety for f in newer] == ["safe", "safe"]
+
+
+def test_a_computed_autocast_device_is_a_safe_fix_only_for_a_project_on_torch_2_5_or_newer():
+    """Before torch 2.5 there is no MPS autocast, and `torch.autocast("mps", enabled=False)` raises
+    (transformers#29431, torch 2.2 and 2.3), where `autocast("cuda")` only warned on a Mac: vector-quantize-
+    pytorch declares torch 2.4 (review 38, class b)."""
+    from neuron_migrate.migrate.cautions import AUTOCAST_ON_MPS_FROM
+    from tests.migrate.helpers import findings
+
+    source = (
+        "import torch\n\n\ndef quantize(x: torch.Tensor) -> torch.Tensor:\n"
+        "    with torch.autocast('cuda', enabled=False):\n        return x.float()\n"
+    )
+    (older,) = findings(source, ("NM204",), target_torch=(2, 4))
+    assert older.fix.safety == "unsafe" and "before torch 2.5 an autocast raises for an MPS device" in (
+        older.message
+    )
+    (newer,) = findings(source, ("NM204",), target_torch=AUTOCAST_ON_MPS_FROM)
+    assert newer.fix.safety == "safe"

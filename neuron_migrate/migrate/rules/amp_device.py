@@ -95,7 +95,8 @@ class AutocastCudaDevice(Rule):
     unless an outer autocast or `torch.set_autocast_dtype` chose another: coqui's loss under the trainer's
     bf16 autocast), and a written `float16` would change that on CUDA. A call
     with `*args`/`**kwargs` only gets its device string replaced, as an unsafe fix: on a CPU-only machine
-    that autocast is then on.
+    that autocast is then on. For a project that supports a torch older than 2.5 the fix is unsafe: before
+    2.5 an autocast raises for an MPS device (`enabled=False` too), where the CUDA one only warned on a Mac.
     """
 
     code = "NM204"
