@@ -72,11 +72,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
         return cannot
-    target = ".".join(map(str, style.target_torch))
-    if style.target_torch < MEMORY_ON_MPS_FROM and (memory := _memory_function(pending.fix)) is not None:
-        return _MEMORY_ON_MPS.format(memory=memory, target=target)
-    if style.target_torch < AUTOCAST_ON_MPS_FROM and pending.rule.code in AUTOCAST_RULES:
-        return _AUTOCAST_ON_MPS.format(target=target)
+    if (on_mps := _raises_on_older_mps(pending, style.target_torch)) is not None:
+        return on_mps
     if pending.fix.generalizes and (load := _load_as_saved(ctx, pending)) is not None:
         return _LOAD_AS_SAVED.format(load=load)
     if pending.fix.uses_device and (marker := _float64_function(ctx, pending.stack)) is not None:
@@ -179,26 +176,29 @@ def _lets_any_accelerator_in(pending) -> bool:
 #: headers). From 2.9 to 2.12 each of them raises on a Mac ("Allocator for mps is not a DeviceAllocator",
 #: pytorch#186430), availability guard or not, since MPS is the available accelerator
 MEMORY_ON_MPS_FROM = (2, 13)
-_MEMORY_ON_MPS = (
-    "before torch 2.13 `{memory}` raises on MPS, where the CUDA call did nothing, and the fix is written for "
-    "torch {target}: apply it if the code never runs on a Mac with an older torch, or set `target-torch` "
-    "to 2.13"
-)
-
-
 #: the first torch with an MPS autocast (pytorch#99272): before it, `torch.autocast("mps", ...)` raises, also
 #: with `enabled=False` (transformers#29431, torch 2.2 and 2.3), where `autocast("cuda")` only warned on a Mac
 AUTOCAST_ON_MPS_FROM = (2, 5)
-_AUTOCAST_ON_MPS = (
-    "before torch 2.5 an autocast raises for an MPS device, `enabled=False` too, where the CUDA one only "
-    "warned on a Mac, and the fix is written for torch {target}: apply it if the code never runs on a Mac "
-    "with an older torch, or set `target-torch` to 2.5 or newer"
+_RAISES_ON_OLDER_MPS = (
+    "before torch {since} {what}, where {cuda}, and the fix is written for torch {target}: apply "
+    "it if the code never runs on a Mac with an older torch, or set `target-torch` to {since}"
 )
 
 
-def _memory_function(fix) -> str | None:
-    """The `torch.accelerator` memory function a fix writes (`torch.accelerator.empty_cache`), if any."""
-    return next((api for api in MEMORY_FUNCTIONS for r in fix.replacements if api in r.text), None)
+def _raises_on_older_mps(pending, target: tuple[int, int]) -> str | None:
+    """Why a fix raises on MPS with the project's oldest torch, where the CUDA code did not, or None: it
+    writes a `torch.accelerator` memory function (before 2.13) or a computed autocast device (before 2.5)."""
+    memory = next((api for api in MEMORY_FUNCTIONS for r in pending.fix.replacements if api in r.text), None)
+    if target < MEMORY_ON_MPS_FROM and memory is not None:
+        since, what, cuda = MEMORY_ON_MPS_FROM, f"`{memory}` raises on MPS", "the CUDA call did nothing"
+    elif target < AUTOCAST_ON_MPS_FROM and pending.rule.code in AUTOCAST_RULES:
+        since, cuda = AUTOCAST_ON_MPS_FROM, "the CUDA one only warned on a Mac"
+        what = "an autocast raises for an MPS device, `enabled=False` too"
+    else:
+        return None
+    return _RAISES_ON_OLDER_MPS.format(
+        since=".".join(map(str, since)), what=what, cuda=cuda, target=".".join(map(str, target))
+    )
 
 
 _LOAD_AS_SAVED = (

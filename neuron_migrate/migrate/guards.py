@@ -30,6 +30,7 @@ from typing import Literal
 import libcst as cst
 
 from neuron_migrate.migrate.bindings import key_of
+from neuron_migrate.migrate.chains import OTHER_ACCELERATOR_TYPES
 from neuron_migrate.migrate.device_literals import is_cuda_and_neuron, literal_value
 from neuron_migrate.migrate.walk import find, walk
 
@@ -302,7 +303,7 @@ def _device_check(statement: cst.CSTNode) -> cst.Comparison | None:
 
 _COLLECTIONS = (cst.Set, cst.Tuple, cst.List)
 #: the device types a check that turns neuron away may list
-_DEVICE_TYPES = frozenset({"cpu", "cuda", "mps", "xpu", "hpu", "npu", "mtia", "xla", "tpu", "meta"})
+_DEVICE_TYPES = OTHER_ACCELERATOR_TYPES | {"cpu", "cuda", "meta"}
 
 
 #: calls that raise without an accelerator, as written and as rewritten (`torch.cuda.current_device()` becomes
