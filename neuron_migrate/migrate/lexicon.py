@@ -23,6 +23,7 @@ import io
 import re
 import sys
 import tokenize
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
@@ -52,17 +53,20 @@ _TOKENS = re.compile(rf"#[^\r\n]*|({_PIECE}(?:{_GAP}{_PIECE})*)|({_CHAIN_PATTERN
 #: one string literal, prefix and quotes included (a `match` at its quote skips it whole)
 STRING_LITERAL = re.compile(_PIECE, re.S)
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
-#: an import statement: `import` or `from` where a statement can start (a line's start, after `;` or a
-#: compound statement's `:`, across backslash continuations), to the end of its line or its closing
-#: parenthesis (comments inside the parentheses are skipped, a `)` in them included)
-_IMPORT_STATEMENT = re.compile(
-    r"(?:^|[:;])[ \t\f]*(?:\\\r?\n[ \t\f]*)*(import|from)\b((?:[^\r\n#;\\(]|\\\r?\n)*)"
-    rf"(?:\(((?:[^)#]|{_COMMENT})*)\))?",
-    re.M,
-)
+#: `import` or `from` as a word: where an import statement may begin (`_import_statements` checks the rest)
+_IMPORT_KEYWORD = re.compile(r"(?:import|from)\b")
+#: what follows an import statement's keyword: the rest of its line, across backslash continuations, and its
+#: names in parentheses (comments inside them are skipped, a `)` in them included)
+_IMPORT_REST = re.compile(rf"((?:[^\r\n#;\\(]|\\\r?\n)*)(?:\(((?:[^)#]|{_COMMENT})*)\))?")
 #: the helpers that import a module named by a string (`importlib.import_module`, MONAI's `optional_import`,
 #: `lazy_import`, `try_import`): `names` reads what they bind at a module's top the way this reads it anywhere
-DYNAMIC_IMPORT = r"import_module|(?:optional|lazy|try|safe|maybe)_?import(?:_module)?"
+_DYNAMIC_PREFIXES = ("optional", "lazy", "try", "safe", "maybe")
+DYNAMIC_IMPORT = rf"import_module|(?:{'|'.join(_DYNAMIC_PREFIXES)})_?import(?:_module)?"
+#: where `DYNAMIC_IMPORT` can match: the same test, written to start with a literal (`import`, then what must
+#: stand around it) so that the engine skips to each `import` instead of trying the alternatives everywhere
+_DYNAMIC_IMPORT_SIGN = re.compile(
+    "import(?:_module|" + "|".join(f"(?<={p}import)|(?<={p}_import)" for p in _DYNAMIC_PREFIXES) + ")"
+)
 #: `x = import_module("a.b")`, `x, ok = optional_import("a.b", name="c")`: the first target, the module, and
 #: a `name=` argument
 _DYNAMIC_ASSIGNMENT = re.compile(
@@ -99,7 +103,7 @@ class Lexicon:
         Also what a dynamic import assigns (`cfg = import_module("torch._inductor.config")`), on any line:
         `names.dynamic_import_bindings` reads those at the module's top, and the pre-pass needs a superset."""
         pairs: list[tuple[str, str]] = []
-        for keyword, line, parenthesized in _IMPORT_STATEMENT.findall(self.text):
+        for keyword, line, parenthesized in _import_statements(self.text):
             line = _CONTINUATION.sub(" ", line)
             if keyword == "import":
                 for alias in line.split(","):
@@ -111,9 +115,33 @@ class Lexicon:
                 continue
             for alias in (names + "," + _COMMENTS.sub("", parenthesized)).split(","):
                 _bind(alias, module, pairs)
-        for local, module, attribute in _DYNAMIC_ASSIGNMENT.findall(self.text):
+        dynamic = _DYNAMIC_IMPORT_SIGN.search(self.text) is not None
+        for local, module, attribute in _DYNAMIC_ASSIGNMENT.findall(self.text) if dynamic else ():
             pairs.append((local, f"{module}.{attribute}" if attribute else module))
         return tuple(pairs)
+
+
+def _import_statements(text: str) -> Iterator[tuple[str, str, str]]:
+    """(keyword, rest of its line, names in parentheses or "") of each import statement in `text`: `import`
+    or `from` where a statement can start (a line's start, after `;` or a compound statement's `:`), to the
+    end of its line or its closing parenthesis. The keywords are found first, as words, and the start is
+    checked backwards from each: a pattern that starts with a line start or a `:` is tried at every
+    position of the file, and was a fifth of the pre-pass."""
+    end = 0
+    for keyword in _IMPORT_KEYWORD.finditer(text):
+        start = keyword.start()
+        if start < end or not _starts_statement(text, start):
+            continue
+        rest = _IMPORT_REST.match(text, keyword.end())
+        end = rest.end()
+        yield keyword.group(), rest.group(1), rest.group(2) or ""
+
+
+def _starts_statement(text: str, index: int) -> bool:
+    """Whether only blanks stand between `index` and the start of its line, a `;` or a `:`."""
+    while index and text[index - 1] in " \t\f":
+        index -= 1
+    return index == 0 or text[index - 1] in "\n:;"
 
 
 def _bind(alias: str, module: str, pairs: list[tuple[str, str]]) -> None:
@@ -248,7 +276,7 @@ def _built(text: str, names: set[str], strings: set[str], chains: set[str]) -> L
 def _dynamically_imported(text: str) -> set[str]:
     """The identifiers of the modules a dynamic import names in a string (`import_module("torch._inductor")`):
     what the import binds is spelled there, not in the code."""
-    if not re.search(DYNAMIC_IMPORT, text):
+    if not _DYNAMIC_IMPORT_SIGN.search(text):
         return set()
     found: set[str] = set()
     for _, module, attribute in _DYNAMIC_ASSIGNMENT.findall(text):
@@ -262,7 +290,7 @@ def _imported(text: str) -> frozenset[str]:
     if "import" not in text:
         return frozenset()
     found: set[str] = set()
-    for _, line, parenthesized in _IMPORT_STATEMENT.findall(text):
+    for _, line, parenthesized in _import_statements(text):
         found.update(_IDENTIFIER.findall(line))
         found.update(_IDENTIFIER.findall(parenthesized))
     return frozenset(found)

@@ -150,7 +150,8 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
             item.findings = _problem(source, text, rules, errors)
             cache.put(source.rel, item.key, item.findings)
             continue
-        item.active = tuple(code for code, rule in rules().items() if _triggered(rule, data))
+        seen: dict[bytes, bool] = {}
+        item.active = tuple(code for code, rule in rules().items() if _triggered(rule, data, seen))
         if not item.active:
             item.findings, item.prefiltered = [], True
             cache.put(source.rel, item.key, [])
@@ -192,12 +193,24 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
     )
 
 
-def _triggered(rule: type[Rule], data: bytes) -> bool:
-    """Whether a file can hold a finding of `rule` (file-level rules are reported by the scanner itself)."""
+def _triggered(rule: type[Rule], data: bytes, seen: dict[bytes, bool] | None = None) -> bool:
+    """Whether a file can hold a finding of `rule` (file-level rules are reported by the scanner itself).
+
+    `seen`: what earlier rules' tests found in the same file (many rules share a string, such as `cuda`),
+    so that each string is searched for once per file."""
     if rule.file_level:
         return False
+    if seen is None:
+        seen = {}
+
+    def found(part: bytes) -> bool:
+        known = seen.get(part)
+        if known is None:
+            known = seen[part] = part in data
+        return known
+
     return not rule.triggers or any(
-        all(part in data for part in trigger) if isinstance(trigger, tuple) else trigger in data
+        all(found(part) for part in trigger) if isinstance(trigger, tuple) else found(trigger)
         for trigger in rule.triggers
     )
 
