@@ -3,9 +3,10 @@ its users' torch lacks (as ruff's `target-version` follows `requires-python`).
 
 The project is the nearest folder at or above a source file that holds `pyproject.toml`, `setup.cfg` or
 `setup.py`, or that is an installed package with its `<name>-<version>.dist-info` beside it (by that name, or
-by an import name its `top_level.txt` lists; a package in `site-packages`, or a copy of one: its `METADATA`'s
-`Requires-Dist` lines, required ones first, then its extras'; an installed package that names no torch needs
-the highest floor of the installed packages it requires: trl needs what accelerate and transformers declare).
+by an import name its `top_level.txt` or `RECORD` lists; a package in `site-packages`, or a copy of one: its
+`METADATA`'s `Requires-Dist` lines, required ones first, then its extras'; an installed package that names no
+torch needs the highest floor of the installed packages it requires: trl needs what accelerate and
+transformers declare).
 A source project's torch requirement is read, in this order, from the first place that names torch: `[project]
 dependencies`, then `[project.optional-dependencies]` (PEP 621); `[tool.poetry.dependencies]`; `setup.cfg`'s
 `install_requires` and `extras_require`; requirement strings in `setup.py`; and last the project's own
@@ -92,12 +93,28 @@ def _installed(folder: Path) -> dict[str, Path]:
 
 
 def _top_level(dist_info: Path) -> list[str]:
-    """The top-level import names a `.dist-info`'s `top_level.txt` lists (none when it has no such file)."""
+    """The top-level import names a `.dist-info` installs: those its `top_level.txt` lists, or, where it has
+    none (wheels built by hatchling or flit: `pytorch_ignite` installs `ignite`), the first part of each path
+    its `RECORD` lists (`ignite/__init__.py`; a module `six.py` at the top is `six`)."""
     try:
         text = (dist_info / "top_level.txt").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return []
+        return _recorded(dist_info)
     return [line.strip() for line in text.splitlines() if line.strip().isidentifier()]
+
+
+def _recorded(dist_info: Path) -> list[str]:
+    try:
+        text = (dist_info / "RECORD").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    names = set()
+    for line in text.splitlines():
+        first, slash, _ = line.partition(",")[0].partition("/")
+        name = first if slash else first.removesuffix(".py")
+        if name.isidentifier() and name != "__pycache__":
+            names.add(name)
+    return sorted(names)
 
 
 @lru_cache(maxsize=64)

@@ -129,11 +129,23 @@ def test_an_installed_package_declares_its_torch_in_its_dist_info(tmp_path, meta
         assert "somepkg-1.2.3.dist-info/METADATA" in floor.source
 
 
-@pytest.mark.parametrize(("top_level", "expected"), [("mace\nscripts\n", (1, 12)), (None, None)])
-def test_an_installed_package_is_found_by_the_import_names_its_dist_info_lists(tmp_path, top_level, expected):
+_RECORD = (
+    "mace/__init__.py,sha256=x,1\nmace/calculators/__init__.py,,\nmace_torch-0.3.16.dist-info/RECORD,,\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("top_level", "record", "expected"),
+    [("mace\nscripts\n", None, (1, 12)), (None, _RECORD, (1, 12)), (None, None, None)],
+)
+def test_an_installed_package_is_found_by_the_import_names_its_dist_info_lists(
+    tmp_path, top_level, record, expected
+):
     """`pip install mace-torch` installs `mace` beside `mace_torch-0.3.16.dist-info`, whose `top_level.txt`
     names it: without that, the package's `torch>=1.12` went unread and fixes for torch 2.9 were written into
-    it (review 37). Without a `top_level.txt` the names differ and nothing is declared."""
+    it (review 37). A wheel built without a `top_level.txt` (pytorch-ignite installs `ignite`, review 39)
+    still lists the package's files in its `RECORD`. With neither, the names differ and nothing is
+    declared."""
     package = tmp_path / "site-packages" / "mace" / "calculators"
     package.mkdir(parents=True)
     info = tmp_path / "site-packages" / "mace_torch-0.3.16.dist-info"
@@ -141,6 +153,8 @@ def test_an_installed_package_is_found_by_the_import_names_its_dist_info_lists(t
     (info / "METADATA").write_text("Metadata-Version: 2.4\nName: mace-torch\nRequires-Dist: torch>=1.12\n")
     if top_level is not None:
         (info / "top_level.txt").write_text(top_level)
+    if record is not None:
+        (info / "RECORD").write_text(record)
     floor = torch_floor(package)
     assert (floor.version if floor else None) == expected
     if floor:
