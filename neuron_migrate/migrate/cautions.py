@@ -7,8 +7,8 @@ its message. A fix that
   dependency);
 - makes a test's skip condition generic, or writes what TorchScript cannot run into code it may compile;
 - makes code generic that works with a library whose kernels are the CPU's and CUDA's only;
-- widens a check around code MPS cannot run (pinning memory, moving float64 data), or names the device in a
-  function that works in float64 (MPS has none);
+- widens a check around code MPS cannot run (pinning memory, moving float64 data, synchronizing a stream), or
+  names the device in a function that works in float64 (MPS has none);
 - makes code generic in a module that keeps other accelerators apart;
 - writes a `torch.accelerator` memory function for a project that supports a torch older than 2.13 (they
   raise on MPS before it), or a computed autocast device for one older than 2.5 (no MPS autocast before it).
@@ -98,6 +98,11 @@ _MPS_CANNOT = (
 _MPS_CANNOT_WHAT = {
     "pin_memory": ("pins host memory", "torch's DataLoader turns pinning off there"),
     "float64": ("moves float64 data to the device", "it has no float64"),
+    # torch 2.13's MPSGuardImpl keeps the base class's synchronizeStream / queryStream, which raise
+    "stream": (
+        "synchronizes or queries a stream",
+        "its streams cannot be; `torch.accelerator.synchronize()` can wait for the device",
+    ),
 }
 
 
@@ -157,8 +162,12 @@ def _mps_cannot(ctx, pending) -> str | None:
             method = call.func.attr.value
             if method == "pin_memory":
                 what, why = _MPS_CANNOT_WHAT["pin_memory"]
-            elif method in ("cuda", "to") and _float64(ctx, call.func.value, scope):
+            elif method in ("cuda", "to") and _bound_to(ctx, call.func.value, scope, makes_float64):
                 what, why = _MPS_CANNOT_WHAT["float64"]
+            elif method in ("synchronize", "query") and _bound_to(
+                ctx, call.func.value, scope, lambda value: _makes_cuda_stream(ctx, value)
+            ):
+                what, why = _MPS_CANNOT_WHAT["stream"]
             else:
                 continue
             return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
@@ -252,10 +261,26 @@ def _float64_function(ctx, stack) -> str | None:
 _SPELLINGS = (cst.Attribute, cst.Call, cst.SimpleString)
 
 
-def _float64(ctx, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
-    """Whether `value` is made float64 (`rules.float64.makes_float64`), or is a name every assignment of
-    which in `scope` is (a parameter it replaces does not count: `x = x.double()`)."""
+def _bound_to(ctx, value: cst.BaseExpression, scope: cst.CSTNode, makes) -> bool:
+    """Whether `makes(value)`, or `value` is a name every assignment of which in `scope` is such a value (a
+    parameter it replaces does not count: `x = x.double()`)."""
     if isinstance(value, cst.Name):
         bound = [b for b in ctx.bindings.in_scope(value.value, scope) if b.kind != "param"]
-        return bool(bound) and all(b.value is not None and makes_float64(b.value) for b in bound)
-    return makes_float64(value)
+        return bool(bound) and all(b.value is not None and makes(b.value) for b in bound)
+    return makes(value)
+
+
+#: the calls that make (or return) a CUDA stream
+_CUDA_STREAMS = frozenset(
+    {
+        "torch.cuda.current_stream",
+        "torch.cuda.default_stream",
+        "torch.cuda.Stream",
+        "torch.cuda.streams.Stream",
+    }
+)
+
+
+def _makes_cuda_stream(ctx, value: cst.BaseExpression) -> bool:
+    """Whether `value` is a call that makes or returns a CUDA stream (`torch.cuda.current_stream()`)."""
+    return isinstance(value, cst.Call) and ctx.call_name(value) in _CUDA_STREAMS

@@ -201,8 +201,10 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
 
 
 def _assigned_flag(ctx, check) -> tuple[str, bool] | None:
-    """(`name`, what it holds where CUDA is) for `name = <value holding the CUDA test>`."""
-    assigned = _name_assigned(check.region[0] if check.region else None)
+    """(`name`, what it holds where CUDA is) for `name = <value holding the CUDA test>`, or for that part of
+    `a, name = x, <value>` (MONAI's `non_blocking, _ss = torch.cuda.is_available(), -1`)."""
+    statement = check.region[0] if check.region else None
+    assigned = _name_assigned(statement) or _unpacked(statement, check.stack)
     if assigned is None:
         return None
     name, value = assigned
@@ -243,6 +245,25 @@ def _name_assigned(statement: cst.CSTNode | None) -> tuple[str, cst.BaseExpressi
         and isinstance(small.targets[0].target, cst.Name)
     ):
         return small.targets[0].target.value, small.value
+    return None
+
+
+def _unpacked(statement: cst.CSTNode | None, stack) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value) for the part of `a, b = x, y` (as many plain names as values) whose value holds the
+    node at the end of `stack`, else None."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    targets, values = small.targets[0].target, small.value
+    if not isinstance(targets, cst.Tuple) or not isinstance(values, cst.Tuple):
+        return None
+    if len(targets.elements) != len(values.elements):
+        return None
+    for target, value in zip(targets.elements, values.elements, strict=True):
+        if isinstance(target, cst.StarredElement) or isinstance(value, cst.StarredElement):
+            return None
+        if value.value in stack:
+            return (target.value.value, value.value) if isinstance(target.value, cst.Name) else None
     return None
 
 

@@ -1613,6 +1613,33 @@ def test_a_check_around_pinning_memory_gets_an_unsafe_fix():
 
 
 @pytest.mark.parametrize(
+    ("sync", "mps_cannot"),
+    [
+        ("torch.cuda.current_stream().synchronize()", True),
+        ("stream = torch.cuda.current_stream()\n        stream.synchronize()", True),
+        ("torch.cuda.default_stream().query()", True),
+        ("torch.cuda.synchronize()", False),  # `torch.accelerator.synchronize()` works on MPS
+    ],
+)
+@pytest.mark.parametrize(
+    "assign",
+    ["non_blocking = torch.cuda.is_available()", "non_blocking, _ss = torch.cuda.is_available(), -1"],
+)
+def test_a_check_around_a_stream_synchronization_is_not_safe(assign, sync, mps_cannot):
+    """MONAI's sliding-window inference (review 39): `non_blocking = torch.cuda.is_available()`, then `if
+    non_blocking: torch.cuda.current_stream().synchronize()`. torch 2.13's MPS backend cannot synchronize
+    or query a stream (the base class's `synchronizeStream` raises), so a generic flag sends Macs into an
+    error where they skipped the wait. A device-wide synchronize is fine there."""
+    source = (
+        f"import torch\n\n\ndef infer(x):\n    {assign}\n"
+        f"    y = x * 2\n    if non_blocking:\n        {sync}\n    return y\n"
+    )
+    check = next(f for f in findings(source) if f.code == "NM106")
+    assert ("synchronizes or queries a stream" in check.message) is mps_cannot
+    assert (check.fix is not None and check.fix.safety == "safe") is not mps_cannot
+
+
+@pytest.mark.parametrize(
     ("moved", "mps_cannot"),
     [
         ("ratios.cuda()", True),  # fairseq: `ratios = torch.DoubleTensor(ratios)` above
