@@ -243,3 +243,25 @@ def test_annotations_are_not_reported():
         "    event: torch.cuda.Event = make_event()\n    return event\n"
     )
     assert findings(source) == []
+
+
+@pytest.mark.parametrize(
+    ("between", "seed", "redundant"),
+    [
+        ("", "seed", True),
+        ("np.random.seed(seed)\n", "seed", True),  # seeding statements may stand between
+        ("x = torch.rand(3)\n", "seed", False),  # a CPU draw between: the CUDA seed is not redundant
+        ("", "seed + 1", False),  # another seed
+    ],
+)
+def test_a_cuda_seed_just_before_torch_manual_seed_needs_no_change(between, seed, redundant):
+    """spikingjelly's examples (review 39) seed CUDA on the line *before* `torch.manual_seed(seed)`, which
+    seeds every device again with the same seed: like the same call just after it, a note, not a rewrite."""
+    source = (
+        f"import numpy as np\nimport torch\nseed = 1\ntorch.cuda.manual_seed({seed})\n"
+        f"{between}torch.manual_seed(seed)\n"
+    )
+    [finding] = findings(source, ("NM404",))
+    assert ("just after it already seeds every device" in finding.message) is redundant
+    assert (finding.fix is None) is redundant
+    assert (fixed(source) == source) is redundant

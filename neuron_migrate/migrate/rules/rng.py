@@ -55,11 +55,11 @@ class CudaManualSeed(QualifiedNameRule):
     torch.get_device_module().manual_seed_all(seed)
 
     Fix safety
-    Safe. When the same block already calls `torch.manual_seed` with the same seed and only other seeding
-    statements sit in between (the usual "seed everything" function), that call already seeds CUDA and every
-    other accelerator, and the CUDA call does nothing off CUDA: it is code that works everywhere, so it stays
-    (a note; deleting it would be a clean-up, not a migration). Otherwise it becomes the accelerator's own
-    seeding function, `torch.get_device_module().manual_seed(_all)(seed)`, run only when there is an
+    Safe. When the same block also calls `torch.manual_seed` with the same seed, before or after it, and only
+    other seeding statements sit in between (the usual "seed everything" function), that call seeds CUDA and
+    every other accelerator, and the CUDA call does nothing off CUDA: it is code that works everywhere, so it
+    stays (a note; deleting it would be a clean-up, not a migration). Otherwise it becomes the accelerator's
+    own seeding function, `torch.get_device_module().manual_seed(_all)(seed)`, run only when there is an
     accelerator (as the CUDA call did nothing without CUDA): the same call on CUDA, and it leaves the CPU
     generator alone, where `torch.manual_seed` would reseed it and change every CPU random number drawn
     afterwards.
@@ -106,8 +106,8 @@ class CudaManualSeed(QualifiedNameRule):
     )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
-        if self._redundant(call) is not None:
-            self.report(call, self.message_for(name), no_change=_REDUNDANT)
+        if (where := self._redundant(call)) is not None:
+            self.report(call, self.message_for(name), no_change=_REDUNDANT.format(where=where))
             return
         super().on_use(node, call, name)
 
@@ -124,20 +124,24 @@ class CudaManualSeed(QualifiedNameRule):
             cpu_value="None",
         )
 
-    def _redundant(self, call: cst.Call | None) -> cst.SimpleStatementLine | None:
-        """The statement of `call` when it only repeats the `torch.manual_seed` just before it."""
+    def _redundant(self, call: cst.Call | None) -> str | None:
+        """Where the `torch.manual_seed` with the same seed is ("before", "after") when `call` is a statement
+        next to it, with only seeding statements between: that call seeds CUDA too, either way round."""
         seed = _only_argument(call, "seed") if call is not None else None
-        if seed is None:
+        if seed is None or is_expression_statement(self.ctx, call) is None:
             return None
-        statement = is_expression_statement(self.ctx, call)
-        return statement if statement is not None and self._seeded_before(self.ctx.code(seed.value)) else None
+        seed_code = self.ctx.code(seed.value)
+        return next((where for where in ("before", "after") if self._seeded(seed_code, where)), None)
 
-    def _seeded_before(self, seed_code: str) -> bool:
-        """Whether `torch.manual_seed(<same seed>)` runs just before, with only seeding statements between."""
+    def _seeded(self, seed_code: str, where: str) -> bool:
+        """Whether `torch.manual_seed(<same seed>)` runs just `where` ("before", "after") the visited call,
+        with only seeding statements between."""
         stack = self.ctx.stack
         for child, parent in zip(reversed(stack), reversed(stack[:-1]), strict=False):
             if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-                for stmt in reversed(parent.body[: parent.body.index(child)]):
+                index = parent.body.index(child)
+                beside = reversed(parent.body[:index]) if where == "before" else parent.body[index + 1 :]
+                for stmt in beside:
                     if self._is_manual_seed(stmt, seed_code):
                         return True
                     if not _is_seeding(stmt):
@@ -145,7 +149,7 @@ class CudaManualSeed(QualifiedNameRule):
             elif (isinstance(parent, cst.If) and child in (parent.body, parent.orelse)) or isinstance(
                 parent, cst.Else
             ):
-                # `if torch.cuda.is_available():` draws no random numbers: look before the `if` (from its
+                # `if torch.cuda.is_available():` draws no random numbers: look beside the `if` (from its
                 # `elif` or `else` too: diffusers' `if is_torch_npu_available(): ... else:` seeds CUDA there)
                 continue
             elif not isinstance(parent, (cst.SimpleStatementLine, cst.Expr, cst.Call, cst.IndentedBlock)):
@@ -161,7 +165,7 @@ class CudaManualSeed(QualifiedNameRule):
 
 
 _REDUNDANT = (
-    "`torch.manual_seed` just before it already seeds every device, `neuron` included, and this call does "
+    "`torch.manual_seed` just {where} it already seeds every device, `neuron` included, and this call does "
     "nothing off CUDA: no change needed"
 )
 
