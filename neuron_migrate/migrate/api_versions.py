@@ -52,6 +52,9 @@ SINCE: dict[str, tuple[int, int]] = {
     "torch.OutOfMemoryError": (2, 5),
     "torch.nn.attention.sdpa_kernel": (2, 3),
     "torch.Stream(": (2, 6),  # in 2.6 or earlier (first release not established)
+    # a stream (a `torch.cuda.Stream` too) as its own context manager: pytorch#140138, after the 2.6 branch
+    # cut; the 2.7 docs are the first to say it "supports with statement"
+    "with torch.Stream": (2, 7),
     "torch.Event(": (2, 6),
 }
 
@@ -66,7 +69,7 @@ def parse_version(text: str) -> tuple[int, int] | None:
 
 def needs_torch(fix: FixSpec, target: tuple[int, int]) -> str | None:
     """The torch version a fix needs when that is newer than `target` (as text), else None."""
-    needed = (0, 0)
+    needed = max((SINCE[api] for api in fix.relies_on), default=(0, 0))
     for replacement in fix.replacements:
         for api, since in SINCE.items():
             if since > needed and api in replacement.text:

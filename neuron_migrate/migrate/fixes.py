@@ -70,7 +70,8 @@ class FixSpec:
 
     `safety` None means the rule's declared `fix_safety`. `needs_name`: the device placeholders in this fix
     must become a name (the inline idiom cannot go where they stand). `caution`: what a person must check
-    before applying an unsafe fix (said in the finding's message)."""
+    before applying an unsafe fix (said in the finding's message). `relies_on`: the APIs (`api_versions.SINCE`
+    keys) the new code uses without spelling them (`with s:` enters a `torch.Stream`)."""
 
     title: str
     replacements: tuple[Replacement, ...]
@@ -79,6 +80,7 @@ class FixSpec:
     needs_name: bool = False
     insertions: tuple[Insertion, ...] = ()
     caution: str = ""
+    relies_on: tuple[str, ...] = ()
 
     @property
     def uses_device(self) -> bool:

@@ -265,3 +265,14 @@ def test_a_cuda_seed_just_before_torch_manual_seed_needs_no_change(between, seed
     assert ("just after it already seeds every device" in finding.message) is redundant
     assert (finding.fix is None) is redundant
     assert (fixed(source) == source) is redundant
+
+
+@pytest.mark.parametrize(("target", "written"), [((2, 6), False), ((2, 7), True)])
+def test_a_stream_as_its_own_context_manager_needs_torch_2_7(target, written):
+    """`with s:` on a stream (a `torch.cuda.Stream` too) came with pytorch#140138, after the 2.6 branch cut:
+    spikingjelly declares `torch>=2.6` (review 39 #4), where `with torch.cuda.stream(s):` works and `with s:`
+    raises. The fix is held back below 2.7, and its message says so."""
+    source = "import torch\ns = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    pass\n"
+    [context] = [f for f in findings(source, ("NM406",), target_torch=target) if f.line == 3]
+    assert (context.fix is not None) is written
+    assert ("the fix needs torch >= 2.7" in context.message) is not written

@@ -97,7 +97,8 @@ class CudaStreamEvent(QualifiedNameRule):
     through a name bound once (`side = ...` in its function, `self.side = ...` in its class), unsafe where it
     is returned, kept otherwise or passed on (code may need the CUDA class).
     `with torch.cuda.stream(s):` becomes `with s:` safely only when every assignment of `s` in the file is a
-    stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"). Such a block that keeps
+    stream; otherwise the fix is unsafe (the original accepted `None` as "no stream"); a stream is its own
+    context manager from torch 2.7, so for an older target the fix is held back. Such a block that keeps
     CUDA-only code (`torch.cuda._sleep(...)`) only runs on CUDA: the context stays CUDA's, and so does the
     code in it (no half-migration). Bare references get an
     unsafe fix (positional arguments, subclasses and `partial` keywords differ), `default_stream` and
@@ -323,6 +324,7 @@ class CudaStreamEvent(QualifiedNameRule):
             "Use the stream itself as the context manager",
             (Replacement(call, self.ctx.code(arg.value)),),
             safety="unsafe",
+            relies_on=("with torch.Stream",),
         )
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
