@@ -18,6 +18,8 @@ A fix is withdrawn, with a note saying why, when its code:
 - is under a comment that says it is CUDA-only ("right now, only CUDA is implemented") or names NVIDIA's
   kernel templates ("CuTe-DSL kernel", CUTLASS), or is the test of an `if` whose body opens with a comment
   naming the CUDA library it tunes for (cuDNN, cuBLAS, tensor cores);
+- is in the test of an `if` that raises saying the code is CUDA-only ("currently implemented for CUDA"):
+  the check is the code's CUDA requirement;
 - is in a function that itself asks NVIDIA's driver or interconnect (`_has_nvlink()`, NVML, nvidia-smi);
 - is in a function that requires a CUDA-only library, or in a function or class defined in one: imports it
   in its body (`import bitsandbytes as bnb`, or in an `if` whose other branch exits, or in a `try` whose
@@ -95,6 +97,7 @@ _GPU_IN_NAME = re.compile("gpu", re.IGNORECASE)
 #: kernel templates, CUDA's by nature (a "CuTe-DSL kernel", CUTLASS)
 _CUDA_ONLY_COMMENT = re.compile(
     r"\bonly\s+(?:(?:\w+\s+){0,2}?(?:on|in|for|with)\s+)?cuda\b|\bcuda[\s-]only\b"
+    r"|\bonly\s+supports?\s+cuda\b|\bimplemented\s+(?:only\s+)?(?:for|on|in|with)\s+cuda\b"
     r"|\bcuda\s*(?:or|/)\s*(?:hip|rocm)\b"
     r"|(?-i:\bCuTe\b)|\bcutlass\b",
     re.IGNORECASE,
@@ -497,6 +500,8 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(*table)
     if (comment := _cuda_only_comment(stack[start:])) is not None:
         return CudaOnly(f"a comment says it is CUDA's (`{comment}`): no change needed")
+    if (message := _cuda_only_precondition(stack[start:])) is not None:
+        return CudaOnly(f"the check says the code after it is CUDA's (`{message}`): no change needed")
     for leftover in leftovers:
         if leftover is not pending and leftover.node in stack and leftover.node is not pending.node:
             if leftover.no_change:
@@ -696,6 +701,24 @@ def _cuda_only_comment(stack) -> str | None:
         for comment, says in comments:
             if says.search(comment.value):
                 return shortened(comment.value.lstrip("# ").strip(), 40)
+    return None
+
+
+def _cuda_only_precondition(stack) -> str | None:
+    """For a node in the test of an `if` that raises, the raise's message when it says the code is CUDA-only
+    in the words of `_CUDA_ONLY_COMMENT` (MONAI's `if not torch.cuda.is_available(): raise
+    NotImplementedError("GaussianMixtureModel is currently implemented for CUDA.")`, before it builds its
+    CUDA extension): the check is the code's CUDA requirement, and made generic it would send neuron into
+    the CUDA build."""
+    for node, child in pairwise(stack):
+        if not (isinstance(node, cst.If) and child is node.test and isinstance(node.body, cst.IndentedBlock)):
+            continue
+        for statement in node.body.body:
+            raised = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if isinstance(raised, cst.Raise) and isinstance(raised.exc, cst.Call) and raised.exc.args:
+                message = string_value(raised.exc.args[0].value)
+                if message is not None and _CUDA_ONLY_COMMENT.search(message):
+                    return shortened(message, 40)
     return None
 
 

@@ -2019,3 +2019,26 @@ def test_a_check_around_a_process_wide_float32_precision_stays_cudas(setting):
     assert fixed(source, unsafe=True) == source
     (check,) = [f for f in findings(source) if f.line == 3]
     assert "keep this check CUDA's" in check.message
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("GaussianMixtureModel is currently implemented for CUDA.", True),
+        ("this op only supports CUDA tensors", True),
+        ("needs a GPU", False),  # people say so of any accelerator
+        ("CUDA is required", False),
+    ],
+)
+def test_a_check_whose_raise_says_the_code_is_cuda_only_stays(message, kept):
+    """MONAI's GaussianMixtureModel (review 39 #42) raises "currently implemented for CUDA" without CUDA,
+    then builds a CUDA extension: a generic check would send neuron into the CUDA build. The check and the
+    code after it stay CUDA's; a message that only asks for a GPU does not say that."""
+    source = (
+        "import torch\n\n\nclass G:\n    def __init__(self, n):\n        if not torch.cuda.is_available():\n"
+        f"            raise NotImplementedError({message!r})\n"
+        "        self.n = n\n        torch.cuda.synchronize()\n"
+    )
+    assert (fixed(source) == source) is kept
+    check = next(f for f in findings(source) if f.code == "NM106")
+    assert ("the check says the code after it is CUDA's" in check.message) is kept
