@@ -476,7 +476,11 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
     - in a function the `if` the finding tests calls (torch's benchmark utilities run
       `_enable_tensor_cores()`, which asks for the CUDA capability, under `if torch.cuda.is_available():`);
     - the same question kept CUDA's in a function the finding's function uses or is used by (the registry's
-      local count beside `_get_device_infos`, which its peers run).
+      local count beside `_get_device_infos`, which its peers run);
+    - a method of the same class that reads the attribute the answer is stored in (spikingjelly's profiler:
+      `self.device_count = torch.cuda.device_count()` in `__init__`, then `for i in range(self.device_count):
+      with torch.cuda.device(i): torch.cuda.memory_allocated()` in `export()`, held back for the torch the
+      project supports).
     Functions of the module are matched by name, methods of the same class as `self.name`. A test of the
     device that only adds work for CUDA (an `if` without `else`) does not count: other devices skip it
     whatever the answer (torch's `ShardedTensor.to` picks the current index under `if device_to.type ==
@@ -488,6 +492,7 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
     returned = any(isinstance(node, cst.Return) for node in pending.stack[pending.stack.index(function) :])
     test = _if_testing(pending)
     gated = ctx.code(test.body) if test is not None else None  # the code the answer lets run
+    owner, stored = units[id(function)].owner, _own_attribute_set(pending.stack)
     for inner in leftovers:
         if (
             inner is pending
@@ -503,9 +508,26 @@ def device_fact_user(ctx, pending, leftovers: list) -> tuple[str, str] | None:
             or (returned and _gets_answer(units, function, other))
             or (gated is not None and _calls(gated, other, units[id(other)].owner))
             or (_called(ctx, inner.node) == api and _uses_either(units, function, other))
+            or (stored is not None and owner is not None and _reads_own(units[id(other)], owner, stored))
         ):
             return other.name.value, first_line(ctx, inner.node)
     return None
+
+
+def _own_attribute_set(stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """`name` when the node at the end of `stack` is in the value of `self.name = ...` (or `cls.name`)."""
+    for node, child in pairwise(stack):
+        if isinstance(node, cst.Assign) and child is node.value and len(node.targets) == 1:
+            target = node.targets[0].target
+            own = isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+            return target.attr.value if own and target.value.value in ("self", "cls") else None
+    return None
+
+
+def _reads_own(unit, owner: int, attribute: str) -> bool:
+    """Whether an outermost function (`unit`) is a method of the class `owner` that refers to its own
+    `attribute` (`self.attribute`)."""
+    return unit.owner == owner and "." + attribute in unit.refers
 
 
 #: the CUDA calls whose answer is a fact about CUDA's devices

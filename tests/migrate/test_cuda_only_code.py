@@ -1412,6 +1412,27 @@ def test_a_device_count_stays_cudas_where_cuda_only_code_of_the_module_works_wit
     assert "return torch.accelerator.device_count()" in fixed(alone)
 
 
+_PROFILER = (
+    "import torch\n\n\nclass Profiler:\n    def __init__(self):\n"
+    "        self.device_count = torch.cuda.device_count()\n\n    def export(self):\n        total = {}\n"
+    "        for i in range(self.device_count):\n            with torch.cuda.device(i):\n"
+    "                total[i] = torch.cuda.memory_allocated()\n        return total\n"
+)
+
+
+@pytest.mark.parametrize(("target", "tied"), [((2, 6), True), ((2, 13), False)])
+def test_a_device_count_a_method_stores_stays_cudas_while_another_method_using_it_stays(target, tied):
+    """spikingjelly's profiler (review 39 #17) stores `torch.cuda.device_count()` in `self.device_count`;
+    `export()` loops over it with `torch.cuda.device(i)` and `torch.cuda.memory_allocated()`, whose fixes
+    need torch 2.8 and 2.9 and are held back for its `torch>=2.6`. Rewritten alone, the count would be 1 on a
+    Mac, and `torch.cuda.device(0)` raises there. With a torch that has them all, they change together."""
+    count = next(f for f in findings(_PROFILER, target_torch=target) if f.line == 6)
+    assert (count.fix is None) is tied
+    assert ("works with its answer" in count.message) is tied
+    other_class = _PROFILER.replace("    def export(self):", "class Other:\n    def export(self):")
+    assert next(f for f in findings(other_class, target_torch=target) if f.line == 6).fix is not None
+
+
 def test_an_availability_check_stays_cudas_where_it_runs_cuda_only_code_of_the_module():
     """torch's benchmark utilities run `_tensor_cores()`, which asks for the CUDA capability, under `if
     torch.cuda.is_available():`. A check whose `if` does not run that function only answers for itself
