@@ -54,6 +54,58 @@ def first_line(ctx, node: cst.CSTNode) -> str:
     return shortened(line, 60)
 
 
+def same_test_left(ctx, pending, leftovers: list) -> tuple[str, str] | None:
+    """(the function, the test), as text, for a device test used as a value (in a dict, a return, an
+    assignment; not a test that guards code) when a finding of the same rule in its class (its module,
+    outside a class) tests the same thing against the same device (`self.device_type` and `"cuda"`, with
+    any operator) and stays. spikingjelly's precision policy reports `"grad_scaler": self.device_type ==
+    "cuda" and ...` in `describe()`, while `create_grad_scaler()` keeps `if self.device_type != "cuda" ...:
+    return None`: widened alone, the report would say neuron gets a scaler it never gets."""
+    if (
+        not pending.rule.device_test
+        or _a_test(pending.stack)
+        or (tested := _tested(ctx, pending.node)) is None
+    ):
+        return None
+    owner = next((node for node in reversed(pending.stack) if isinstance(node, cst.ClassDef)), None)
+    for inner in leftovers:
+        if (
+            inner is not pending
+            and inner.rule is pending.rule
+            and not inner.no_change
+            and (owner is None or owner in inner.stack)
+            and _tested(ctx, inner.node) == tested
+        ):
+            function = _unit_of(inner.stack)
+            return (function.name.value if function else "the module"), first_line(ctx, inner.node)
+    return None
+
+
+def _a_test(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is (a part of `and`, `or`, `not` in) the test of an `if`,
+    `while`, conditional expression or `assert`."""
+    child = stack[-1]
+    for parent in reversed(stack[:-1]):
+        if isinstance(parent, (cst.If, cst.While, cst.IfExp, cst.Assert)):
+            return parent.test is child
+        if not isinstance(parent, (cst.BooleanOperation, cst.UnaryOperation)):
+            return False
+        child = parent
+    return False
+
+
+def _tested(ctx, node: cst.CSTNode) -> tuple[str, str] | None:
+    """(what, against which string) a one-operator equality test compares: `x.type == "cuda"` and `x.type
+    != "cuda"` both give (`x.type`, `cuda`)."""
+    if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1):
+        return None
+    target = node.comparisons[0]
+    value = string_value(target.comparator)
+    if value is None or not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+        return None
+    return ctx.code(node.left), value
+
+
 def same_call_left(ctx, pending, leftovers: list) -> str | None:
     """Another use of the same CUDA call, or of another call of the same timing machinery (streams, events,
     `synchronize`), in the finding's function that stays for a person (a to-do, not code that only runs on

@@ -29,7 +29,8 @@ In order, for every finding with a fix:
    also makes for a person, a call taking a value CUDA-only code gives, a test whose `if` body keeps a
    CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only code, a
    CUDA setting or NCCL-named code reads, code for the accelerator in a method that reads an attribute its
-   class sets from CUDA code that stays; so is a check that only warns without an accelerator while the same
+   class sets from CUDA code that stays, a device test used as a value whose same test stays CUDA's in its
+   class; so is a check that only warns without an accelerator while the same
    check stays CUDA's in its class or module (the warning describes that one's choice). Repeated until nothing
    changes, since withdrawing one fix can keep the check around it;
 4. the device placeholders of the remaining fixes are resolved (`naming.py`).
@@ -61,6 +62,7 @@ from neuron_migrate.migrate.cuda_ties import (
     inside,
     rewritten_leftover,
     same_call_left,
+    same_test_left,
     vendor_list_left,
 )
 from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared
@@ -428,6 +430,8 @@ def _held_back_by(
         return f"its value goes to CUDA-only code that stays (`{sink}`): change them together", True
     if same := same_call_left(ctx, pending, leftovers):
         return f"{same}: change them together", True
+    if twin := same_test_left(ctx, pending, leftovers):
+        return f"`{twin[0]}` keeps the same test CUDA's (`{twin[1]}`): change them together", True
     if test := conjunct_left(pending, mentions):
         return f"its condition also requires `{test}`, which stays CUDA's: change them together", True
     if partner := amp_partner_left(ctx, pending, leftovers):

@@ -2063,3 +2063,29 @@ def test_a_check_whose_raise_says_the_code_is_cuda_only_stays(message, kept):
     assert (fixed(source) == source) is kept
     check = next(f for f in findings(source) if f.code == "NM106")
     assert ("the check says the code after it is CUDA's" in check.message) is kept
+
+
+_POLICY = (
+    "import torch\n\n\nclass Policy:\n    def __init__(self, device_type):\n"
+    "        self.device_type = device_type\n\n"
+    '    def create_grad_scaler(self):\n        if self.device_type != "cuda":\n            return None\n'
+    '        try:\n            return torch.amp.GradScaler("cuda")\n        except AttributeError:\n'
+    "            return {fallback}\n\n    def describe(self):\n"
+    '        return {{"grad_scaler": self.device_type == "cuda"}}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("fallback", "tied"),
+    [("torch.cuda.amp.GradScaler()", True), ("None", False)],
+)
+def test_a_device_test_used_as_a_value_changes_with_the_same_test_in_its_class(fallback, tied):
+    """spikingjelly's precision policy (review 39 #16): `describe()` reports `self.device_type == "cuda"` as
+    whether a grad scaler is used, and `create_grad_scaler()` returns None unless `self.device_type ==
+    "cuda"`, a test that stays CUDA's with its scaler (and the fallback for a torch without
+    `torch.amp.GradScaler`). Widened alone, the report would say neuron gets a scaler it never gets; where
+    the scaler's test changes, both do."""
+    source = _POLICY.format(fallback=fallback)
+    report = next(f for f in findings(source) if f.code == "NM105" and f.line == 17)
+    assert (report.fix is None) is tied
+    assert ("`create_grad_scaler` keeps the same test CUDA's" in report.message) is tied
