@@ -248,7 +248,7 @@ class CudaMentions:
         return self.block_libraries[key]
 
     def kernel_registry(self) -> str | None:
-        """The CUDA dispatch key the module registers its kernels for, when only CUDA's
+        """The devices the module registers its kernels for, when CUDA and at most the CPU
         (`cuda_files.cuda_kernel_registry`)."""
         if self.cuda_kernels is None:
             self.cuda_kernels = (cuda_kernel_registry(self.ctx.source),)
@@ -399,10 +399,10 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         )
     if mentions.requires_cuda():
         return CudaOnly("the module's docstring says it requires CUDA: no change needed")
-    if (key := mentions.kernel_registry()) is not None:
+    if (devices := mentions.kernel_registry()) is not None:
         return CudaOnly(
-            f'the module registers its operators\' kernels for CUDA only (`impl(..., "{key}")`): its code '
-            "serves them; port the operators to give it another device (no change needed here)"
+            f"the module registers its operators' kernels for {devices} only (`impl(...)`): its code serves "
+            "them; port the operators to give it another device (no change needed here)"
         )
     if (kernel := mentions.cuda_extension()) is not None:
         return CudaOnly(

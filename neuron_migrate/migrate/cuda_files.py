@@ -15,10 +15,11 @@ the integration of a CUDA-only library.
 - `transformers/integrations/deepgemm.py`: a module whose docstring says it requires CUDA ("Requirements:
   CUDA, Hopper (SM90+)", "CUDA-only").
 - `torch/distributed/_symmetric_memory/__init__.py`: a module that registers its operators' kernels for CUDA
-  only (`@torch.library.impl(lib, "fused_all_gather_matmul", "CUDA")`, beside "Meta" shape functions): its
-  code serves those kernels, and the operators must be ported before any of it runs elsewhere. A module that
-  also registers a kernel for the CPU, another device or a composite key (FSDP's `copy_` for CUDA, XPU, HPU
-  and CPU) is generic.
+  only (`@torch.library.impl(lib, "fused_all_gather_matmul", "CUDA")`, beside "Meta" shape functions), or
+  for the CPU and CUDA only (spikingjelly's `_ops/dispatch.py`, whose fake kernels describe the CUDA
+  kernels' layout): its code serves those kernels, and the operators must be ported before any of it runs
+  on another accelerator. A module that also registers a kernel for another device or a composite key
+  (FSDP's `copy_` for CUDA, XPU, HPU and CPU) is generic.
 - ColBERT's `indexing/codecs/residual.py`: a module that builds its own CUDA kernels with
   `torch.utils.cpp_extension` (`load(sources=[..., "decompress_residuals.cu"])`): its code moves tensors to
   CUDA for them, and the kernels must be ported before any of it runs elsewhere.
@@ -214,13 +215,16 @@ _ANY_DEVICE_KEYS = frozenset({"Meta", "Autograd"})
 
 
 def cuda_kernel_registry(source: str) -> str | None:
-    """The CUDA dispatch key a module registers kernels for, when it registers them for CUDA only (see the
-    module docstring), else None."""
+    """The devices a module registers kernels for ("CUDA", or "the CPU and CUDA"), when it registers them
+    for CUDA and at most the CPU (see the module docstring), else None."""
     if "impl(" not in source:
         return None
     keys = set(_REGISTERED_KEY.findall(source))
     cuda = {key for key in keys if "CUDA" in key}
-    return min(cuda) if cuda and keys <= cuda | _ANY_DEVICE_KEYS else None
+    cpu = {key for key in keys if "CPU" in key}  # `CPU`, `AutogradCPU`
+    if not cuda or not keys <= cuda | cpu | _ANY_DEVICE_KEYS:
+        return None
+    return "the CPU and CUDA" if cpu else "CUDA"
 
 
 CPP_EXTENSION = "torch.utils.cpp_extension"
