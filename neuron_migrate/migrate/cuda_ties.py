@@ -37,6 +37,7 @@ from neuron_migrate.migrate.chains import OTHER_ACCELERATOR_TYPES
 from neuron_migrate.migrate.context import shortened, tests_cuda_availability
 from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
 from neuron_migrate.migrate.device_literals import is_cuda_string, string_value
+from neuron_migrate.migrate.guards import exits
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.walk import find
@@ -52,6 +53,62 @@ def first_line(ctx, node: cst.CSTNode) -> str:
     text = ctx.code(node).strip().splitlines()
     line = text[0] if text else ""
     return shortened(line, 60)
+
+
+def helper_of_cuda_function(ctx, pending, leftovers: list) -> tuple[str, str] | None:
+    """(a user, its CUDA precondition), as text, when the finding is in a private function or class of the
+    module (`_name`, at its top level) whose every use in the module is in a function that keeps a CUDA
+    precondition for a person (`if not torch.cuda.is_available(): raise ...` at the top of its body, kept
+    CUDA's): the helper only runs where that function does, and rewritten alone it would be half a migration
+    (spikingjelly's `_PredictionWriter` and `_save_checkpoint`, which only its CUDA-and-NCCL inference and
+    training loops use, review 39). A name used at the module's top level (`__all__`, a registry) may be
+    used from anywhere: it is not such a helper."""
+    top = pending.stack[1] if len(pending.stack) > 1 else None
+    if not isinstance(top, (cst.FunctionDef, cst.ClassDef)):
+        return None
+    name = top.name.value
+    if not name.startswith("_") or name.startswith("__"):
+        return None
+    users = ctx.once(_top_level_users, lambda: _top_level_users(ctx.module)).get(name)
+    if not users or None in users:
+        return None
+    found = None
+    for user in users:
+        precondition = _kept_precondition(ctx, user, leftovers) if isinstance(user, cst.FunctionDef) else None
+        if precondition is None:
+            return None
+        found = found or (user.name.value, precondition)
+    return found
+
+
+def _top_level_users(module: cst.Module) -> dict[str, list[cst.CSTNode | None]]:
+    """For each name: the top-level functions and classes of the module that refer to it, other than the one
+    that defines it, and None for each other top-level statement that does."""
+    users: dict[str, list[cst.CSTNode | None]] = {}
+    for statement in module.body:
+        definition = statement if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) else None
+        own = definition.name.value if definition is not None else None
+        for referred in {node.value for node in find(statement, cst.Name)} - {own}:
+            users.setdefault(referred, []).append(definition)
+    return users
+
+
+def _kept_precondition(ctx, function: cst.FunctionDef, leftovers: list) -> str | None:
+    """The test of an `if` at the top of `function`'s body that exits, without an `else`, and holds a
+    finding left for a person (a CUDA check kept CUDA's), as text, if any."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    for inner in leftovers:
+        if inner.fix is not None or inner.no_change or function not in inner.stack:
+            continue
+        owner = next((n for n in inner.stack if isinstance(n, cst.If) and inner.node in _under(n.test)), None)
+        if owner is not None and owner in body and owner.orelse is None and exits(owner.body):
+            return first_line(ctx, owner.test)
+    return None
+
+
+def _under(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node` and every node under it."""
+    return [node, *find(node, cst.CSTNode)]
 
 
 def same_test_left(ctx, pending, leftovers: list) -> tuple[str, str] | None:

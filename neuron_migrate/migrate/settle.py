@@ -30,9 +30,9 @@ In order, for every finding with a fix:
    CUDA-only finding, code rewritten around a CUDA-only finding that stays, a value that CUDA-only code, a
    CUDA setting or NCCL-named code reads, code for the accelerator in a method that reads an attribute its
    class sets from CUDA code that stays, a device test used as a value whose same test stays CUDA's in its
-   class; so is a check that only warns without an accelerator while the same
-   check stays CUDA's in its class or module (the warning describes that one's choice). Repeated until nothing
-   changes, since withdrawing one fix can keep the check around it;
+   class, a private helper that only functions keeping their CUDA check use; so is a check that only warns
+   without an accelerator while the same check stays CUDA's in its class or module (the warning describes that
+   one's choice). Repeated until nothing changes, since withdrawing one fix can keep the check around it;
 4. the device placeholders of the remaining fixes are resolved (`naming.py`).
 """
 
@@ -59,6 +59,7 @@ from neuron_migrate.migrate.cuda_ties import (
     first_line,
     function_todo,
     guarded_leftover,
+    helper_of_cuda_function,
     inside,
     rewritten_leftover,
     same_call_left,
@@ -430,6 +431,11 @@ def _held_back_by(
         return f"its value goes to CUDA-only code that stays (`{sink}`): change them together", True
     if same := same_call_left(ctx, pending, leftovers):
         return f"{same}: change them together", True
+    if helper := helper_of_cuda_function(ctx, pending, leftovers):
+        return (
+            f"only `{helper[0]}` uses it, which keeps its CUDA check (`{helper[1]}`): migrate them together",
+            True,
+        )
     if twin := same_test_left(ctx, pending, leftovers):
         return f"`{twin[0]}` keeps the same test CUDA's (`{twin[1]}`): change them together", True
     if test := conjunct_left(pending, mentions):

@@ -2098,3 +2098,29 @@ def test_a_device_test_used_as_a_value_changes_with_the_same_test_in_its_class(f
     report = next(f for f in findings(source) if f.code == "NM105" and f.line == 17)
     assert (report.fix is None) is tied
     assert ("`create_grad_scaler` keeps the same test CUDA's" in report.message) is tied
+
+
+_HELPER = (
+    "import torch\n\n\ndef _save(path):\n    torch.save({'cuda': torch.cuda.get_rng_state()}, path)\n\n\n"
+    "def train(path):\n    if not torch.cuda.is_available():\n        raise RuntimeError('needs CUDA')\n"
+    "    graph = torch.cuda.CUDAGraph()\n    _save(path)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "tied"),
+    [
+        ((), True),
+        (("_save", "save"), False),  # a public name may have users elsewhere
+        (("    _save(path)\n", "    _save(path)\n\n\nHOOKS = [_save]\n"), False),  # used at the top level too
+        (("    graph = torch.cuda.CUDAGraph()\n", ""), False),  # `train`'s check is rewritten: both change
+    ],
+)
+def test_a_private_helper_only_a_cuda_function_uses_waits_for_it(change, tied):
+    """spikingjelly's `_save_checkpoint` (review 39 #5-#7) is only called by `train_classification`, which
+    raises without CUDA and keeps CUDA graphs, so its check stays CUDA's: the helper only runs on CUDA, and
+    its rewrite alone would be half a migration."""
+    source = _HELPER.replace(*change) if change else _HELPER
+    rng = next(f for f in findings(source) if f.code == "NM405")
+    assert (rng.fix is None) is tied
+    assert ("uses it, which keeps its CUDA check" in rng.message) is tied
