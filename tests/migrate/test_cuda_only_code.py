@@ -2124,3 +2124,17 @@ def test_a_private_helper_only_a_cuda_function_uses_waits_for_it(change, tied):
     rng = next(f for f in findings(source) if f.code == "NM405")
     assert (rng.fix is None) is tied
     assert ("uses it, which keeps its CUDA check" in rng.message) is tied
+
+
+@pytest.mark.parametrize(("keyword", "unsafe"), [("gpu", True), ("use_gpu", True), ("jit", False)])
+def test_a_device_test_passed_as_a_gpu_flag_is_not_safe(keyword, unsafe):
+    """pytorch-metric-learning passes `gpu=self.device.type == "cuda"` to its `FaissKMeans`, which asks faiss
+    for NVIDIA GPUs (review 39 #24): what a callee does on its GPU path with neuron is the callee's. (A
+    keyword that says CUDA, `on_cuda=`, already keeps the test CUDA's.)"""
+    source = (
+        "import torch\n\n\ndef build(device, KMeans):\n"
+        f'    return KMeans(niter=20, {keyword}=device.type == "cuda")\n'
+    )
+    [test] = findings(source, ("NM105",))
+    assert (test.fix.safety == "unsafe") is unsafe
+    assert (f"its value is the `{keyword}=` argument of `KMeans(...)`" in test.message) is unsafe
