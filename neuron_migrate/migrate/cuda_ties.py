@@ -100,15 +100,10 @@ def _kept_precondition(ctx, function: cst.FunctionDef, leftovers: list) -> str |
     for inner in leftovers:
         if inner.fix is not None or inner.no_change or function not in inner.stack:
             continue
-        owner = next((n for n in inner.stack if isinstance(n, cst.If) and inner.node in _under(n.test)), None)
+        owner = next((n for n in inner.stack if isinstance(n, cst.If) and n.test in inner.stack), None)
         if owner is not None and owner in body and owner.orelse is None and exits(owner.body):
             return first_line(ctx, owner.test)
     return None
-
-
-def _under(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """`node` and every node under it."""
-    return [node, *find(node, cst.CSTNode)]
 
 
 def same_test_left(ctx, pending, leftovers: list) -> tuple[str, str] | None:
