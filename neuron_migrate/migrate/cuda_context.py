@@ -27,8 +27,11 @@ A fix is withdrawn, with a note saying why, when its code:
   (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
 - is in a function that keeps CUDA graph code (a finding of a `Rule.cuda_design` rule left without a fix):
   the function is ported as a whole when a person removes the capture (a to-do);
-- is in a test a decorator runs only with CUDA (`@skip_if_lt_x_gpu(2)`, `@onlyCUDA`), or in a function whose
-  only callers are such tests (distributed_test's `_test_*` helpers; a method is matched by its name);
+- is in a test a decorator runs only with CUDA (`@skip_if_lt_x_gpu(2)`, `@onlyCUDA`, a `skipIf` whose reason
+  names CUDA or NVIDIA hardware: `skipIf(not _is_hopper(), "Requires ... Hopper GPU")`), in a test module
+  that skips itself without CUDA (`pytest.skip(..., allow_module_level=True)`, `pytestmark`), or in a
+  function whose only callers are such tests (distributed_test's `_test_*` helpers; a method is matched by
+  its name);
 - is in a function that calls other devices' own modules too (`torch.mps.manual_seed(seed)` after
   `torch.cuda.manual_seed_all(seed)`): per-device code, where each device has its part (a to-do: add
   `neuron`'s if it needs one);
@@ -446,6 +449,8 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         )
     if (gate := _cuda_gate(mentions, stack, leftovers)) is not None:
         return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
+    if (gate := _module_gate(mentions, stack, leftovers)) is not None:
+        return CudaOnly(f"the test module only runs with CUDA (`{gate}`): no change needed")
     if (handled := _cuda_handler(mentions.ctx, stack)) is not None:
         return CudaOnly(
             f"it is registered as the handler of a CUDA function (`@{handled}`): no change needed"
@@ -546,6 +551,66 @@ def _cuda_gate(mentions: CudaMentions, stack, leftovers: list = ()) -> str | Non
     return None
 
 
+def _module_gate(mentions: CudaMentions, stack, leftovers: list) -> str | None:
+    """The statement, as text, that skips the whole test module without CUDA, when the code at the end of
+    `stack` comes after it: `if not (torch.cuda.is_available() and _is_sm_10x()): pytest.skip(...,
+    allow_module_level=True)` (torchao's MoE kernel tests, review 40), or `pytestmark =
+    pytest.mark.skipif(...)` anywhere in the module, on the terms of a test decorator (`_cuda_condition`)."""
+    ctx = mentions.ctx
+    skips = ctx.once(_module_skips, lambda: _module_skips(ctx.module) if "skip" in ctx.source else [])
+    top = stack[1] if len(stack) > 1 else None
+    for index, statement, skip in skips:
+        if isinstance(statement, cst.If):
+            after = statement is not top and ctx.module.body.index(top) > index
+            if after and _cuda_condition(mentions, statement.test, True, _reason(skip), leftovers):
+                return ctx.excerpt(statement.test)
+        elif _gates_on_cuda(mentions, skip, leftovers):
+            return ctx.excerpt(skip)
+    return None
+
+
+def _module_skips(module: cst.Module) -> list[tuple[int, cst.CSTNode, cst.Call]]:
+    """(index, statement, skip call) of the module's top-level statements that may skip the whole module: an
+    `if` without `else` whose body skips it (`_module_skip`), a `pytestmark` `skipif` mark."""
+    found = []
+    for index, statement in enumerate(module.body):
+        if isinstance(statement, cst.If) and statement.orelse is None:
+            skip = _module_skip(statement.body)
+        else:
+            skip = _pytestmark(statement)
+        if skip is not None:
+            found.append((index, statement, skip))
+    return found
+
+
+def _module_skip(body: cst.BaseSuite) -> cst.Call | None:
+    """The `pytest.skip(..., allow_module_level=True)` call a block makes, or the `unittest.SkipTest(...)` it
+    raises, if any."""
+    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    for line in lines:
+        for small in getattr(line, "body", ()):
+            value = small.value if isinstance(small, cst.Expr) else getattr(small, "exc", None)
+            if not isinstance(value, cst.Call):
+                continue
+            name = (dotted(value.func) or "").rsplit(".", 1)[-1]
+            level = any(a.keyword is not None and a.keyword.value == "allow_module_level" for a in value.args)
+            if (name == "skip" and level) or (name == "SkipTest" and isinstance(small, cst.Raise)):
+                return value
+    return None
+
+
+def _pytestmark(statement: cst.CSTNode) -> cst.Call | None:
+    """The `skipif` mark of `pytestmark = pytest.mark.skipif(...)` (alone or in a list), if the statement is
+    that."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if not isinstance(small, cst.Assign) or dotted(small.targets[0].target) != "pytestmark":
+        return None
+    values = [e.value for e in small.value.elements] if isinstance(small.value, cst.List) else [small.value]
+    return next(
+        (v for v in values if isinstance(v, cst.Call) and (dotted(v.func) or "").endswith(".skipif")), None
+    )
+
+
 def _cuda_handler(ctx, stack) -> str | None:
     """A decorator of a function around the code that registers it for CUDA functions only, as text:
     Dynamo's `@register(torch.cuda._exchange_device)` handler traces CUDA's own device switch."""
@@ -583,15 +648,48 @@ def _gates_on_cuda(mentions: CudaMentions, expression: cst.BaseExpression, lefto
         return True
     if call is None or not call.args or name not in ("skipIf", "skipif", "skipUnless"):
         return False
-    condition = call.args[0].value
-    runs = implies(mentions.ctx, condition)[1 if name in ("skipIf", "skipif") else 0]
+    return _cuda_condition(
+        mentions, call.args[0].value, name in ("skipIf", "skipif"), _reason(call), leftovers
+    )
+
+
+def _cuda_condition(
+    mentions: CudaMentions, condition: cst.BaseExpression, skips: bool, reason: str, leftovers: list
+) -> bool:
+    """Whether a skip condition (`skips`: the test is skipped when it holds, else when it does not) lets the
+    test run only with CUDA: it mentions CUDA or holds a CUDA check this run leaves, or its reason names
+    CUDA or NVIDIA hardware ("FP8 SDPA requires CUDA and FA3", "Requires ... Hopper GPU") beside a
+    condition that runs the test when it holds (`skipIf(not _is_hopper(), ...)`) and that this run does not
+    rewrite (a rewritten `torch.cuda.is_available()` runs the test on any accelerator, whatever it says)."""
+    runs = implies(mentions.ctx, condition)[1 if skips else 0]
     if runs == "certain" and (mentions.find(condition) is not None or _holds_any(condition, leftovers)):
         return True  # `skipIf(torch.cuda.device_count() < 2, ...)`: runs with two CUDA devices or more
     negated = isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not)
-    if negated != (name in ("skipIf", "skipif")):
+    if negated != skips:
         return False  # skipIf(TEST_CUDA) and skipUnless(not TEST_CUDA) run without CUDA
     tested = condition.expression if negated else condition
-    return mentions.find(tested) is not None or _holds_any(tested, leftovers)
+    if mentions.find(tested) is not None or _holds_any(tested, leftovers):
+        return True
+    rewritten = any(id(node) in mentions.covered for node in (tested, *find(tested, cst.CSTNode)))
+    return not rewritten and _CUDA_HARDWARE.search(reason) is not None
+
+
+#: a skip reason that names CUDA or NVIDIA hardware: the test needs it, not just any accelerator
+_CUDA_HARDWARE = re.compile(
+    r"\bcuda\b|\bnvidia\b|\bhopper\b|\bblackwell\b|\bampere\b|\bsm\s?_?\d{2,3}|\bsm\s?\d{1,2}\.\d|"
+    r"\b[abh]\d00\b|\bcompute capability\b",
+    re.IGNORECASE,
+)
+
+
+def _reason(call: cst.Call) -> str:
+    """The reason a skip decorator or call gives (its second positional argument, or `reason=` / `msg=`), or
+    ""."""
+    for index, arg in enumerate(call.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if keyword in ("reason", "msg") or (keyword is None and index == 1):
+            return string_value(arg.value) or ""
+    return ""
 
 
 def _holds_any(node: cst.CSTNode, pendings: list) -> bool:

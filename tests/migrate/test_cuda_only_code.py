@@ -2138,3 +2138,55 @@ def test_a_device_test_passed_as_a_gpu_flag_is_not_safe(keyword, unsafe):
     [test] = findings(source, ("NM105",))
     assert (test.fix.safety == "unsafe") is unsafe
     assert (f"its value is the `{keyword}=` argument of `KMeans(...)`" in test.message) is unsafe
+
+
+_GATED_MODULE = (
+    "import pytest\nimport torch\n\n\ndef _is_sm_10x():\n"
+    "    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 10\n\n\n"
+    "{gate}\n\n\ndef test_kernel():\n    x = torch.ones(4, device='cuda')\n    assert x.sum() == 4\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("gate", "gated"),
+    [
+        (
+            "if not (torch.cuda.is_available() and _is_sm_10x()):\n"
+            "    pytest.skip('Requires CUDA SM 10.x', allow_module_level=True)",
+            True,
+        ),
+        ("pytestmark = pytest.mark.skipif(not _is_sm_10x(), reason='needs an SM100 GPU')", True),
+        ("pytestmark = [pytest.mark.skipif(not _is_sm_10x(), reason='needs Blackwell')]", True),
+        ("pytestmark = pytest.mark.skipif(not _is_sm_10x(), reason='needs a GPU')", False),
+        ("if not _is_sm_10x():\n    print('slow without a GPU')", False),
+    ],
+)
+def test_a_test_module_skipped_without_cuda_stays_cudas(gate, gated):
+    """torchao's MoE kernel tests skip the whole module unless CUDA SM 10.x (or MI300) is there (review 40):
+    its tests only run on that hardware, and a generic device would only send them to hosts they skip
+    anyway. A skip whose reason asks for any GPU, or code that does not skip, is not such a gate."""
+    source = _GATED_MODULE.format(gate=gate)
+    placement = next(f for f in findings(source) if f.code == "NM101")
+    assert (placement.fix is None) is gated
+    assert ("the test module only runs with CUDA" in placement.message) is gated
+
+
+@pytest.mark.parametrize(
+    ("decorator", "gated"),
+    [
+        ('@unittest.skipIf(not _is_fp8_sdpa_available(), "FP8 SDPA requires CUDA and FA3")', True),
+        ('@unittest.skipUnless(_is_hopper(), "Requires PyTorch >= 2.11, Hopper GPU, and FA3")', True),
+        ('@unittest.skipIf(_is_hopper(), "flaky on CUDA")', False),  # skipped on CUDA: runs elsewhere
+        ('@unittest.skipIf(not _has_accelerator(), "needs an accelerator")', False),
+    ],
+)
+def test_a_skip_decorator_whose_reason_names_cuda_hardware_is_a_cuda_gate(decorator, gated):
+    """torchao's FP8 attention tests gate on helper predicates (`_is_hopper()`, `_is_fp8_sdpa_available()`)
+    whose reason says what they need: CUDA, Hopper (review 40 #48-#116)."""
+    source = (
+        f"import unittest\nimport torch\n\n\nclass T(unittest.TestCase):\n    {decorator}\n"
+        "    def test_it(self):\n        x = torch.ones(4, device='cuda')\n"
+    )
+    placement = next(f for f in findings(source) if f.code == "NM101")
+    assert (placement.fix is None) is gated
+    assert ("a test decorator runs it only with CUDA" in placement.message) is gated
