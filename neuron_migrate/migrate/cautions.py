@@ -7,6 +7,7 @@ its message. A fix that
   dependency);
 - makes a test's skip condition generic, or writes what TorchScript cannot run into code it may compile;
 - makes code generic that works with a library whose kernels are the CPU's and CUDA's only;
+- makes a test generic whose answer is a callee's GPU switch (`gpu=`, `use_gpu=`);
 - widens a check around code MPS cannot run (pinning memory, moving float64 data, synchronizing a stream), or
   names the device in a function that works in float64 (MPS has none);
 - makes code generic in a module that keeps other accelerators apart;
@@ -72,6 +73,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
         return cannot
+    if pending.fix.generalizes and (switch := _gpu_switch(ctx, pending.stack)) is not None:
+        return _GPU_SWITCH.format(keyword=switch[0], callee=switch[1])
     if (on_mps := _raises_on_older_mps(pending, style.target_torch)) is not None:
         return on_mps
     if pending.fix.generalizes and (load := _load_as_saved(ctx, pending)) is not None:
@@ -84,6 +87,35 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         and not after_device_branches(ctx, pending.stack)
     ):
         return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
+    return None
+
+
+_GPU_SWITCH = (
+    "its value is the `{keyword}=` argument of `{callee}(...)`, which decides what a GPU is there (faiss's "
+    "`gpu=` asks for NVIDIA GPUs): check that it handles neuron"
+)
+#: a keyword that switches a callee's GPU path on (`gpu=`, `use_gpu=`, `on_cuda=`; not a count, `num_gpus=`)
+_GPU_KEYWORD = re.compile(r"^(?:(?:use|on|with|enable)_)?(?:gpu|cuda)$", re.IGNORECASE)
+#: the expressions a test's answer passes through on its way to be an argument's value
+_ANSWER_PARTS = (cst.IfExp, cst.BooleanOperation, cst.UnaryOperation, cst.Comparison)
+
+
+def _gpu_switch(ctx, stack: tuple[cst.CSTNode, ...]) -> tuple[str, str] | None:
+    """(the keyword, the callee), as text, when the code at the end of `stack` decides the value of a keyword
+    argument that names a GPU: pytorch-metric-learning's `FaissKMeans(niter=20, gpu=self.device.type ==
+    "cuda")` (review 39 #24), torchao's `faiss.Kmeans(..., gpu=True if torch.cuda.is_available() else
+    False)` (review 40 #168)."""
+    for index in range(len(stack) - 2, 0, -1):
+        parent, child = stack[index], stack[index + 1]
+        if isinstance(parent, cst.Arg):
+            call = stack[index - 1]
+            if parent.value is not child or parent.keyword is None or not isinstance(call, cst.Call):
+                return None
+            keyword = parent.keyword.value
+            return (keyword, ctx.code(call.func).strip()) if _GPU_KEYWORD.search(keyword) else None
+        own_call = isinstance(parent, cst.Call) and parent.func is child  # `torch.cuda.is_available()`
+        if not own_call and not isinstance(parent, _ANSWER_PARTS):
+            return None
     return None
 
 

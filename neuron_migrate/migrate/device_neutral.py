@@ -4,9 +4,7 @@ Fixed (`d.type in ("cuda", "neuron")`), a test like `if x.device.type == "cuda":
 that was written for CUDA only. That is safe when the code is device plumbing (moving and pinning
 tensors, `torch.accelerator` / `torch.amp` calls, logging, builtins) or code the fixes of the same run make
 device-agnostic; anything else (a torch op with a CUDA-only argument such as `torch.mm(out_dtype=...)`, the
-project's own kernels) may not run there, so the rewrite needs a person (`settle` makes it unsafe). So does
-a test whose value is a callee's GPU switch (`gpu=`, `use_gpu=`): what the callee's GPU path is, is the
-callee's.
+project's own kernels) may not run there, so the rewrite needs a person (`settle` makes it unsafe).
 """
 
 from __future__ import annotations
@@ -48,11 +46,6 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
     """Why letting neuron in through the CUDA device-type test `check` could send it into code it may not run,
     or None: the file uses CUDA-only libraries or kernels (`libraries`: their findings), or the code the
     test selects for CUDA makes a call that is neither device plumbing nor fixed in this run."""
-    if (flag := _gpu_flag(ctx, check.stack)) is not None:
-        return (
-            f"its value is the `{flag[0]}=` argument of `{flag[1]}(...)`, which decides what a GPU is there: "
-            "check that it handles neuron"
-        )
     side, rest = cuda_side(ctx, check), and_rest(check)
     if (subject := _tested_name(check.node)) and _assigns(side, subject):
         return (
@@ -73,22 +66,6 @@ def widening_risk(ctx, check, libraries: list, covered: set[int]) -> str | None:
         used = ctx.code(libraries[0].node).strip().splitlines()[0]
         return f"the file uses CUDA-only code, `{used}`: check that neuron should take this path"
     return None
-
-
-#: a keyword that asks a callee for its GPU path (`gpu=`, `use_gpu=`, `on_cuda=`)
-_GPU_KEYWORD = re.compile(r"(?:^|_)(?:gpus?|cuda)$", re.IGNORECASE)
-
-
-def _gpu_flag(ctx, stack: tuple[cst.CSTNode, ...]) -> tuple[str, str] | None:
-    """(the keyword, the callee), as text, when the test at the end of `stack` is the whole value of a
-    keyword argument that names a GPU (pytorch-metric-learning's `FaissKMeans(niter=20, gpu=self.device.type
-    == "cuda")`, which asks faiss for NVIDIA GPUs: review 39 #24)."""
-    if len(stack) < 3 or not isinstance(arg := stack[-2], cst.Arg) or arg.value is not stack[-1]:
-        return None
-    if arg.keyword is None or not _GPU_KEYWORD.search(arg.keyword.value):
-        return None
-    call = stack[-3]
-    return (arg.keyword.value, ctx.code(call.func).strip()) if isinstance(call, cst.Call) else None
 
 
 def _tested_name(test: cst.CSTNode) -> str | None:

@@ -2140,6 +2140,20 @@ def test_a_device_test_passed_as_a_gpu_flag_is_not_safe(keyword, unsafe):
     assert (f"its value is the `{keyword}=` argument of `KMeans(...)`" in test.message) is unsafe
 
 
+def test_an_availability_check_that_decides_a_gpu_switch_is_not_safe():
+    """torchao's k-means codebook passes `gpu=True if torch.cuda.is_available() else False` to
+    `faiss.Kmeans` (review 40 #168): faiss's GPU is CUDA's. A check that only reaches the switch through a
+    call of its own (`pick(...)`) is not the switch."""
+    source = (
+        "import faiss\nimport torch\n\n\ndef train(d, k):\n"
+        "    return faiss.Kmeans(d, k, gpu=True if torch.cuda.is_available() else False)\n\n\n"
+        "def seeded(d, k):\n    return faiss.Kmeans(d, k, seed=pick(torch.cuda.is_available()))\n"
+    )
+    checks = {f.line: f for f in findings(source, ("NM106",))}
+    assert checks[6].fix.safety == "unsafe" and "`gpu=` argument of `faiss.Kmeans(...)`" in checks[6].message
+    assert checks[10].fix.safety == "safe"
+
+
 _GATED_MODULE = (
     "import pytest\nimport torch\n\n\ndef _is_sm_10x():\n"
     "    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 10\n\n\n"
