@@ -2204,3 +2204,17 @@ def test_a_skip_decorator_whose_reason_names_cuda_hardware_is_a_cuda_gate(decora
     placement = next(f for f in findings(source) if f.code == "NM101")
     assert (placement.fix is None) is gated
     assert ("a test decorator runs it only with CUDA" in placement.message) is gated
+
+
+def test_a_test_that_calls_cuda_and_cpu_itself_tests_the_methods():
+    """torchao's `test_device1_to_device2` moves a tensor subclass with `.to(device=...)`, `.to(...)`,
+    `.cuda()` and `.cpu()` in turn (review 40 #180): rewritten, CUDA runs would no longer cover `.cuda()`.
+    A test that keeps what `.cuda()` returns, or has no bare `.cpu()`, is ordinary device code."""
+    source = (
+        "import torch\n\n\nclass T:\n    def test_device1_to_device2(self, make, d1):\n"
+        "        make(d1).cuda()\n        make(d1).cpu()\n\n    def test_other(self, x):\n"
+        "        x.cuda()\n        y = x.cpu()\n\n"
+        "    def helper(self, x):\n        x.cuda()\n        x.cpu()\n"
+    )
+    fixes = {f.line: f.fix for f in findings(source, ("NM103",))}
+    assert fixes[6] is None and fixes[10] is not None and fixes[14] is not None

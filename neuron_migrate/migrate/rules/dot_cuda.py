@@ -15,6 +15,7 @@ from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
+from neuron_migrate.migrate.walk import find
 
 
 class DotCuda(Rule):
@@ -47,7 +48,8 @@ class DotCuda(Rule):
     No change for an object an `if` around the call finds on CUDA already (`if m.device.type == "cuda":
     m.cuda()`): the call moves nothing and runs for the object's own `cuda()` (bitsandbytes' re-quantizing
     `Int8Params.cuda()`), which `.to()` skips. A keyword `.cuda()` does not take (`device_id=`, torch 0.3's)
-    is left for a person.
+    is left for a person. A test that calls `.cuda()` and `.cpu()` as statements of their own tests the
+    methods themselves (no change).
     The storage a `torch.load` `map_location` function receives (`lambda storage, loc: ...`, or a `def` the
     module passes so) gets `.to(device=...)`: `UntypedStorage.to()` takes the device as a keyword only.
     """
@@ -123,6 +125,24 @@ class DotCuda(Rule):
         ),
     )
 
+    def _exercised(self, call: cst.Call) -> str | None:
+        """The name of the test function the call is a statement of, when it only calls `.cuda()` (the result
+        unused) and the test also makes a bare `.cpu()` call: it exercises the moves themselves (torchao's
+        `test_device1_to_device2` calls `.to(device=...)`, `.to(...)`, `.cuda()` and `.cpu()` in turn,
+        review 40 #180)."""
+        stack = self.ctx.stack
+        if len(stack) < 2 or not isinstance(stack[-2], cst.Expr):
+            return None
+        test = next((n for n in reversed(stack) if isinstance(n, cst.FunctionDef)), None)
+        if test is None or not test.name.value.startswith("test"):
+            return None
+        for statement in find(test, cst.Expr):
+            value = statement.value
+            moved = isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not value.args
+            if moved and value.func.attr.value == "cpu":
+                return test.name.value
+        return None
+
     @classmethod
     def can_report(cls, lex: Lexicon) -> bool:
         """A `.cuda` attribute."""
@@ -137,6 +157,7 @@ class DotCuda(Rule):
 
         own = self._own_method(func.value)
         storage = self._map_location_storage(func.value)
+        exercised = self._exercised(node)
 
         def decide() -> None:
             if own is not None:
@@ -145,6 +166,14 @@ class DotCuda(Rule):
                     self.message + f"; its class defines `{own}` itself, so `self.cuda()` is the class's "
                     f"own method (a `.to()` here would call its `{own}`): give the class a device-generic "
                     "method by hand",
+                )
+                return
+            if exercised is not None:
+                self.report(
+                    node,
+                    self.message,
+                    no_change=f"the test `{exercised}` calls `.cuda()` itself, beside `.cpu()`: it tests the "
+                    "method, which a `.to()` would no longer cover: no change needed",
                 )
                 return
             if (test := self._on_cuda_already(func.value)) is not None:
