@@ -5,7 +5,8 @@ its message. A fix that
   (the launching host's accelerator is not the workers');
 - needs `import torch` in a module that imports torch only inside its functions (an optional or heavy
   dependency);
-- makes a test's skip condition generic, or writes what TorchScript cannot run into code it may compile;
+- makes a test's skip condition generic, or a test module's device (at its top), or writes what TorchScript
+  cannot run into code it may compile;
 - makes code generic that works with a library whose kernels are the CPU's and CUDA's only;
 - makes a test generic whose answer is a callee's GPU switch (`gpu=`, `use_gpu=`);
 - widens a check around code MPS cannot run (pinning memory, moving float64 data, synchronizing a stream), or
@@ -28,6 +29,7 @@ from neuron_migrate.migrate.cuda_files import cpu_and_cuda_library
 from neuron_migrate.migrate.device_neutral import flag_side
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.imports import lazy_import
+from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.patterns import keyword
 from neuron_migrate.migrate.rules.float64 import makes_float64, spells_float64
@@ -67,6 +69,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _LAZY_IMPORT.format(lazy=lazy)
     if pending.fix.generalizes and (gate := skip_gate(ctx, pending.stack)) is not None:
         return SKIP_GATE.format(gate=gate)
+    if pending.fix.generalizes and (name := _test_module_device(ctx, pending.stack)) is not None:
+        return _TEST_MODULE_DEVICE.format(name=name)
     if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
         return SCRIPTED.format(scope=scope)
     if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
@@ -88,6 +92,29 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
     ):
         return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
     return None
+
+
+_TEST_MODULE_DEVICE = (
+    "it picks the device of a test module's tests (`{name}`, at its top): made generic, they move to the "
+    "accelerator of MPS and XPU hosts (CI runners among them) where they ran on the CPU; check that the "
+    "tests are device-generic, or keep this CUDA's and add `neuron`"
+)
+
+
+def _test_module_device(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The name a test module (`test_*.py`, `*_test.py`) assigns at its top level with the code at the end of
+    `stack`: torchao's `_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")`, which every
+    test places on and `skipIf(_DEVICE == "cpu", ...)` tests, and `DEVICES = {torch.device("cpu"), ...}`,
+    which 15 test loops run over (review 40 #117, #118)."""
+    file = ctx.path.rsplit("/", 1)[-1]
+    if not (file.startswith("test_") or file.endswith("_test.py")) or len(stack) < 2:
+        return None
+    statement = stack[1]
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if not isinstance(small, (cst.Assign, cst.AnnAssign)):
+        return None
+    target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+    return dotted(target)
 
 
 _GPU_SWITCH = (

@@ -2218,3 +2218,21 @@ def test_a_test_that_calls_cuda_and_cpu_itself_tests_the_methods():
     )
     fixes = {f.line: f.fix for f in findings(source, ("NM103",))}
     assert fixes[6] is None and fixes[10] is not None and fixes[14] is not None
+
+
+_TEST_MODULE = (
+    'import torch\n\n_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n\n\n'
+    "def test_x():\n    x = torch.ones(2, device=_DEVICE)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "cautioned"), [("test_parq.py", True), ("parq_test.py", True), ("parq.py", False)]
+)
+def test_a_test_modules_device_at_its_top_is_not_safe(path, cautioned):
+    """torchao's PARQ tests pick `_DEVICE` at the module's top; every test places on it and
+    `skipIf(_DEVICE == "cpu", ...)` tests it (review 40 #117). Made generic, the suite moves to MPS and XPU
+    hosts' accelerator where it ran on the CPU: a person decides, as for a skip condition."""
+    assert (fixed(_TEST_MODULE, path=path) == _TEST_MODULE) is cautioned
+    choice = next(f for f in findings(_TEST_MODULE, path=path, unsafe=True) if f.code == "NM105")
+    assert ("it picks the device of a test module's tests (`_DEVICE`" in choice.message) is cautioned
