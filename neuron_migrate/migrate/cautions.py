@@ -8,7 +8,7 @@ its message. A fix that
 - makes a test's skip condition generic, or a test module's device (at its top), or writes what TorchScript
   cannot run into code it may compile;
 - makes code generic that works with a library whose kernels are the CPU's and CUDA's only;
-- makes a test generic whose answer is a callee's GPU switch (`gpu=`, `use_gpu=`);
+- makes a check generic whose answer is a callee's GPU switch (`gpu=`, `use_gpu=`);
 - widens a check around code MPS cannot run (pinning memory, moving float64 data, synchronizing a stream), or
   names the device in a function that works in float64 (MPS has none);
 - makes code generic in a module that keeps other accelerators apart;
