@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import find, walk
 
 
 class CallSite(NamedTuple):
@@ -117,3 +117,12 @@ def _collect(module: cst.Module) -> Calls:
 
     walk(module, Collect())
     return calls
+
+
+def top_level_names(ctx) -> list[tuple[cst.CSTNode, frozenset[str]]]:
+    """Each top-level statement of the file with the names (`Name` nodes) in it, found on first use: what the
+    module's definitions refer to, for the analyses that follow who uses whom across them."""
+    return ctx.once(
+        top_level_names,
+        lambda: [(s, frozenset(n.value for n in find(s, cst.Name))) for s in ctx.module.body],
+    )

@@ -82,6 +82,7 @@ from neuron_migrate.migrate.guards import conjuncts, exits, implies
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import imported_library, library_of
+from neuron_migrate.migrate.test_gates import module_skip, skipif_mark
 from neuron_migrate.migrate.walk import find, statements, walk
 
 #: EGL_DEVICE_ID picks the GPU that renders through EGL (MuJoCo, dm_control): a GPU's index, not an
@@ -571,44 +572,16 @@ def _module_gate(mentions: CudaMentions, stack, leftovers: list) -> str | None:
 
 def _module_skips(module: cst.Module) -> list[tuple[int, cst.CSTNode, cst.Call]]:
     """(index, statement, skip call) of the module's top-level statements that may skip the whole module: an
-    `if` without `else` whose body skips it (`_module_skip`), a `pytestmark` `skipif` mark."""
+    `if` without `else` whose body skips it (`test_gates.module_skip`), a `pytestmark` `skipif` mark."""
     found = []
     for index, statement in enumerate(module.body):
         if isinstance(statement, cst.If) and statement.orelse is None:
-            skip = _module_skip(statement.body)
+            skip = module_skip(statement.body)
         else:
-            skip = _pytestmark(statement)
+            skip = skipif_mark(statement)
         if skip is not None:
             found.append((index, statement, skip))
     return found
-
-
-def _module_skip(body: cst.BaseSuite) -> cst.Call | None:
-    """The `pytest.skip(..., allow_module_level=True)` call a block makes, or the `unittest.SkipTest(...)` it
-    raises, if any."""
-    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
-    for line in lines:
-        for small in getattr(line, "body", ()):
-            value = small.value if isinstance(small, cst.Expr) else getattr(small, "exc", None)
-            if not isinstance(value, cst.Call):
-                continue
-            name = (dotted(value.func) or "").rsplit(".", 1)[-1]
-            level = any(a.keyword is not None and a.keyword.value == "allow_module_level" for a in value.args)
-            if (name == "skip" and level) or (name == "SkipTest" and isinstance(small, cst.Raise)):
-                return value
-    return None
-
-
-def _pytestmark(statement: cst.CSTNode) -> cst.Call | None:
-    """The `skipif` mark of `pytestmark = pytest.mark.skipif(...)` (alone or in a list), if the statement is
-    that."""
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
-    if not isinstance(small, cst.Assign) or dotted(small.targets[0].target) != "pytestmark":
-        return None
-    values = [e.value for e in small.value.elements] if isinstance(small.value, cst.List) else [small.value]
-    return next(
-        (v for v in values if isinstance(v, cst.Call) and (dotted(v.func) or "").endswith(".skipif")), None
-    )
 
 
 def _cuda_handler(ctx, stack) -> str | None:

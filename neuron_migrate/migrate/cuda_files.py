@@ -31,7 +31,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.migrate.call_sites import calls_in
+from neuron_migrate.migrate.call_sites import calls_in, top_level_names
 from neuron_migrate.migrate.device_literals import string_value
 from neuron_migrate.migrate.names import dotted, import_bindings
 from neuron_migrate.migrate.patterns import keyword, positional
@@ -177,15 +177,18 @@ def cpu_and_cuda_library(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     names = sorted({name.value for name in find(functions[0], cst.Name)})
     if (direct := next((bound[name] for name in names if name in bound), None)) is not None:
         return direct
-    users = ctx.once(_library_users, lambda: _library_users(ctx.module, bound))
+    users = ctx.once(_library_users, lambda: _library_users(ctx, bound))
     return next((users[name] for name in names if name in users), None)
 
 
-def _library_users(module: cst.Module, bound: dict[str, str]) -> dict[str, str]:
+def _library_users(ctx, bound: dict[str, str]) -> dict[str, str]:
     """The module's top-level functions and classes that use a library of `bound` (a local name -> the
     library), directly or through one another, with the library they reach."""
-    definitions = [s for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
-    uses = {d.name.value: sorted({n.value for n in find(d, cst.Name)}) for d in definitions}
+    uses = {
+        statement.name.value: sorted(names)
+        for statement, names in top_level_names(ctx)
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+    }
     users: dict[str, str] = {}
     changed = True
     while changed:

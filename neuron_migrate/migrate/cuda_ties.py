@@ -32,7 +32,7 @@ from itertools import pairwise
 
 import libcst as cst
 
-from neuron_migrate.migrate.call_sites import calls_in
+from neuron_migrate.migrate.call_sites import calls_in, top_level_names
 from neuron_migrate.migrate.chains import OTHER_ACCELERATOR_TYPES
 from neuron_migrate.migrate.context import shortened, tests_cuda_availability
 from neuron_migrate.migrate.cuda_context import CudaMentions, only_on_cuda
@@ -69,7 +69,7 @@ def helper_of_cuda_function(ctx, pending, leftovers: list) -> tuple[str, str] | 
     name = top.name.value
     if not name.startswith("_") or name.startswith("__"):
         return None
-    users = ctx.once(_top_level_users, lambda: _top_level_users(ctx.module)).get(name)
+    users = ctx.once(_top_level_users, lambda: _top_level_users(ctx)).get(name)
     if not users or None in users:
         return None
     found = None
@@ -81,14 +81,14 @@ def helper_of_cuda_function(ctx, pending, leftovers: list) -> tuple[str, str] | 
     return found
 
 
-def _top_level_users(module: cst.Module) -> dict[str, list[cst.CSTNode | None]]:
+def _top_level_users(ctx) -> dict[str, list[cst.CSTNode | None]]:
     """For each name: the top-level functions and classes of the module that refer to it, other than the one
     that defines it, and None for each other top-level statement that does."""
     users: dict[str, list[cst.CSTNode | None]] = {}
-    for statement in module.body:
+    for statement, names in top_level_names(ctx):
         definition = statement if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) else None
         own = definition.name.value if definition is not None else None
-        for referred in {node.value for node in find(statement, cst.Name)} - {own}:
+        for referred in names - {own}:
             users.setdefault(referred, []).append(definition)
     return users
 

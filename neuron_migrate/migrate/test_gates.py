@@ -5,6 +5,8 @@
 `self.skipTest(...)`, `raise unittest.SkipTest(...)`). Made generic, such a check runs the test on every
 accelerator host, MPS and XPU CI runners among them, and a test written for CUDA (`'cuda'` in its
 parameters, `patch('torch.cuda.is_available', ...)`) then fails there: skorch's test suite (review 14).
+A module-level skip (`pytest.skip(..., allow_module_level=True)`, `pytestmark = pytest.mark.skipif(...)`)
+gates every test of the module (`module_skip`, `skipif_mark`; `cuda_context` reads them).
 """
 
 from __future__ import annotations
@@ -44,12 +46,42 @@ def _last_name(expression: cst.BaseExpression) -> str:
 def _skips(body: cst.BaseSuite) -> bool:
     """Whether a block skips the test: a statement of it calls `pytest.skip` / `self.skipTest` /
     `pytest.xfail`, or raises `SkipTest`."""
+    return bool(_skip_calls(body))
+
+
+def module_skip(body: cst.BaseSuite) -> cst.Call | None:
+    """The call with which a block skips a whole test module, if any: `pytest.skip(...,
+    allow_module_level=True)`, or a raised `unittest.SkipTest(...)`."""
+    for call, raised in _skip_calls(body):
+        name = _last_name(call.func)
+        keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+        module_level = "allow_module_level" in keywords
+        if (name == "SkipTest" and raised) or (name == "skip" and module_level):
+            return call
+    return None
+
+
+def skipif_mark(statement: cst.CSTNode) -> cst.Call | None:
+    """The `skipif` mark of `pytestmark = pytest.mark.skipif(...)` (alone or in a list), if the statement is
+    that: it gates every test of the module."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    if not isinstance(small, cst.Assign) or dotted(small.targets[0].target) != "pytestmark":
+        return None
+    values = [e.value for e in small.value.elements] if isinstance(small.value, cst.List) else [small.value]
+    return next(
+        (v for v in values if isinstance(v, cst.Call) and (dotted(v.func) or "").endswith(".skipif")), None
+    )
+
+
+def _skip_calls(body: cst.BaseSuite) -> list[tuple[cst.Call, bool]]:
+    """The skip calls a block's statements make, each with whether it is raised (`raise SkipTest(...)`)."""
     if isinstance(body, cst.SimpleStatementSuite):  # `if not ...: pytest.skip(...)` on one line
         smalls = list(body.body)
     else:
         smalls = [s for line in body.body if isinstance(line, cst.SimpleStatementLine) for s in line.body]
+    found = []
     for small in smalls:
         value = small.value if isinstance(small, cst.Expr) else getattr(small, "exc", None)
         if isinstance(value, cst.Call) and _last_name(value.func) in _SKIPS:
-            return True
-    return False
+            found.append((value, isinstance(small, cst.Raise)))
+    return found

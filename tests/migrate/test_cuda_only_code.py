@@ -2236,3 +2236,14 @@ def test_a_test_modules_device_at_its_top_is_not_safe(path, cautioned):
     assert (fixed(_TEST_MODULE, path=path) == _TEST_MODULE) is cautioned
     choice = next(f for f in findings(_TEST_MODULE, path=path, unsafe=True) if f.code == "NM105")
     assert ("it picks the device of a test module's tests (`_DEVICE`" in choice.message) is cautioned
+
+
+def test_a_module_level_if_with_a_nested_block_is_analysed():
+    """torchao's FSDP2/TP test opens with `if ...: pytest.skip(...)` blocks; a module-level `if` whose body
+    holds another compound statement made the module-skip reader iterate a block (an NM903 analysis failure
+    for the whole file, found in the reread)."""
+    source = (
+        "import pytest\nimport torch\n\nif flag:\n    if other:\n"
+        "        pytest.skip('no', allow_module_level=True)\n\nx = torch.ones(2, device='cuda')\n"
+    )
+    assert not [f for f in findings(source) if f.code.startswith("NM9")]
