@@ -6,7 +6,9 @@ A fix is withdrawn, with a note saying why, when its code:
   (`torch/cuda/memory.py`, `cuda_utils.py`, `torch/backends/cudnn/rnn.py`, `def cuda(self)`,
   `is_torch_cuda_available`, `_nccl_algo_time`: `cuda_files.cuda_named`), in a module whose docstring
   says it requires CUDA, or in a
-  module that drives a CUDA-only library (`accelerate/utils/megatron_lm.py`: `cuda_files`);
+  module that drives a CUDA-only library (`accelerate/utils/megatron_lm.py`: `cuda_files`) or defines
+  kernels with one (`@triton.jit`: `kernel_modules`), or in a function that uses a name imported from the
+  project's own kernel module (`from .kernels import fused_add`), itself or through its module's helpers;
 - only runs when a test that is about CUDA and stays CUDA's holds: the body of an `if`/`while`/conditional
   whose test mentions CUDA in code no fix of this run rewrites (`elif is_torch_cuda_available():`,
   `if len(torch.cuda.default_generators) > 0:`, `if backend == "nccl":`), the `else` of such a test when it
@@ -72,16 +74,18 @@ from neuron_migrate.migrate.cuda_files import (
     cuda_file,
     cuda_kernel_registry,
     cuda_named,
-    kernel_library,
     library_module,
+    project_kernel,
     requires_cuda,
 )
+from neuron_migrate.migrate.cuda_libraries import library_of
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.device_literals import is_cuda_string, literal_value, string_value
 from neuron_migrate.migrate.guards import conjuncts, exits, implies
+from neuron_migrate.migrate.kernel_modules import kernel_library
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
-from neuron_migrate.migrate.rules.libraries import imported_library, library_of
+from neuron_migrate.migrate.rules.libraries import imported_library
 from neuron_migrate.migrate.test_gates import module_skip, skipif_mark
 from neuron_migrate.migrate.walk import find, statements, walk
 
@@ -135,9 +139,10 @@ class CudaMentions:
     outside availability tests (`torch.cuda.is_available()`, `x.is_cuda`, `d.type == "cuda"`: the device
     rules rewrite those, or keep them as CUDA checks, themselves)."""
 
-    def __init__(self, ctx, covered: set[int]) -> None:
+    def __init__(self, ctx, covered: set[int], kernel_modules: tuple[tuple[str, str], ...] = ()) -> None:
         self.ctx = ctx
         self.covered = covered
+        self.kernel_modules = kernel_modules  # the project's own kernel modules (`FixStyle.kernel_modules`)
         self.libraries: dict[int, str | None] = {}  # per function: the CUDA-only library it requires
         self.cuda_functions: set[str] | None = None  # the module's functions that require CUDA, by name
         self.cuda_calls: dict[int, str | None] = {}  # per statement: the one of those it calls
@@ -265,9 +270,9 @@ class CudaMentions:
         return self.extension_source[0]
 
     def kernel_library(self) -> str | None:
-        """The CUDA-only library the module defines kernels with (`cuda_files.kernel_library`), if any."""
+        """The CUDA-only library the module defines kernels with (`kernel_modules.kernel_library`), if any."""
         if self.module_kernels is None:
-            self.module_kernels = (kernel_library(self.ctx.module),)
+            self.module_kernels = (kernel_library(self.ctx.source.encode()),)
         return self.module_kernels[0]
 
     def requires_cuda(self) -> bool:
@@ -427,6 +432,12 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     if function is not None:
         if (library := _library_around(mentions, stack)) is not None:
             return CudaOnly(f"its function requires `{library}`, which is CUDA-only: no change needed")
+        if (kernel := project_kernel(mentions.ctx, stack, mentions.kernel_modules)) is not None:
+            name, module, library = kernel
+            return CudaOnly(
+                f"its function uses `{name}` from `{module}`, which defines `{library}` kernels that run "
+                "only on NVIDIA GPUs: port them to give it another device (no change needed here)"
+            )
         if (query := mentions.nvidia_query(function)) is not None:
             return CudaOnly(
                 f"its function asks NVIDIA's driver or topology (`{query}()`), which Trainium does not have: "

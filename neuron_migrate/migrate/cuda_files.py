@@ -32,10 +32,12 @@ import re
 import libcst as cst
 
 from neuron_migrate.migrate.call_sites import calls_in, top_level_names
+from neuron_migrate.migrate.cuda_libraries import library_of
 from neuron_migrate.migrate.device_literals import string_value
+from neuron_migrate.migrate.kernel_modules import module_name
 from neuron_migrate.migrate.names import dotted, import_bindings
 from neuron_migrate.migrate.patterns import keyword, positional
-from neuron_migrate.migrate.rules.libraries import imported_library, library_of
+from neuron_migrate.migrate.rules.libraries import imported_library
 from neuron_migrate.migrate.sources import KERNEL_SUFFIXES
 from neuron_migrate.migrate.walk import find
 
@@ -92,33 +94,6 @@ def library_module(module: cst.Module, path: str) -> str | None:
         if library is not None and library.split(".")[0].lower() in stem:
             return library
     return None
-
-
-def kernel_library(module: cst.Module) -> str | None:
-    """The CUDA-only library a module defines kernels with: a top-level function decorated through a name
-    that a top-level import of the library binds (`from numba import cuda` then `@cuda.jit`), if any."""
-    bound = dict(_library_bindings(module))
-    if not bound:
-        return None
-    functions = [statement for statement in module.body if isinstance(statement, cst.FunctionDef)]
-    for decorator in (decorator.decorator for function in functions for decorator in function.decorators):
-        callee = decorator.func if isinstance(decorator, cst.Call) else decorator
-        head = (dotted(callee) or "").split(".")[0]
-        if head in bound:
-            return bound[head]
-    return None
-
-
-def _library_bindings(module: cst.Module):
-    """(local name, CUDA-only library) for each name the module's top-level imports bind to one."""
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, (cst.Import, cst.ImportFrom)):
-                for local, qualified in import_bindings(small):
-                    if (library := library_of(qualified)) is not None:
-                        yield local, library
 
 
 def _top_level_blocks(module: cst.Module) -> list[list[cst.CSTNode]]:
@@ -199,6 +174,83 @@ def _library_users(ctx, bound: dict[str, str]) -> dict[str, str]:
                 users[name] = reached
                 changed = True
     return users
+
+
+def project_kernel(
+    ctx, stack: tuple[cst.CSTNode, ...], kernel_modules: tuple[tuple[str, str], ...]
+) -> tuple[str, str, str] | None:
+    """(the name it uses, the module, its library) when the code at the end of `stack` is in a function that
+    uses a name the module's top-level imports bind to one of the project's own kernel modules
+    (`kernel_modules.py`: `from ...kernels.fp8_dynamic_tensorwise import hp_to_fp8_row_major`), itself or
+    through the module's own functions and classes that do; None for module-level code."""
+    functions = [node for node in stack if isinstance(node, cst.FunctionDef)]
+    if not kernel_modules or not functions:
+        return None
+    bound = ctx.once((project_kernel, kernel_modules), lambda: _kernel_bindings(ctx, dict(kernel_modules)))
+    if not bound:
+        return None
+    names = sorted({name.value for name in find(functions[0], cst.Name)})
+    local = next((name for name in names if name in bound), None)
+    if local is None:
+        users = ctx.once((_library_users, project_kernel), lambda: _library_users(ctx, {n: n for n in bound}))
+        local = next((users[name] for name in names if name in users), None)
+    return None if local is None else (local, *bound[local])
+
+
+def _kernel_bindings(ctx, modules: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Local name -> (kernel module, library) for each name the module's top-level imports bind to one of
+    `modules` (dotted names from the scan's root -> library), or to a name defined in one."""
+    own = module_name(ctx.path)
+    package = own if ctx.path.replace("\\", "/").endswith("__init__.py") else own.rpartition(".")[0]
+    bound: dict[str, tuple[str, str]] = {}
+    for statement in ctx.module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    as_name = alias.asname.name if alias.asname is not None else None
+                    kernel = _kernel_module(dotted(alias.name) or "", modules)
+                    if isinstance(as_name, cst.Name) and kernel is not None:
+                        bound[as_name.value] = kernel
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                base = _absolute(small, package)
+                for alias in small.names:
+                    if not isinstance(alias.name, cst.Name):
+                        continue
+                    name = alias.name.value
+                    kernel = _kernel_module(f"{base}.{name}".lstrip("."), modules) or _kernel_module(
+                        base, modules
+                    )
+                    if kernel is not None:
+                        local = alias.asname.name if alias.asname is not None else alias.name
+                        bound[local.value if isinstance(local, cst.Name) else name] = kernel
+    return bound
+
+
+def _absolute(statement: cst.ImportFrom, package: str) -> str:
+    """The module `from M import ...` names, a relative one resolved against the importing `package`."""
+    written = dotted(statement.module) if statement.module is not None else ""
+    if not statement.relative:
+        return written or ""
+    parts = package.split(".") if package else []
+    parts = parts[: len(parts) - (len(statement.relative) - 1)] if len(statement.relative) > 1 else parts
+    return ".".join([*parts, *([written] if written else [])])
+
+
+def _kernel_module(name: str, modules: dict[str, str]) -> tuple[str, str] | None:
+    """The kernel module of `modules` that the dotted `name` is: the same, or one ending in the other (the
+    scan's root above or below the package root), by two components at least."""
+    if not name:
+        return None
+    if name in modules:
+        return name, modules[name]
+    if name.count(".") < 1:
+        return None
+    for module, library in modules.items():
+        if module.count(".") >= 1 and (module.endswith("." + name) or name.endswith("." + module)):
+            return module, library
+    return None
 
 
 def _cpu_and_cuda(qualified: str) -> str | None:

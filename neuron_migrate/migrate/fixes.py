@@ -15,6 +15,7 @@ idiom (inside an f-string) sets `needs_name`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -128,7 +129,9 @@ class FixStyle:
     least a quarter as many of its files import `deepspeed.accelerator` as mention CUDA: DeepSpeed itself,
     not transformers' one integration module), which its fixes should use (`settle`). `stale_import`: for a
     file that cannot be imported (`stale_imports.py`), the import that fails, the missing module it leads
-    to, and whether the import is that of an enclosing package: it is not fixed."""
+    to, and whether the import is that of an enclosing package: it is not fixed. `kernel_modules`: the
+    project's modules that define GPU kernels with a CUDA-only library (`kernel_modules.py`), as (dotted name
+    from the scan's root, library): code that uses them stays CUDA's (`cuda_files.project_kernel`)."""
 
     layout: Layout = _DEFAULT_LAYOUT
     unsafe: bool = False
@@ -136,6 +139,7 @@ class FixStyle:
     torchscript: bool = False
     deepspeed_accelerator: bool = False
     stale_import: tuple[str, str, bool] = ("", "", False)
+    kernel_modules: tuple[tuple[str, str], ...] = ()
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
@@ -148,4 +152,6 @@ class FixStyle:
     def cache_key(self) -> str:
         """What of the style changes a file's findings, for the scan cache."""
         project = f"{int(self.torchscript)}{int(self.deepspeed_accelerator)}:{self.stale_import}"
+        if self.kernel_modules:
+            project += ":" + hashlib.sha1(repr(self.kernel_modules).encode()).hexdigest()[:12]
         return f"{self.line_length}:{self.target_torch}:{self.torch_floor}:{project}"

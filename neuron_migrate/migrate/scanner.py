@@ -18,6 +18,7 @@ from neuron_migrate import __version__
 from neuron_migrate.errors import UsageError
 from neuron_migrate.migrate.cache import ScanCache, content_hash
 from neuron_migrate.migrate.fixes import FixStyle
+from neuron_migrate.migrate.kernel_modules import kernel_library, module_name
 from neuron_migrate.migrate.layout import layout_for
 from neuron_migrate.migrate.sources import (
     Selection,
@@ -109,18 +110,25 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     digests: list[str | SourceProblem | None] = []
     imports = StaleImports()
     scripts, deepspeed, device_code = False, 0, 0
+    kernels: list[tuple[str, str]] = []
     for source in sources:
         data = None if source.kind == "kernel" else read_bytes(source)
         digests.append(content_hash(data) if isinstance(data, bytes) else data)
         if isinstance(data, bytes):
             imports.read(source.path, data)
             scripts = scripts or _SCRIPTING in data
+            if source.rel.endswith(".py") and (library := kernel_library(data)) is not None:
+                kernels.append((module_name(source.rel), library))
             deepspeed += _DEEPSPEED_ACCELERATOR in data
             device_code += b"cuda" in data
     # DeepSpeed's abstraction is the project's own when a good share of its device code imports it (123 of
     # DeepSpeed's 98 files that mention CUDA), not when one integration module does (1 of transformers' 144)
     own_deepspeed = deepspeed > 0 and 4 * deepspeed >= device_code
-    project = {"torchscript": scripts, "deepspeed_accelerator": own_deepspeed}
+    project = {
+        "torchscript": scripts,
+        "deepspeed_accelerator": own_deepspeed,
+        "kernel_modules": tuple(sorted(kernels)),
+    }
     failing = imports.verdicts()
     for source, digest in zip(sources, digests, strict=True):
         stale = failing.get(source.path.absolute(), ("", "", False))

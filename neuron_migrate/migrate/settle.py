@@ -316,7 +316,9 @@ def _keep_cuda_checks(
     changed = True
     while changed:
         changed = False
-        mentions = CudaMentions(ctx, covered_nodes(pendings, lambda p: applies(p, style)))
+        mentions = CudaMentions(
+            ctx, covered_nodes(pendings, lambda p: applies(p, style)), style.kernel_modules
+        )
         leftovers = [p for p in pendings if getattr(p.rule, "cuda_only", True) and not applies(p, style)]
         # what stays CUDA's whatever the run applies: findings without a fix, CUDA settings among them; not
         # tests of the device, which a generic value still answers right (`if device.startswith("cuda"):`)
