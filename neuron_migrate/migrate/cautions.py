@@ -122,7 +122,7 @@ _GPU_SWITCH = (
     "`gpu=` asks for NVIDIA GPUs): check that it handles neuron"
 )
 #: a keyword that switches a callee's GPU path on (`gpu=`, `use_gpu=`, `on_cuda=`; not a count, `num_gpus=`)
-_GPU_KEYWORD = re.compile(r"^(?:(?:use|on|with|enable)_)?(?:gpu|cuda)$", re.IGNORECASE)
+_GPU_KEYWORD = re.compile(r"^(?:(?:use|on|with|enable|is)_)?(?:gpu|cuda)$", re.IGNORECASE)
 #: the expressions a test's answer passes through on its way to be an argument's value
 _ANSWER_PARTS = (cst.IfExp, cst.BooleanOperation, cst.UnaryOperation, cst.Comparison)
 
@@ -131,7 +131,10 @@ def _gpu_switch(ctx, stack: tuple[cst.CSTNode, ...]) -> tuple[str, str] | None:
     """(the keyword, the callee), as text, when the code at the end of `stack` decides the value of a keyword
     argument that names a GPU: pytorch-metric-learning's `FaissKMeans(niter=20, gpu=self.device.type ==
     "cuda")` (review 39 #24), torchao's `faiss.Kmeans(..., gpu=True if torch.cuda.is_available() else
-    False)` (review 40 #168)."""
+    False)` (review 40 #168), or through a name its function passes there, itself or as a loop's variable
+    (torchao's `is_cuda_options = [True, False] if torch.cuda.is_available() else [False]`, then `for is_cuda
+    in is_cuda_options:` and `helper(..., is_cuda=is_cuda)`, whose pattern inputs are moved with `.cuda()`:
+    review 40 #172)."""
     for index in range(len(stack) - 2, 0, -1):
         parent, child = stack[index], stack[index + 1]
         if isinstance(parent, cst.Arg):
@@ -140,9 +143,33 @@ def _gpu_switch(ctx, stack: tuple[cst.CSTNode, ...]) -> tuple[str, str] | None:
                 return None
             keyword = parent.keyword.value
             return (keyword, ctx.code(call.func).strip()) if _GPU_KEYWORD.search(keyword) else None
+        if isinstance(parent, cst.Assign) and parent.value is child:
+            target = parent.targets[0].target if len(parent.targets) == 1 else None
+            return _named_switch(ctx, stack[:index], target.value) if isinstance(target, cst.Name) else None
         own_call = isinstance(parent, cst.Call) and parent.func is child  # `torch.cuda.is_available()`
         if not own_call and not isinstance(parent, _ANSWER_PARTS):
             return None
+    return None
+
+
+def _named_switch(ctx, stack: tuple[cst.CSTNode, ...], name: str) -> tuple[str, str] | None:
+    """(the keyword, the callee) of a GPU switch the function around the end of `stack` (else the module)
+    passes `name`, or the variable of a `for` loop over it, to."""
+    scope = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), ctx.module)
+    names = {name} | {
+        loop.target.value
+        for loop in find(scope, cst.For)
+        if isinstance(loop.target, cst.Name) and isinstance(loop.iter, cst.Name) and loop.iter.value == name
+    }
+    for call in find(scope, cst.Call):
+        for arg in call.args:
+            if (
+                arg.keyword is not None
+                and isinstance(arg.value, cst.Name)
+                and arg.value.value in names
+                and _GPU_KEYWORD.search(arg.keyword.value)
+            ):
+                return arg.keyword.value, ctx.code(call.func).strip()
     return None
 
 

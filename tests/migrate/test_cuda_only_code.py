@@ -2154,6 +2154,28 @@ def test_an_availability_check_that_decides_a_gpu_switch_is_not_safe():
     assert checks[10].fix.safety == "safe"
 
 
+@pytest.mark.parametrize(
+    ("use", "unsafe"),
+    [
+        ("    for is_cuda in options:\n        m = fuse(m, is_cuda=is_cuda)\n", True),
+        ("    m = fuse(m, use_gpu=options)\n", True),
+        ("    for is_cuda in options:\n        m = fuse(m, strict=is_cuda)\n", False),  # not a GPU switch
+        ("    for flag in other:\n        m = fuse(m, is_cuda=flag)\n", False),  # another name
+    ],
+)
+def test_a_check_whose_name_reaches_a_gpu_switch_is_not_safe(use, unsafe):
+    """torchao's PT2E QAT fusion (review 40 #172, #179): `is_cuda_options = [True, False] if
+    torch.cuda.is_available() else [False]`, then each option is passed as `is_cuda=`, and the helper moves
+    its pattern inputs with `.cuda()`: made generic, every XPU, MPS and neuron host reaches that `.cuda()`."""
+    source = (
+        "import torch\n\n\ndef fuse_all(m, other):\n"
+        "    options = [True, False] if torch.cuda.is_available() else [False]\n" + use + "    return m\n"
+    )
+    [check] = findings(source, ("NM106",))
+    assert (check.fix.safety == "unsafe") is unsafe
+    assert ("argument of `fuse(...)`" in check.message) is unsafe
+
+
 _GATED_MODULE = (
     "import pytest\nimport torch\n\n\ndef _is_sm_10x():\n"
     "    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 10\n\n\n"
