@@ -1,8 +1,9 @@
 """The project's line length and formatter, and keeping the lines a fix writes within them.
 
 The line length comes from the nearest configuration above the file: `line-length` in `[tool.ruff]` or
-`[tool.black]` of a `pyproject.toml`, in `ruff.toml` / `.ruff.toml`, or `max-line-length` in the `[flake8]`
-section of `setup.cfg`, `tox.ini` or `.flake8`; 88 (black's and ruff's default) when there is none.
+`[tool.black]` of a `pyproject.toml`, in `ruff.toml` / `.ruff.toml`, or `max-line-length` (or
+`max_line_length`) in the `[flake8]` section of `setup.cfg`, `tox.ini` or `.flake8`; 88 (black's and
+ruff's default) when there is none.
 
 In a file the project's configured formatter (ruff or black, when installed) already accepts, every line a
 fix changed goes through that formatter's range mode, so the file still passes its check: long lines are
@@ -96,7 +97,10 @@ def _flake8_length(path: Path) -> int | None:
     parser = configparser.ConfigParser()
     try:
         parser.read(path, encoding="utf-8")
-        value = parser.get("flake8", "max-line-length", fallback=None)
+        # flake8 reads either spelling (MONAI's setup.cfg: `max_line_length = 120`)
+        value = parser.get("flake8", "max-line-length", fallback=None) or parser.get(
+            "flake8", "max_line_length", fallback=None
+        )
     except (configparser.Error, OSError, UnicodeDecodeError):
         return None
     return int(value) if value and value.strip().isdigit() else None

@@ -81,6 +81,9 @@ def test_line_length_comes_from_the_nearest_config(tmp_path):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "ruff.toml").write_text("line-length = 120\n")
     assert layout_for(tmp_path / "other") == Layout(120, "ruff", tmp_path / "other" / "ruff.toml")
+    (tmp_path / "flake8").mkdir()  # flake8 takes either spelling (MONAI's setup.cfg)
+    (tmp_path / "flake8" / "setup.cfg").write_text("[flake8]\nmax_line_length = 120\n")
+    assert layout_for(tmp_path / "flake8").line_length == 120
 
 
 @pytest.mark.parametrize(
