@@ -31,7 +31,15 @@ from neuron_migrate.migrate.sources import (
     read_bytes,
 )
 from neuron_migrate.migrate.stale_imports import StaleImports
-from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, torch_floor
+from neuron_migrate.migrate.torch_floor import (
+    DEFAULT_TARGET_TORCH,
+    TorchFloor,
+    before,
+    code_gates,
+    median_gate,
+    project_of,
+    torch_floor,
+)
 from neuron_migrate.model import FileError, Finding, ScanResult
 
 if TYPE_CHECKING:
@@ -76,13 +84,21 @@ class Planned:
     prefiltered: bool = False
 
 
-def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
+def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = None) -> FixStyle:
     """How fixes in `source` are written: its project's layout, first-party modules, target torch (the
-    `target-torch` setting, else the oldest torch the project declares, else the default)."""
+    `target-torch` setting, else the oldest torch the project declares, else the release before the lowest
+    one its code tests torch's version against (`gates`, by project: `torch_floor.median_gate`), else the
+    default)."""
     folder = source.path.absolute().parent
     target, floor = options.target_torch, None
     if target is None:
         floor = torch_floor(folder)
+        gate = median_gate((gates or {}).get(project_of(folder), [])) if floor is None else None
+        if gate is not None and before(gate[0]) < DEFAULT_TARGET_TORCH:
+            release, where = gate
+            floor = TorchFloor(
+                before(release), f"its code tests torch's version against {_dotted(release)} at {where}"
+            )
         target = floor.version if floor else DEFAULT_TARGET_TORCH
     return FixStyle(
         layout=layout_for(folder),
@@ -90,6 +106,20 @@ def style_for(source: SourceFile, options: ScanOptions) -> FixStyle:
         target_torch=target,
         torch_floor=floor.source if floor else "",
     )
+
+
+def _dotted(release: tuple[int, int]) -> str:
+    return ".".join(map(str, release))
+
+
+def _code_gates(source: SourceFile, data: bytes, options: ScanOptions, gates: dict) -> None:
+    """Add to `gates` (per project) the torch releases the file tests torch's version against, when nothing
+    else sets the target torch (the scan's `target-torch`, the project's metadata)."""
+    folder = source.path.absolute().parent
+    if options.target_torch is not None or not source.rel.endswith(".py") or torch_floor(folder) is not None:
+        return
+    if found := code_gates(data):
+        gates.setdefault(project_of(folder), []).extend((r, f"{source.rel}:{line}") for r, line in found)
 
 
 #: what a project writes where it guards code for TorchScript: its modules are meant to be scripted
@@ -111,6 +141,7 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     imports = StaleImports()
     scripts, deepspeed, device_code = False, 0, 0
     kernels: list[tuple[str, str]] = []
+    gates: dict = {}  # per project: the torch releases its code tests torch's version against, and where
     for source in sources:
         data = None if source.kind == "kernel" else read_bytes(source)
         digests.append(content_hash(data) if isinstance(data, bytes) else data)
@@ -120,6 +151,7 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
             if source.rel.endswith(".py") and (library := kernel_library(data)) is not None:
                 kernels.append((module_name(source.rel), library))
             deepspeed += _DEEPSPEED_ACCELERATOR in data
+            _code_gates(source, data, options, gates)
             device_code += b"cuda" in data
     # DeepSpeed's abstraction is the project's own when a good share of its device code imports it (123 of
     # DeepSpeed's 98 files that mention CUDA), not when one integration module does (1 of transformers' 144)
@@ -132,7 +164,7 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
     failing = imports.verdicts()
     for source, digest in zip(sources, digests, strict=True):
         stale = failing.get(source.path.absolute(), ("", "", False))
-        item = Planned(source, replace(style_for(source, options), **project, stale_import=stale))
+        item = Planned(source, replace(style_for(source, options, gates), **project, stale_import=stale))
         planned.append(item)
         if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
             item.findings = cache.get(source.rel, "kernel")

@@ -13,8 +13,13 @@ dependencies`, then `[project.optional-dependencies]` (PEP 621); `[tool.poetry.d
 `requirements.txt` (often pinned for development rather than the range users get). The floor is the
 requirement's lower bound (`>=2.1`, `~=2.1`, `==2.1.*`, `>2.1`, poetry's `^2.1`) to the minor release; when
 torch is listed several times (per Python version), the lowest. A requirement without a lower bound, or no
-requirement, says nothing: the default target applies. An explicit `target-torch` setting wins over all of
-this.
+requirement, says nothing of the metadata: then the project's code may (`code_gates`). A test of
+torch's version against 2.2 (gsplat's `version.parse(torch.__version__) < version.parse("2.2")`, auto-round's
+`TORCH_VERSION_AT_LEAST_2_4`) means it still runs on a torch older than that, so the floor is the release
+before the one its code tests torch against, the median of its tests (`median_gate`: a vendored module's
+stale tests do not decide, torchao's copy of SAM2 testing 2.2 twice among 64 tests that mostly test 2.10 and
+2.11; review 41: gsplat declares bare `torch`); without a test, the default target applies. An explicit
+`target-torch` setting wins over all of this.
 """
 
 from __future__ import annotations
@@ -56,7 +61,68 @@ class TorchFloor:
 
 def torch_floor(folder: Path) -> TorchFloor | None:
     """The torch floor of the project that holds `folder`, or None when it declares none."""
-    return _floor_of_project(_project_folder(folder.absolute()))
+    return _floor_of_project(project_of(folder))
+
+
+def project_of(folder: Path) -> Path | None:
+    """The folder (or an installed package's `.dist-info`) whose metadata declares `folder`'s torch."""
+    return _project_folder(folder.absolute())
+
+
+#: what a line that tests torch's version names: `torch.__version__` or a `torch_version` / `TORCH_VERSION`
+#: name compared with a release, or a version helper or flag (`is_torch_version("<", "2.3")`,
+#: `is_torch_greater_or_equal("2.6")`, `TORCH_VERSION_AT_LEAST_2_4`, `is_torch_greater_or_equal_than_2_7`)
+_VERSION_NAMES = (b"__version__", b"torch_version", b"TORCH_VERSION", b"Torch_Version")
+_HELPER = re.compile(
+    rb"torch_(?:version_)?(?:at_least|greater|newer|older|less)|is_torch_version", re.IGNORECASE
+)
+#: the release a gate line names: "2.2", "2.4.0", (2, 3), _2_7
+_GATED_RELEASE = re.compile(rb"""["'](\d+)\.(\d+)|\((\d+),\s*(\d+)|_(\d+)_(\d+)\b""")
+_COMPARISON = re.compile(rb"[<>]=?")
+
+
+def code_gates(data: bytes) -> list[tuple[tuple[int, int], int]]:
+    """The torch releases (1.x or 2.x) the source `data` tests torch's version against (a comparison with it
+    on the line, or a version helper or flag), the lowest of each line, with the line. CUDA's and Python's
+    versions do not count (`torch.version.cuda`), nor a version printed or in a comment."""
+    if b"ersion" not in data and b"ERSION" not in data and b"orch_greater" not in data:
+        return []
+    found = []
+    starts: set[int] = set()
+    for name in (*_VERSION_NAMES, b"is_torch_", b"orch_at_least", b"ORCH_AT_LEAST"):
+        at = data.find(name)
+        while at != -1:
+            starts.add(data.rfind(b"\n", 0, at) + 1)
+            at = data.find(name, at + len(name))
+    for start in sorted(starts):
+        end = data.find(b"\n", start)
+        text = data[start : end if end != -1 else len(data)].split(b"#", 1)[0]
+        if b"torch" not in text.lower() or any(
+            o in text for o in (b"version.cuda", b"version.hip", b"version_info")
+        ):
+            continue
+        if not _HELPER.search(text) and not (
+            _COMPARISON.search(text) and any(n in text for n in _VERSION_NAMES)
+        ):
+            continue
+        releases = [
+            release
+            for match in _GATED_RELEASE.finditer(text)
+            if (1, 0) <= (release := tuple(int(n) for n in match.groups() if n is not None)[:2]) < (3, 0)
+        ]
+        if releases:
+            found.append((min(releases), data.count(b"\n", 0, start) + 1))
+    return found
+
+
+def median_gate(gates: list[tuple[tuple[int, int], str]]) -> tuple[tuple[int, int], str] | None:
+    """The median of a project's version tests (release, where), the lower one of an even count."""
+    return sorted(gates)[(len(gates) - 1) // 2] if gates else None
+
+
+def before(release: tuple[int, int]) -> tuple[int, int]:
+    """The minor release before `release` (torch 1.13 came before 2.0)."""
+    return (release[0], release[1] - 1) if release[1] > 0 else (release[0] - 1, 13)
 
 
 @lru_cache(maxsize=256)

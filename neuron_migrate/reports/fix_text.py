@@ -46,8 +46,9 @@ def render_fix_summary(
     )
     if held_back := sum(1 for _, finding, _ in todo if HELD_BACK in finding.message):
         console.print(
-            f"{held_back} {'fix' if held_back == 1 else 'fixes'} held back: the project declares an older "
-            "torch than they need (TorchNeuron itself needs torch 2.13 or newer). Raise that minimum, or set "
+            f"{held_back} {'fix' if held_back == 1 else 'fixes'} held back: the project supports an older "
+            "torch than they need, by its metadata or its code's version tests (each finding says where; "
+            "TorchNeuron itself needs torch 2.13 or newer). Raise that minimum, or set "
             + escape('`[tool.neuron-migrate] target-torch = "2.13"`, to write them.')
         )
     if changed and not write and patch is not None:

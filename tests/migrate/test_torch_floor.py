@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from neuron_migrate.migrate.torch_floor import lower_bound, torch_floor
+from neuron_migrate.migrate.torch_floor import code_gates, lower_bound, torch_floor
 
 
 @pytest.mark.parametrize(
@@ -193,6 +193,57 @@ def test_an_installed_package_that_names_no_torch_needs_what_its_requirements_de
     assert torch_floor(lone / "trl") is None
 
 
+@pytest.mark.parametrize(
+    ("source", "gates"),
+    [
+        ('if version.parse(torch.__version__) < version.parse("2.2") and ok:\n', [((2, 2), 1)]),
+        ('import torch\nif is_torch_version(">=", "2.3"):\n    pass\n', [((2, 3), 2)]),
+        ("if torch_version >= (2, 1):\n", [((2, 1), 1)]),
+        (
+            "if TORCH_VERSION_AT_LEAST_2_4:\n    pass\nelif TORCH_VERSION_AT_LEAST_2_6:\n",
+            [((2, 4), 1), ((2, 6), 3)],
+        ),
+        ('if is_torch_greater_or_equal("2.6") or torch.__version__ >= "2.5":\n', [((2, 5), 1)]),
+        # not a test of torch's version against a release
+        ('if torch.version.cuda >= "11.0":\n', []),
+        ("if sys.version_info >= (3, 8) and torch:\n", []),
+        ('print(torch.__version__, "1.2 GB")\n', []),
+        ('# torch.__version__ < "1.5"\n', []),
+        ('if np.__version__ < "1.5":\n', []),
+    ],
+)
+def test_a_test_of_torchs_version_in_the_code_is_read(source, gates):
+    assert code_gates(source.encode()) == gates
+
+
+def test_code_that_still_runs_on_an_older_torch_sets_the_floor_when_the_metadata_does_not(run_cli, tmp_path):
+    """gsplat declares bare `torch` and disables precompiled headers `if version.parse(torch.__version__) <
+    version.parse("2.2")` (review 41): it runs on torch 2.1, which has no `torch.accelerator`. A bounded
+    requirement in the metadata, or `target-torch`, wins over the code."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch"]\n')
+    (tmp_path / "a.py").write_text(SYNC)
+    (tmp_path / "backend.py").write_text(
+        "import torch\nfrom packaging import version\n\n"
+        'OLD = version.parse(torch.__version__) < version.parse("2.2")\n'
+    )
+    message = next(f["message"] for f in _findings(run_cli) if f["path"] == "a.py")
+    assert "the project supports torch 2.1 (its code tests torch's version against 2.2 at backend.py:4)" in (
+        message
+    )
+    # the median of the project's tests decides: one vendored module's stale test among newer ones does not
+    for name in ("b.py", "c.py"):
+        (tmp_path / name).write_text('import torch\nNEW = torch.__version__ >= "2.12"\n')
+    assert "the fix needs torch" not in next(f["message"] for f in _findings(run_cli) if f["path"] == "a.py")
+    (tmp_path / "b.py").unlink()
+    (tmp_path / "c.py").unlink()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.13"]\n')
+    assert "the fix needs torch" not in next(f["message"] for f in _findings(run_cli) if f["path"] == "a.py")
+
+
+def _findings(run_cli) -> list[dict]:
+    return json.loads(run_cli("scan", ".", "--format", "json", "--exit-zero").stdout)["findings"]
+
+
 MEMORY = "import torch\nfree, total = torch.cuda.mem_get_info()\n"
 SYNC = "import torch\ntorch.cuda.synchronize()\n"
 
@@ -206,7 +257,7 @@ def test_fix_holds_back_fixes_the_declared_torch_lacks_and_says_so(run_cli, tmp_
         "the fix needs torch >= 2.6, and the project supports torch 2.4 (`torch>=2.4` in pyproject.toml)"
         in (proc.stderr)
     )
-    assert "1 fix held back: the project declares an older torch than they need" in proc.stderr
+    assert "1 fix held back: the project supports an older torch than they need" in proc.stderr
     assert 'target-torch = "2.13"`, to write them.' in proc.stderr
     # raising the minimum writes it (the cache knows the declaration changed)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.13"]\n')
