@@ -422,14 +422,18 @@ def rewritten_leftover(ctx, pending, leftovers: list) -> str | None:
 
 
 def cuda_source(ctx, pending, leftovers: list) -> str | None:
-    """The CUDA-only code that stays and gives the value of a name the finding's call takes, as text, if
-    any: `cuda_rng_state = torch.cuda.get_rng_state()` kept CUDA's, then `torch.cuda.set_rng_state(
-    cuda_rng_state)` (torch's Dynamo): restoring generically what was saved from CUDA is half a migration."""
+    """The CUDA-only code that stays and gives the value of a name the finding's call takes, or the name its
+    device test compares, as text, if any: `cuda_rng_state = torch.cuda.get_rng_state()` kept CUDA's, then
+    `torch.cuda.set_rng_state(cuda_rng_state)` (torch's Dynamo): restoring generically what was saved from
+    CUDA is half a migration; `device = "cuda" if (torch.cuda.is_available() and args.cuda) else "cpu"` left
+    for a person, then `args.cuda = device == "cuda"` (e3nn's benchmark, review 41 #1): `device` is never
+    neuron until that choice changes."""
     call = pending.node if isinstance(pending.node, cst.Call) else None
     call = call or next((n for n in reversed(pending.stack) if isinstance(n, cst.Call)), None)
-    if call is None:
-        return None
-    names = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name)}
+    names = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name)} if call else set()
+    test = pending.node
+    if pending.rule.device_test and isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name):
+        names.add(test.left.value)
     if not names:
         return None
     scope = scope_of(pending.stack)

@@ -485,6 +485,8 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     it CUDA's, not names or messages that say CUDA or GPU ("needs a CUDA GPU" means any accelerator there)."""
     for inner in leftovers:
         if inner is not check and inside(inner, check.region) and inner.part_of is not check:
+            if inner.region and inside(inner, check.region[:1]):
+                continue  # another check in this one's test (`torch.cuda.is_available() and args.cuda`)
             return f"`{first_line(ctx, inner.node)}`"
     owner = _precondition_of(check)
     warns = owner is None and _warns_without_accelerator(ctx, check)

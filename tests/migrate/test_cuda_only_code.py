@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from neuron_migrate.migrate.cautions import MEMORY_ON_MPS_FROM
@@ -240,6 +242,24 @@ def test_a_state_saved_by_cuda_code_that_stays_is_restored_by_it_too():
     assert fixed(source) == source
     setter = next(f for f in findings(source) if f.line == 9)
     assert "it takes a value CUDA-only code gives (`state = torch.cuda.get_rng_state()`)" in setter.message
+
+
+def test_a_device_test_of_a_choice_that_stays_cuda_s_waits_for_it(run_cli, tmp_path):
+    """e3nn's benchmark (review 41 #1): its torch 2.2 floor holds back the generic device choice, so `device`
+    can only be "cuda" or "cpu", and `args.cuda = device == "cuda"` made generic would never see neuron. The
+    choice's reason is the floor, not the availability check beside it in its own test."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.2"]\n')
+    (tmp_path / "bench.py").write_text(
+        "import torch\n\n\ndef main(args):\n"
+        '    device = "cuda" if (torch.cuda.is_available() and args.cuda) else "cpu"\n'
+        '    args.cuda = device == "cuda"\n    return device\n'
+    )
+    found = json.loads(run_cli("scan", ".", "--format", "json", "--exit-zero").stdout)["findings"]
+    by_line = {(f["line"], f["code"]): f for f in found}
+    test = by_line[(6, "NM105")]
+    assert test["fix"] is None and "it takes a value CUDA-only code gives (`device = " in test["message"]
+    choice = by_line[(5, "NM105")]["message"]
+    assert "the fix needs torch >= 2.7" in choice and "torch.cuda.is_available()" not in choice, choice
 
 
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
