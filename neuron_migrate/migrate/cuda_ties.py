@@ -281,7 +281,8 @@ def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
     ranges, which raise off CUDA). The person migrates the function as a whole, and `fix` rewrites the rest
     once that to-do is gone. What does not stop the function from running elsewhere does not count:
     settings (environment variables), information, a test of the device or a CUDA check (they answer
-    anywhere), code reached only on CUDA (behind a CUDA check, or after one in an `and`:
+    anywhere; but a CUDA-or-CPU choice of the function's device holds its generic fixes: `_pins_device`), code
+    reached only on CUDA (behind a CUDA check, or after one in an `and`:
     `torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9`); nor does module-level
     code, too large a unit to hold back. The function is the outermost one, with the closures it defines:
     torchtune's activation offloader keeps `self.s0 = torch.cuda.default_stream()` in `__init__`, where the
@@ -297,14 +298,27 @@ def function_todo(ctx, pending, leftovers: list, mentions: CudaMentions) -> str 
             and not inner.rule.cuda_setting
             and inner.rule.holds_function
             and inner.rule.severity != "info"
-            and not inner.rule.device_test
-            and not inner.region
+            and ((not inner.rule.device_test and not inner.region) or _pins_device(inner))
             and _unit_of(inner.stack) is scope
             and not _after_cuda_test(ctx, inner.stack)
             and only_on_cuda(inner, mentions, leftovers, ctx.path) is None
         ):
             return first_line(ctx, inner.node)
     return None
+
+
+def _pins_device(inner) -> bool:
+    """Whether `inner` is a CUDA-or-CPU choice that stays and names the function's device (`device = "cuda"
+    if ... else "cpu"`): a generic rewrite beside it serves an accelerator the function never picks (e3nn's
+    profile script, review 41 #3: the profiler's activities made generic while its device stays CUDA or the
+    CPU)."""
+    node = inner.node
+    parent = inner.stack[-2] if len(inner.stack) > 1 else None
+    return (
+        isinstance(node, cst.IfExp)
+        and isinstance(parent, (cst.Assign, cst.AnnAssign))
+        and parent.value is node
+    )
 
 
 def _after_cuda_test(ctx, stack: tuple[cst.CSTNode, ...]) -> bool:

@@ -262,6 +262,29 @@ def test_a_device_test_of_a_choice_that_stays_cuda_s_waits_for_it(run_cli, tmp_p
     assert "the fix needs torch >= 2.7" in choice and "torch.cuda.is_available()" not in choice, choice
 
 
+def test_a_device_choice_that_stays_holds_its_functions_generic_fixes(run_cli, tmp_path):
+    """e3nn's profile script (review 41 #3): while `device` stays "cuda" or the CPU (its floor holds the
+    choice back), profiling every supported activity in the same function serves an accelerator it never
+    picks."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.2"]\n')
+    body = (
+        "import torch\n\n\ndef main(run):\n"
+        '    device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+        "    with torch.profiler.profile(\n"
+        "        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]\n"
+        "    ):\n        run(device)\n"
+    )
+    (tmp_path / "prof.py").write_text(body)
+    found = json.loads(run_cli("scan", ".", "--format", "json", "--exit-zero").stdout)["findings"]
+    activity = next(f for f in found if f["code"] == "NM409")
+    assert activity["fix"] is None and 'its function keeps `"cuda" if' in activity["message"], activity
+    (tmp_path / "prof.py").write_text(body.replace('"cuda" if torch.cuda.is_available() else "cpu"', '"cpu"'))
+    found = json.loads(run_cli("scan", ".", "--format", "json", "--exit-zero", "--no-cache").stdout)[
+        "findings"
+    ]
+    assert next(f for f in found if f["code"] == "NM409")["fix"] is not None
+
+
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
     """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
     another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
