@@ -26,7 +26,8 @@ A fix is withdrawn, with a note saying why, when its code:
 - is in a function that requires a CUDA-only library, or in a function or class defined in one: imports it
   in its body (`import bitsandbytes as bnb`, or in an `if` whose other branch exits, or in a `try` whose
   handlers import it again or exit) or calls it there unconditionally, or in a block that calls one
-  (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`);
+  (`smp.local_rank()` under `elif is_sagemaker_mp_enabled():`); so does a function that activates one of
+  torch's FlashAttention implementations (FA3, FA4: CUDA kernels), also in a `with`, `try` or loop body;
 - is in a function that keeps CUDA graph code (a finding of a `Rule.cuda_design` rule left without a fix):
   the function is ported as a whole when a person removes the capture (a to-do);
 - is in a test a decorator runs only with CUDA (`@skip_if_lt_x_gpu(2)`, `@onlyCUDA`, a `skipIf` whose reason
@@ -927,18 +928,33 @@ def _outermost_if(stack, start: int) -> cst.If | None:
     return next((n for n in stack[start + 1 :] if isinstance(n, cst.If)), None)
 
 
-def _block_library(mentions: CudaMentions, statements) -> str | None:
+#: torch's own entry points to CUDA-only code: the FlashAttention implementations torch registers (FA3, FA4)
+#: are CUDA kernels (`torch/nn/attention/_fa3.py` registers them for the "CUDA" key), so a function that
+#: activates one runs on NVIDIA GPUs (torchao's FP8 SDPA tests, review 40 #136-#148)
+_CUDA_ONLY_TORCH_CALLS = frozenset({"torch.nn.attention.activate_flash_attention_impl"})
+
+
+def _block_library(mentions: CudaMentions, statements, torch_only: bool = False) -> str | None:
     """The CUDA-only library one of `statements` imports or calls, if any (a call's name as the walk resolved
-    it, else through the module's imports: the walk records calls with arguments only)."""
+    it, else through the module's imports: the walk records calls with arguments only), or torch's own entry
+    point to CUDA-only code that one calls (`_CUDA_ONLY_TORCH_CALLS`), also in the blocks that run whenever
+    the statements do (a `with` or `try` body, a loop's; not an `if`'s). `torch_only`: only those calls."""
     ctx = mentions.ctx
     for statement in statements:
+        if isinstance(statement, (cst.With, cst.Try, cst.For, cst.While)):
+            inner = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else ()
+            if (found := _block_library(mentions, inner, torch_only=True)) is not None:
+                return found
+            continue
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        if library := imported_library([statement]):
+        if not torch_only and (library := imported_library([statement])):
             return library
         for call in _calls_in(statement):
             name = mentions.call_names().get(id(call)) or _imported_call_name(ctx, call)
-            if name and (library := library_of(name)):
+            if name in _CUDA_ONLY_TORCH_CALLS:
+                return name
+            if name and not torch_only and (library := library_of(name)):
                 return library
     return None
 

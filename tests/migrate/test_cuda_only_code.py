@@ -285,6 +285,26 @@ def test_a_device_choice_that_stays_holds_its_functions_generic_fixes(run_cli, t
     assert next(f for f in found if f["code"] == "NM409")["fix"] is not None
 
 
+def test_a_function_that_activates_flash_attention_3_keeps_its_cuda_code():
+    """torch registers its FlashAttention-3 and -4 implementations for CUDA only; torchao's FP8 SDPA tests
+    activate FA3 in a `with` or a loop (review 40 #136-#148). A plain SDPA baseline beside them is fixed."""
+    source = (
+        "import torch\nfrom torch.nn.attention import activate_flash_attention_impl\n\n\n"
+        "def test_fp8():\n    q = torch.randn(2, 8, device='cuda')\n    with torch.no_grad():\n"
+        "        for _ in range(3):\n            activate_flash_attention_impl('FA3')\n"
+        "            out = torch.nn.functional.scaled_dot_product_attention(q, q, q)\n    return out\n\n\n"
+        "def test_regular():\n    q = torch.randn(2, 8, device='cuda')\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, q, q)\n"
+    )
+    by_line = {f.line: f for f in findings(source, ("NM101",))}
+    assert by_line[6].fix is None
+    assert (
+        "requires `torch.nn.attention.activate_flash_attention_impl`, which is CUDA-only"
+        in by_line[6].message
+    )
+    assert by_line[15].fix is not None
+
+
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
     """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
     another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
