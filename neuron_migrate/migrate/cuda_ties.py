@@ -439,12 +439,14 @@ def cuda_source(ctx, pending, leftovers: list) -> str | None:
     """The CUDA-only code that stays and gives the value of a name the finding's call takes, or the name its
     device test compares, as text, if any: `cuda_rng_state = torch.cuda.get_rng_state()` kept CUDA's, then
     `torch.cuda.set_rng_state(cuda_rng_state)` (torch's Dynamo): restoring generically what was saved from
-    CUDA is half a migration; `device = "cuda" if (torch.cuda.is_available() and args.cuda) else "cpu"` left
+    CUDA is half a migration (also a name inside an argument: axolotl's `torch.device(f"cuda:{actor_gpu}")`
+    after `actor_gpu = original_device.index if original_device.type == "cuda" ... else 0` stays, review 40
+    #15); `device = "cuda" if (torch.cuda.is_available() and args.cuda) else "cpu"` left
     for a person, then `args.cuda = device == "cuda"` (e3nn's benchmark, review 41 #1): `device` is never
     neuron until that choice changes."""
     call = pending.node if isinstance(pending.node, cst.Call) else None
     call = call or next((n for n in reversed(pending.stack) if isinstance(n, cst.Call)), None)
-    names = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name)} if call else set()
+    names = {name for arg in call.args for name in _names_read(arg.value)} if call else set()
     test = pending.node
     if pending.rule.device_test and isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name):
         names.add(test.left.value)
@@ -463,6 +465,27 @@ def cuda_source(ctx, pending, leftovers: list) -> str | None:
         ):
             return first_line(ctx, assign)
     return None
+
+
+def choice_test_left(ctx, pending, leftovers: list) -> str | None:
+    """The CUDA test that stays, for now or for good, of the conditional whose branch the finding rewrites,
+    as text: ART's `"cuda:0" if torch.cuda.is_available() else "cpu"` while its availability check waits
+    for the module's apex code (review 42 #17): a generic branch behind a CUDA test is never taken off
+    CUDA."""
+    node = pending.node
+    if not isinstance(node, cst.IfExp):
+        return None
+    for inner in leftovers:
+        if inner is not pending and (inner.node is node.test or node.test in inner.stack):
+            return first_line(ctx, inner.node)
+    return None
+
+
+def _names_read(node: cst.CSTNode) -> set[str]:
+    """The variables an expression reads: its names, not the attributes it takes of them (`actor_gpu` in
+    `f"cuda:{actor_gpu}"`, `x` in `x.index`)."""
+    attributes = {id(attribute.attr) for attribute in find(node, cst.Attribute)}
+    return {name.value for name in find(node, cst.Name) if id(name) not in attributes}
 
 
 def cuda_maker(ctx, pending, leftovers: list) -> tuple[str, str] | None:

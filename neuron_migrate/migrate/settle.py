@@ -49,6 +49,7 @@ from neuron_migrate.migrate.cautions import caution
 from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
+    choice_test_left,
     class_state_left,
     conjunct_left,
     cuda_maker,
@@ -442,6 +443,8 @@ def _held_back_by(
         return f"`{twin[0]}` keeps the same test CUDA's (`{twin[1]}`): change them together", True
     if test := conjunct_left(pending, mentions):
         return f"its condition also requires `{test}`, which stays CUDA's: change them together", True
+    if test := choice_test_left(ctx, pending, leftovers):
+        return f"its test `{test}` stays CUDA's for now: change them together", True
     if partner := amp_partner_left(ctx, pending, leftovers):
         return f"the other half of mixed precision stays CUDA's (`{partner}`): change them together", True
     if user := device_fact_user(ctx, pending, leftovers):

@@ -305,6 +305,40 @@ def test_a_function_that_activates_flash_attention_3_keeps_its_cuda_code():
     assert by_line[15].fix is not None
 
 
+def test_a_device_built_from_an_index_that_cuda_code_picks_waits_for_it():
+    """axolotl's feature network (review 40 #15): `actor_gpu` is the CUDA device's index, or 0, by a CUDA test
+    that waits for review; `torch.device(f"cuda:{actor_gpu}")` made generic would put every rank on
+    `<accelerator>:0`. An index from elsewhere (`LOCAL_RANK`) is fixed; an attribute named like the variable
+    (`x.gpu`) is not the variable."""
+    source = (
+        "import os\n\nimport torch\n\n\ndef f(x):\n"
+        '    gpu = x.device.index if x.device.type == "cuda" else 0\n'
+        '    return torch.device(f"cuda:{gpu}")\n\n\n'
+        'def g(x):\n    gpu = int(os.environ["LOCAL_RANK"])\n    return torch.device(f"cuda:{x.gpu}")\n'
+    )
+    by_line = {f.line: f for f in findings(source, ("NM102", "NM105"))}
+    assert by_line[8].fix is None and "it takes a value CUDA-only code gives (`gpu = x.device.index" in (
+        by_line[8].message
+    )
+    assert by_line[13].fix is not None
+
+
+def test_a_choice_whose_cuda_test_waits_waits_with_it():
+    """ART's estimator (review 42 #17): its availability check waits for CUDA code of the module, so a
+    generic `"cuda:0"` branch behind `torch.cuda.is_available()` would never be taken off CUDA: dead code."""
+    source = (
+        "import torch\n\n\ndef restore(self, devices):\n"
+        '    self._device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")\n'
+        "    if torch.cuda.is_available() and devices:\n        torch.cuda.init()\n"
+    )
+    choice = next(f for f in findings(source, ("NM105", "NM106", "NM112")) if f.code == "NM105")
+    assert (
+        choice.fix is None and "its test `torch.cuda.is_available()` stays CUDA's for now" in choice.message
+    )
+    alone = source.split("    if torch.cuda.is_available() and devices")[0]
+    assert all(f.fix is not None for f in findings(alone, ("NM105", "NM106")))
+
+
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
     """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
     another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
