@@ -12,6 +12,9 @@ its message. A fix that
 - widens a check around code MPS cannot run (pinning memory, moving float64 data, synchronizing a stream), or
   names the device in a function that works in float64 (MPS has none);
 - makes code generic in a module that keeps other accelerators apart;
+- saves or restores generator states that a checkpoint carries (poutyne's `{"cuda":
+  torch.cuda.get_rng_state_all()}` in a `torch.save`): a state saved on one accelerator type goes into
+  another's generator when the checkpoint moves;
 - writes a `torch.accelerator` memory function for a project that supports a torch older than 2.13 (they
   raise on MPS before it), or a computed autocast device for one older than 2.5 (no MPS autocast before it).
 """
@@ -73,6 +76,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _TEST_MODULE_DEVICE.format(name=name)
     if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
         return SCRIPTED.format(scope=scope)
+    if pending.rule.code == "NM405" and (saved := _checkpointed(ctx, pending.stack)) is not None:
+        return _CHECKPOINTED_RNG.format(saved=saved)
     if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
         return _CPU_AND_CUDA.format(library=library)
     if pending.fix.generalizes and (cannot := _mps_cannot(ctx, pending)) is not None:
@@ -91,6 +96,31 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         and not after_device_branches(ctx, pending.stack)
     ):
         return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
+    return None
+
+
+_CHECKPOINTED_RNG = (
+    "the states go through a checkpoint (`{saved}`): saved on one accelerator type (MPS, neuron) and "
+    "restored on another, CUDA among them, a state now goes into the wrong generator and fails, where the "
+    "CUDA calls saved nothing off CUDA; store the device type beside the states and restore only on a match"
+)
+#: what writes or reads a checkpoint: `torch.save` / `torch.load`, or a method named for state that a
+#: checkpoint carries (`state_dict`, `load_state_dict`, Megatron's RNG tracker's `get_states` / `set_states`)
+_CHECKPOINT_CALLS = ("torch.save", "torch.load")
+_CHECKPOINT_FUNCTION = re.compile(r"state_dict|checkpoint|^(?:get|set|save|load)_(?:rng_)?states?$")
+
+
+def _checkpointed(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The checkpoint the generator states at the end of `stack` go through, as text: a `torch.save` or
+    `torch.load` in their function, or the function's name (`state_dict`, `set_states`)."""
+    function = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)
+    if function is None:
+        return None
+    if _CHECKPOINT_FUNCTION.search(function.name.value):
+        return f"def {function.name.value}"
+    for call in find(function, cst.Call):
+        if ctx.call_name(call) in _CHECKPOINT_CALLS:
+            return f"{ctx.call_name(call)}(...)"
     return None
 
 

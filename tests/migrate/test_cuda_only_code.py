@@ -339,6 +339,29 @@ def test_a_choice_whose_cuda_test_waits_waits_with_it():
     assert all(f.fix is not None for f in findings(alone, ("NM105", "NM106")))
 
 
+@pytest.mark.parametrize(
+    ("function", "unsafe"),
+    [
+        ("def save(f):\n    torch.save({'cuda': torch.cuda.get_rng_state_all()}, f)\n", True),
+        ("def load(f):\n    torch.cuda.set_rng_state_all(torch.load(f)['cuda'])\n", True),
+        ("def state_dict(self):\n    return {'cuda': torch.cuda.get_rng_state_all()}\n", True),
+        # kept and restored within the run: the same device
+        (
+            "def run(fn):\n    states = torch.cuda.get_rng_state_all()\n    fn()\n"
+            "    torch.cuda.set_rng_state_all(states)\n",
+            False,
+        ),
+    ],
+)
+def test_generator_states_a_checkpoint_carries_get_an_unsafe_fix(function, unsafe):
+    """poutyne saves `torch.cuda.get_rng_state_all()` under "cuda" in a `torch.save` and restores it from
+    `torch.load` (review 42 #1, #2): made generic, an MPS checkpoint resumed on CUDA puts MPS states into
+    CUDA's generators and fails, where the CUDA calls had saved nothing off CUDA."""
+    found = findings("import torch\n\n\n" + function, ("NM405",))
+    assert found and all((f.fix.safety == "unsafe") is unsafe for f in found)
+    assert all(("the states go through a checkpoint" in f.message) is unsafe for f in found)
+
+
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
     """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
     another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
@@ -2198,7 +2221,7 @@ def test_a_device_test_used_as_a_value_changes_with_the_same_test_in_its_class(f
 
 
 _HELPER = (
-    "import torch\n\n\ndef _save(path):\n    torch.save({'cuda': torch.cuda.get_rng_state()}, path)\n\n\n"
+    "import torch\n\nSTATES = {}\n\n\ndef _save(path):\n    STATES[path] = torch.cuda.get_rng_state()\n\n\n"
     "def train(path):\n    if not torch.cuda.is_available():\n        raise RuntimeError('needs CUDA')\n"
     "    graph = torch.cuda.CUDAGraph()\n    _save(path)\n"
 )

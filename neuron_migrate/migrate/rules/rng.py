@@ -227,7 +227,10 @@ class CudaRngState(QualifiedNameRule):
     with `torch.accelerator.is_available()`. `get_rng_state()` raised without CUDA and still does. A
     `torch.random.fork_rng()` around them needs no `device_type=`: torch 2.13 forks the current
     accelerator's generators by default (CUDA's without one). In a module whose fork lists its devices
-    (`fork_rng(gpu_devices)`), the states are left for a person to change with that list.
+    (`fork_rng(gpu_devices)`), the states are left for a person to change with that list. States that a
+    checkpoint carries (in a function that calls `torch.save` / `torch.load`, or named `state_dict`,
+    `set_states`, ...) get an unsafe fix: saved on one accelerator type and restored on another, CUDA
+    among them, a state goes into the wrong generator and fails, where the CUDA calls saved nothing off CUDA.
     """
 
     code = "NM405"
