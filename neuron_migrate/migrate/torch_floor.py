@@ -76,8 +76,12 @@ _VERSION_NAMES = (b"__version__", b"torch_version", b"TORCH_VERSION", b"Torch_Ve
 _HELPER = re.compile(
     rb"torch_(?:version_)?(?:at_least|greater|newer|older|less)|is_torch_version", re.IGNORECASE
 )
-#: the release a gate line names: "2.2", "2.4.0", (2, 3), _2_7
-_GATED_RELEASE = re.compile(rb"""["'](\d+)\.(\d+)|\((\d+),\s*(\d+)|_(\d+)_(\d+)\b""")
+#: the release a gate line names: "2.2", "2.4.0", (2, 3), _2_7, or a requirement a message states
+#: (ART's `assert ..., "AdversarialPatchPyTorch requires torch>=1.7.0"`)
+_GATED_RELEASE = re.compile(
+    rb"""["'](\d+)\.(\d+)|\((\d+),\s*(\d+)|_(\d+)_(\d+)\b|torch\s*>=?\s*(\d+)\.(\d+)""", re.IGNORECASE
+)
+_REQUIREMENT_TEXT = re.compile(rb"torch\s*>=?\s*\d+\.\d+", re.IGNORECASE)
 _COMPARISON = re.compile(rb"[<>]=?")
 
 
@@ -85,11 +89,11 @@ def code_gates(data: bytes) -> list[tuple[tuple[int, int], int]]:
     """The torch releases (1.x or 2.x) the source `data` tests torch's version against (a comparison with it
     on the line, or a version helper or flag), the lowest of each line, with the line. CUDA's and Python's
     versions do not count (`torch.version.cuda`), nor a version printed or in a comment."""
-    if b"ersion" not in data and b"ERSION" not in data and b"orch_greater" not in data:
+    if not any(needle in data for needle in (b"ersion", b"ERSION", b"orch_greater", b"torch>", b"torch >")):
         return []
     found = []
     starts: set[int] = set()
-    for name in (*_VERSION_NAMES, b"is_torch_", b"orch_at_least", b"ORCH_AT_LEAST"):
+    for name in (*_VERSION_NAMES, b"is_torch_", b"orch_at_least", b"ORCH_AT_LEAST", b"torch>", b"torch >"):
         at = data.find(name)
         while at != -1:
             starts.add(data.rfind(b"\n", 0, at) + 1)
@@ -101,8 +105,10 @@ def code_gates(data: bytes) -> list[tuple[tuple[int, int], int]]:
             o in text for o in (b"version.cuda", b"version.hip", b"version_info")
         ):
             continue
-        if not _HELPER.search(text) and not (
-            _COMPARISON.search(text) and any(n in text for n in _VERSION_NAMES)
+        if not (
+            _HELPER.search(text)
+            or _REQUIREMENT_TEXT.search(text)
+            or (_COMPARISON.search(text) and any(n in text for n in _VERSION_NAMES))
         ):
             continue
         releases = [
