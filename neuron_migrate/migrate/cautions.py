@@ -12,6 +12,8 @@ its message. A fix that
 - widens a check around code MPS cannot run (pinning memory, moving float64 data, synchronizing a stream), or
   names the device in a function that works in float64 (MPS has none);
 - makes code generic in a module that keeps other accelerators apart;
+- lets neuron into a device test that its function returns as one condition of a policy (`return mode ==
+  "auto" and device.type == "cuda"`: its callers act on it);
 - saves or restores generator states that a checkpoint carries (poutyne's `{"cuda":
   torch.cuda.get_rng_state_all()}` in a `torch.save`): a state saved on one accelerator type goes into
   another's generator when the checkpoint moves;
@@ -96,6 +98,8 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         and not after_device_branches(ctx, pending.stack)
     ):
         return _PER_DEVICE.format(other=other, what=_PER_DEVICE_WHAT[pending.widens_test])
+    if pending.widens_test and (function := _returned_policy(pending.stack)) is not None:
+        return _RETURNED_TEST.format(function=function)
     return None
 
 
@@ -287,6 +291,29 @@ def _mps_cannot(ctx, pending) -> str | None:
             else:
                 continue
             return _MPS_CANNOT.format(what=what, call=ctx.excerpt(call, 40), why=why)
+    return None
+
+
+_RETURNED_TEST = (
+    "its answer is what `{function}` returns: what its callers do with it on neuron (compile, pin, count "
+    "devices) is decided there, where it was measured or written for CUDA; check them"
+)
+
+
+def _returned_policy(stack: tuple[cst.CSTNode, ...]) -> str | None:
+    """The name of the function that returns the device test at the end of `stack` as one condition of a
+    policy, in an `and` / `or` with others (unsloth's `return mode in ("loss", "full") or (auto and
+    torch.device(device).type == "cuda")`: whether to compile the loss, review 42 #22), or None. A bare
+    predicate (`return x.device.type == "cuda"`) only says where a tensor is."""
+    combined = False
+    for index in range(len(stack) - 2, -1, -1):
+        node = stack[index]
+        if isinstance(node, cst.Return):
+            function = next((n for n in reversed(stack[:index]) if isinstance(n, cst.FunctionDef)), None)
+            return function.name.value if combined and function is not None else None
+        if not isinstance(node, (cst.BooleanOperation, cst.UnaryOperation)):
+            return None
+        combined = combined or isinstance(node, cst.BooleanOperation)
     return None
 
 

@@ -362,6 +362,25 @@ def test_generator_states_a_checkpoint_carries_get_an_unsafe_fix(function, unsaf
     assert all(("the states go through a checkpoint" in f.message) is unsafe for f in found)
 
 
+@pytest.mark.parametrize(
+    ("returned", "unsafe"),
+    [
+        ('mode in ("loss", "full") or (auto and mode == "auto" and device.type == "cuda")', True),
+        ('not (device.type == "cuda" and fast)', True),
+        ('device.type == "cuda"', False),  # a bare predicate: where the tensor is
+    ],
+)
+def test_a_device_test_returned_as_one_condition_of_a_policy_needs_review(returned, unsafe):
+    """unsloth's `compile_loss` returns whether to compile the loss, `"auto"` meaning CUDA, where it was
+    measured faster (review 42 #22): letting neuron in changes a policy its callers act on."""
+    source = (
+        f"import torch\n\n\ndef compile_loss(mode, device, auto=True, fast=True):\n    return {returned}\n"
+    )
+    [test] = findings(source, ("NM105",))
+    assert (test.fix.safety == "unsafe") is unsafe
+    assert ("its answer is what `compile_loss` returns" in test.message) is unsafe
+
+
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
     """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
     another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
