@@ -36,6 +36,7 @@ from neuron_migrate.migrate.torch_floor import (
     TorchFloor,
     before,
     code_gates,
+    dotted_release,
     median_gate,
     project_of,
     torch_floor,
@@ -86,9 +87,9 @@ class Planned:
 
 def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = None) -> FixStyle:
     """How fixes in `source` are written: its project's layout, first-party modules, target torch (the
-    `target-torch` setting, else the oldest torch the project declares, else the release before the lowest
-    one its code tests torch's version against (`gates`, by project: `torch_floor.median_gate`), else the
-    default)."""
+    `target-torch` setting, else the oldest torch the project declares, else the release before the median
+    of those its code tests torch's version against (`gates`, by project: `torch_floor.median_gate`), else
+    the default)."""
     folder = source.path.absolute().parent
     target, floor = options.target_torch, None
     if target is None:
@@ -97,7 +98,8 @@ def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = Non
         if gate is not None and before(gate[0]) < DEFAULT_TARGET_TORCH:
             release, where = gate
             floor = TorchFloor(
-                before(release), f"its code tests torch's version against {_dotted(release)} at {where}"
+                before(release),
+                f"its code tests torch's version against {dotted_release(release)} at {where}",
             )
         target = floor.version if floor else DEFAULT_TARGET_TORCH
     return FixStyle(
@@ -106,10 +108,6 @@ def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = Non
         target_torch=target,
         torch_floor=floor.source if floor else "",
     )
-
-
-def _dotted(release: tuple[int, int]) -> str:
-    return ".".join(map(str, release))
 
 
 def _code_gates(source: SourceFile, data: bytes, options: ScanOptions, gates: dict) -> None:

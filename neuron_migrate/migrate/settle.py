@@ -80,7 +80,7 @@ from neuron_migrate.migrate.guards import (
 from neuron_migrate.migrate.naive_model_parallel import NAIVE_MODEL_PARALLEL, naive_model_parallel
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames
-from neuron_migrate.migrate.torch_floor import HELD_BACK
+from neuron_migrate.migrate.torch_floor import HELD_BACK, dotted_release
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
 _VENDORED = "vendored code (`{}/`): change it where it comes from, not here"
@@ -185,7 +185,8 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
             and (version := needs_torch(pending.fix, branch[0])) is not None
         ):
             withdraw(
-                pending, _BRANCH_TOO_OLD.format(version=version, floor=_dotted(branch[0]), test=branch[1])
+                pending,
+                _BRANCH_TOO_OLD.format(version=version, floor=dotted_release(branch[0]), test=branch[1]),
             )
         elif pending.fix is not None and (check := _expected_to_raise(ctx, pending.stack)) is not None:
             withdraw(
@@ -216,13 +217,9 @@ _BRANCH_TOO_OLD = (
 )
 
 
-def _dotted(version: tuple[int, int]) -> str:
-    return ".".join(map(str, version))
-
-
 def _too_new(version: str, style: FixStyle) -> str:
     if style.torch_floor:
-        floor = _dotted(style.target_torch)
+        floor = dotted_release(style.target_torch)
         return (
             f"the fix needs torch >= {version}, {HELD_BACK} {floor} "
             f"({style.torch_floor}): raise that minimum, or set `target-torch`, to apply it"

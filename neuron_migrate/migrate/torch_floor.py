@@ -126,6 +126,11 @@ def median_gate(gates: list[tuple[tuple[int, int], str]]) -> tuple[tuple[int, in
     return sorted(gates)[(len(gates) - 1) // 2] if gates else None
 
 
+def dotted_release(release: tuple[int, int]) -> str:
+    """`(2, 7)` as people write it: "2.7"."""
+    return ".".join(map(str, release))
+
+
 def before(release: tuple[int, int]) -> tuple[int, int]:
     """The minor release before `release` (torch 1.13 came before 2.0)."""
     return (release[0], release[1] - 1) if release[1] > 0 else (release[0] - 1, 13)
