@@ -49,14 +49,16 @@ A fix is withdrawn, with a note saying why, when its code:
 - is the function under a `"cuda"` key of a dict (a per-device dispatch table,
   `{"cuda": torch.cuda.synchronize, "xpu": ...}`: each device has its own entry).
 
-All but the last, the per-device functions, CUDA graph code and arguments of code left for a person need
-no change (the finding becomes a note). "Mentions CUDA" means a name or attribute containing `cuda`,
+All but the last, the per-device functions, CUDA graph code and arguments of code left for a person need no
+change (the finding becomes a note), also a finding that came without a fix and with only its rule's advice
+(poutyne's `self.network.cuda(*args, **kwargs)` inside its own `Model.cuda()`); not a CUDA-only library's
+import, whose porting is work whatever runs it. "Mentions CUDA" means a name or attribute containing `cuda`,
 `nvidia`, `cublas`, `cudnn`, `nccl` or NVIDIA's embedded CUDA platforms (`jetson`, `tegra`), a call of a
 function whose name contains `gpu`, a string containing `cuda`, `gpu`, `nvidia`, `nccl` or `EGL_DEVICE` (the
-GPU that renders through EGL), or a CUDA-only library or capability name (`patterns.CUDA_ONLY_CODE`,
-ROCm/HIP and TensorPipe's device maps included), outside the code that the fixes applied in this run replace.
-A *strong* mention (what keeps a precondition's check CUDA's, `settle`) leaves out what people also say of
-any accelerator: `cuda` and `gpu` in names and messages ("needs a CUDA GPU").
+GPU that renders through EGL), or a CUDA-only library or capability name (`patterns.CUDA_ONLY_CODE`, ROCm/HIP
+and TensorPipe's device maps included), outside the code that the fixes applied in this run replace. A
+*strong* mention (what keeps a precondition's check CUDA's, `settle`) leaves out what people also say of any
+accelerator: `cuda` and `gpu` in names and messages ("needs a CUDA GPU").
 """
 
 from __future__ import annotations

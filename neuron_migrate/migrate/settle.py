@@ -380,6 +380,13 @@ def _keep_cuda_checks(
                 withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
             elif (
+                _advice_only(pending, held_back)
+                and (cuda_only := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
+                and not cuda_only.needs_change
+            ):  # no fix, only the rule's advice to change it: where the code only runs on CUDA, it needs none
+                withdraw(pending, cuda_only.reason, no_change=True)
+                changed = True
+            elif (
                 id(pending) in held_back
                 and (cuda_only := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
                 and not cuda_only.needs_change
@@ -401,6 +408,21 @@ def _keep_cuda_checks(
                         f"its function keeps `{todo}` for a person: migrate the function as a whole",
                     )
                     changed = True
+
+
+def _advice_only(pending, held_back: set[int]) -> bool:
+    """Whether a finding came without a fix and nothing has been said of it yet: only its rule's advice
+    (poutyne's `self.network.cuda(*args, **kwargs)` in its own `Model.cuda()`: "pass the device by hand"),
+    not a CUDA-only library's import (NM7xx: porting work, whatever runs it)."""
+    return (
+        pending.fix is None
+        and not pending.no_change
+        and not pending.notes
+        and not pending.tied
+        and id(pending) not in held_back
+        and getattr(pending.rule, "cuda_only", True)
+        and not getattr(pending.rule, "cuda_library", False)
+    )
 
 
 def _held_back_by(

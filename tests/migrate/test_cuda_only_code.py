@@ -381,6 +381,20 @@ def test_a_device_test_returned_as_one_condition_of_a_policy_needs_review(return
     assert ("its answer is what `compile_loss` returns" in test.message) is unsafe
 
 
+def test_a_finding_without_a_fix_in_cuda_only_code_says_so():
+    """poutyne's `Model.cuda()` passes its arguments on to `self.network.cuda(*args, **kwargs)` (review 42):
+    the finding has no fix (the arguments are unpacked), and its advice to pass the device by hand was wrong
+    for a method whose contract is CUDA. A CUDA-only library's import keeps its porting advice."""
+    source = (
+        "import torch\n\n\nclass Model:\n    def cuda(self, *args, **kwargs):\n"
+        "        self.network.cuda(*args, **kwargs)\n        return self\n\n\n"
+        "def move(net, *args):\n    return net.cuda(*args)\n"
+    )
+    by_line = {f.line: f for f in findings(source, ("NM103",))}
+    assert "it is in `cuda`, which is about CUDA by its name" in by_line[6].message
+    assert "pass the device by hand" in by_line[11].message
+
+
 def test_a_state_stored_under_a_cuda_key_is_saved_and_restored_alike():
     """fairscale's checkpointing saves `state["cuda_rng_state"]` under one CUDA check and restores it under
     another: made generic, only the restore would read a key the save no longer writes (KeyError)."""
