@@ -30,7 +30,8 @@ class CudaOnlyLibrary(Rule):
     bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
     Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python, DeepGEMM, SageMaker's
     distributed libraries (`smdistributed`) and similar. One finding per
-    import statement and library; the message names the replacement.
+    import statement and library; the message names the replacement. A library's own modules importing one
+    another (liger-kernel's, in `liger_kernel/`) are not reported: the library is not their dependency.
 
     Why it matters on Trainium
     These packages ship CUDA kernels or talk to the NVIDIA driver: they do not install or do not work on a
@@ -132,6 +133,9 @@ class CudaOnlyLibrary(Rule):
                 self._report(node, module, {library})
 
     def _report(self, node: cst.CSTNode, module: str, libraries: set[str]) -> None:
+        libraries = {lib for lib in libraries if not self._inside(lib)}
+        if not libraries:
+            return
         replacement = "; ".join(dict.fromkeys(LIBRARIES[lib] for lib in sorted(libraries)))
         optional = self.OPTIONAL if self._optional(libraries) else ""
         self.report(
@@ -139,6 +143,14 @@ class CudaOnlyLibrary(Rule):
             self.message.format(module=module, optional=optional, replacement=replacement),
             replacement=replacement,
         )
+
+    def _inside(self, library: str) -> bool:
+        """Whether the file is in `library`'s own package folder (liger-kernel's modules import one another:
+        the library is not their dependency, it is them; review 42 found 1,209 such findings). DeepSpeed's
+        runtime importing `deepspeed.ops` is still reported (it is outside that package), and so is a module
+        merely named after the library (hqq's `backends/marlin.py`)."""
+        folder = self.ctx.path.replace("\\", "/").rpartition("/")[0].replace("/", ".")
+        return f".{folder}.".find(f".{library}.") != -1
 
     def _optional(self, libraries: set[str]) -> bool:
         """Whether the import sits in the body of a `try` that handles ImportError (or any exception) with a
