@@ -199,7 +199,8 @@ def project_kernel(
 
 def _kernel_bindings(ctx, modules: dict[str, str]) -> dict[str, tuple[str, str]]:
     """Local name -> (kernel module, library) for each name the module's top-level imports bind to one of
-    `modules` (dotted names from the scan's root -> library), or to a name defined in one."""
+    `modules` (dotted names from the scan's root -> library), or to a name defined in one; a relative import
+    is resolved against the file's package."""
     own = module_name(ctx.path)
     package = own if ctx.path.replace("\\", "/").endswith("__init__.py") else own.rpartition(".")[0]
     bound: dict[str, tuple[str, str]] = {}
@@ -207,25 +208,32 @@ def _kernel_bindings(ctx, modules: dict[str, str]) -> dict[str, tuple[str, str]]
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         for small in statement.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    as_name = alias.asname.name if alias.asname is not None else None
-                    kernel = _kernel_module(dotted(alias.name) or "", modules)
-                    if isinstance(as_name, cst.Name) and kernel is not None:
-                        bound[as_name.value] = kernel
-            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                base = _absolute(small, package)
-                for alias in small.names:
-                    if not isinstance(alias.name, cst.Name):
-                        continue
-                    name = alias.name.value
-                    kernel = _kernel_module(f"{base}.{name}".lstrip("."), modules) or _kernel_module(
-                        base, modules
-                    )
-                    if kernel is not None:
-                        local = alias.asname.name if alias.asname is not None else alias.name
-                        bound[local.value if isinstance(local, cst.Name) else name] = kernel
+            if isinstance(small, cst.ImportFrom) and small.relative:
+                pairs = _relative_bindings(small, package)
+            elif isinstance(small, (cst.Import, cst.ImportFrom)):
+                pairs = import_bindings(small)
+            else:
+                continue
+            for local, qualified in pairs:
+                kernel = _kernel_module(qualified, modules) or _kernel_module(
+                    qualified.rpartition(".")[0], modules
+                )
+                if kernel is not None:
+                    bound[local] = kernel
     return bound
+
+
+def _relative_bindings(statement: cst.ImportFrom, package: str) -> list[tuple[str, str]]:
+    """What a relative `from . import x as y` binds, as `names.import_bindings` reads absolute imports."""
+    if isinstance(statement.names, cst.ImportStar):
+        return []
+    base = _absolute(statement, package)
+    return [
+        ((alias.asname.name if alias.asname else alias.name).value, f"{base}.{alias.name.value}".lstrip("."))
+        for alias in statement.names
+        if isinstance(alias.name, cst.Name)
+        and (alias.asname is None or isinstance(alias.asname.name, cst.Name))
+    ]
 
 
 def _absolute(statement: cst.ImportFrom, package: str) -> str:

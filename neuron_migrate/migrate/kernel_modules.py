@@ -22,9 +22,6 @@ from neuron_migrate.migrate.cuda_libraries import LIBRARIES, library_of
 
 #: an unindented decorator: the name it starts with
 _DECORATOR = re.compile(rb"\n@[ \t]*([A-Za-z_]\w*)")
-#: an unindented import statement: `from M import names` (names in parentheses may span lines) or `import M`
-_IMPORT = re.compile(rb"\n(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))")
-_ALIAS = re.compile(r"([\w.]+)(?:\s+as\s+(\w+))?")
 #: an unindented import of a CUDA-only library (what a kernel module must have, searched first)
 _LIBRARY_IMPORT = re.compile(
     rb"\n(?:from|import)[ \t]+(?:"
@@ -37,27 +34,13 @@ def kernel_library(data: bytes) -> str | None:
     """The CUDA-only library a module's source defines kernels with (see the module docstring), if any."""
     if b"\n@" not in data or not _LIBRARY_IMPORT.search(b"\n" + data):
         return None
+    from neuron_migrate.migrate.lexicon import import_bindings  # only for the few files that get here
+
     heads = {match.group(1).decode() for match in _DECORATOR.finditer(data)}
-    for local, qualified in _top_bindings(data):
+    for local, qualified in import_bindings(data.decode("utf-8", "replace"), top_level=True):
         if local in heads and (library := library_of(qualified)) is not None:
             return library
     return None
-
-
-def _top_bindings(data: bytes):
-    """(local name, qualified name) for each name the unindented absolute imports of `data` bind."""
-    for match in _IMPORT.finditer(b"\n" + data):
-        module, names, modules = (part.decode("utf-8", "replace") if part else "" for part in match.groups())
-        listed = re.sub(r"#[^\n]*", "", names or modules).strip("()\\ \t\r\n")
-        for alias in re.split(r"\s*,\s*", listed):
-            found = _ALIAS.fullmatch(alias.strip())
-            if found is None:
-                continue
-            name, local = found.groups()
-            if module:
-                yield local or name, f"{module}.{name}"
-            else:
-                yield local or name.split(".")[0], name if local else name.split(".")[0]
 
 
 def module_name(rel: str) -> str:

@@ -102,35 +102,45 @@ class Lexicon:
         `from a import b as c` binds `c` to `a.b`. Relative and star imports bind nothing there, nor here.
         Also what a dynamic import assigns (`cfg = import_module("torch._inductor.config")`), on any line:
         `names.dynamic_import_bindings` reads those at the module's top, and the pre-pass needs a superset."""
-        pairs: list[tuple[str, str]] = []
-        for keyword, line, parenthesized in _import_statements(self.text):
-            line = _CONTINUATION.sub(" ", line)
-            if keyword == "import":
-                for alias in line.split(","):
-                    _bind(alias, "", pairs)
-                continue
-            module, names = [*_FROM_IMPORT.split(line, maxsplit=1), ""][:2]  # not `from importlib ...`
-            module = "".join(module.split())
-            if not module or module.startswith("."):
-                continue
-            for alias in (names + "," + _COMMENTS.sub("", parenthesized)).split(","):
-                _bind(alias, module, pairs)
+        pairs = import_bindings(self.text)
         dynamic = _DYNAMIC_IMPORT_SIGN.search(self.text) is not None
         for local, module, attribute in _DYNAMIC_ASSIGNMENT.findall(self.text) if dynamic else ():
             pairs.append((local, f"{module}.{attribute}" if attribute else module))
         return tuple(pairs)
 
 
-def _import_statements(text: str) -> Iterator[tuple[str, str, str]]:
+def import_bindings(text: str, top_level: bool = False) -> list[tuple[str, str]]:
+    """(local name, qualified name) for each name the absolute import statements of `text` bind (`import a.b`
+    binds `a`, `import a.b as c` binds `c` to `a.b`, `from a import b as c` binds `c` to `a.b`); `top_level`:
+    only the unindented ones (the scanner's kernel modules, `kernel_modules.py`)."""
+    pairs: list[tuple[str, str]] = []
+    for keyword, line, parenthesized in _import_statements(text, top_level):
+        line = _CONTINUATION.sub(" ", line)
+        if keyword == "import":
+            for alias in line.split(","):
+                _bind(alias, "", pairs)
+            continue
+        module, names = [*_FROM_IMPORT.split(line, maxsplit=1), ""][:2]  # not `from importlib ...`
+        module = "".join(module.split())
+        if not module or module.startswith("."):
+            continue
+        for alias in (names + "," + _COMMENTS.sub("", parenthesized)).split(","):
+            _bind(alias, module, pairs)
+    return pairs
+
+
+def _import_statements(text: str, top_level: bool = False) -> Iterator[tuple[str, str, str]]:
     """(keyword, rest of its line, names in parentheses or "") of each import statement in `text`: `import`
-    or `from` where a statement can start (a line's start, after `;` or a compound statement's `:`), to the
-    end of its line or its closing parenthesis. The keywords are found first, as words, and the start is
-    checked backwards from each: a pattern that starts with a line start or a `:` is tried at every
-    position of the file, and was a fifth of the pre-pass."""
+    or `from` where a statement can start (a line's start, after `;` or a compound statement's `:`; only an
+    unindented line's start when `top_level`), to the end of its line or its closing parenthesis. The
+    keywords are found first, as words, and the start is checked backwards from each: a pattern that starts
+    with a line start or a `:` is tried at every position of the file, and was a fifth of the pre-pass."""
     end = 0
     for keyword in _IMPORT_KEYWORD.finditer(text):
         start = keyword.start()
         if start < end or not _starts_statement(text, start):
+            continue
+        if top_level and start and text[start - 1] != "\n":
             continue
         rest = _IMPORT_REST.match(text, keyword.end())
         end = rest.end()
