@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from neuron_migrate.migrate.file_scan import scan_text
 from neuron_migrate.migrate.fix_files import fix_until_stable
 from neuron_migrate.migrate.fixer import fix_text
@@ -49,3 +51,12 @@ def fixed_until_stable(
     """`source` after `fix` (passes until nothing changes), as the command writes it."""
     style = FixStyle(layout, unsafe)
     return fix_until_stable(source, "example.py", tuple(codes or load_rules()), style)[0]
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """Write `files` (relative path -> text) under `root`, folders included; returns `root`."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root

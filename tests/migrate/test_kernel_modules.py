@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from neuron_migrate.migrate.kernel_modules import kernel_library, module_name
+
+from .helpers import write_tree
 
 TRITON_KERNELS = (
     "import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _add(x_ptr, n):\n"
@@ -45,13 +45,6 @@ def test_a_module_name_is_its_path_from_the_root():
     assert module_name("pkg/ops/__init__.py") == "pkg.ops"
 
 
-def _tree(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 USER = (
     "import torch\n\n{import_line}\n\n\ndef run(x):\n    torch.cuda.synchronize()\n    return {call}(x)\n\n\n"
     "def unrelated(x):\n    torch.cuda.synchronize()\n    return x\n"
@@ -73,7 +66,7 @@ def test_code_that_uses_the_projects_own_kernels_keeps_its_cuda_calls(
 ):
     """A function that calls the project's Triton kernels (or a helper of its module that does) serves them:
     its CUDA calls are right until the kernels are ported. The module's other functions keep their fixes."""
-    _tree(
+    write_tree(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -89,7 +82,7 @@ def test_code_that_uses_the_projects_own_kernels_keeps_its_cuda_calls(
 
 
 def test_a_helper_that_calls_the_kernels_makes_its_callers_cuda_s(tmp_path, run_cli):
-    _tree(
+    write_tree(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -104,7 +97,7 @@ def test_a_helper_that_calls_the_kernels_makes_its_callers_cuda_s(tmp_path, run_
 
 def test_the_projects_kernel_modules_are_part_of_the_cache_key(tmp_path, run_cli):
     """Once the kernel module no longer defines kernels (ported), a warm run analyses its users again."""
-    _tree(
+    write_tree(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -113,6 +106,6 @@ def test_the_projects_kernel_modules_are_part_of_the_cache_key(tmp_path, run_cli
         },
     )
     assert "which defines `triton` kernels" in run_cli("scan", ".", "--format", "json").stdout
-    _tree(tmp_path, {"pkg/kernels.py": "import torch\n\n\ndef add(x):\n    return x + x\n"})
+    write_tree(tmp_path, {"pkg/kernels.py": "import torch\n\n\ndef add(x):\n    return x + x\n"})
     warm = run_cli("scan", ".", "--format", "json").stdout
     assert "which defines `triton` kernels" not in warm, warm

@@ -7,15 +7,9 @@ from pathlib import Path
 
 from neuron_migrate.migrate.stale_imports import StaleImports
 
+from .helpers import write_tree
+
 CUDA_CODE = "import torch\n\n\ndef f(x):\n    return x.cuda()\n"
-
-
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def _failing(root: Path) -> dict[str, tuple[str, str, bool]]:
@@ -26,7 +20,7 @@ def _failing(root: Path) -> dict[str, tuple[str, str, bool]]:
 
 
 def test_a_module_that_imports_a_missing_package_fails_and_so_do_its_importers(tmp_path):
-    _tree(
+    write_tree(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -50,7 +44,7 @@ def test_a_module_that_imports_a_missing_package_fails_and_so_do_its_importers(t
 def test_what_the_build_may_write_does_not_count(tmp_path):
     """A missing last component may be setuptools-scm's `_version.py`, a private one an extension not built
     yet (`_C`); the top-level package's `__init__.py` is not followed (were it to fail, all modules would)."""
-    _tree(
+    write_tree(
         tmp_path,
         {
             "pkg/__init__.py": "from pkg._version import version\nfrom pkg.gen.proto import x\n",
@@ -66,7 +60,7 @@ def test_what_the_build_may_write_does_not_count(tmp_path):
 
 
 def test_a_module_that_cannot_be_imported_keeps_its_findings_but_gets_no_fix(tmp_path, run_cli):
-    _tree(
+    write_tree(
         tmp_path,
         {
             "pkg/__init__.py": "",
@@ -80,5 +74,5 @@ def test_a_module_that_cannot_be_imported_keeps_its_findings_but_gets_no_fix(tmp
     assert "NM103" in scanned and "which is not in the project: it fails at import" in scanned, scanned
     # the verdict is part of the cache key: once the package is back, the module is fixed
     run_cli("scan", ".")
-    _tree(tmp_path, {"pkg/moved/__init__.py": "", "pkg/moved/away.py": "def helper():\n    pass\n"})
+    write_tree(tmp_path, {"pkg/moved/__init__.py": "", "pkg/moved/away.py": "def helper():\n    pass\n"})
     assert "+++ b/pkg/old.py" in run_cli("fix", ".").stdout
