@@ -35,7 +35,7 @@ from neuron_migrate.migrate.device_neutral import flag_side
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.imports import lazy_import
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.naming import scope_of
+from neuron_migrate.migrate.naming import is_test_module, scope_of
 from neuron_migrate.migrate.patterns import keyword
 from neuron_migrate.migrate.rules.float64 import makes_float64, spells_float64
 from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
@@ -140,8 +140,7 @@ def _test_module_device(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     `stack`: torchao's `_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")`, which every
     test places on and `skipIf(_DEVICE == "cpu", ...)` tests, and `DEVICES = {torch.device("cpu"), ...}`,
     which 15 test loops run over (review 40 #117, #118)."""
-    file = ctx.path.rsplit("/", 1)[-1]
-    if not (file.startswith("test_") or file.endswith("_test.py")) or len(stack) < 2:
+    if not is_test_module(ctx.path) or len(stack) < 2:
         return None
     statement = stack[1]
     small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None

@@ -15,6 +15,9 @@ around them), in order of preference:
    does not change between iterations), under a name the scope does not use yet;
 3. else the idiom inline.
 
+A test module (`test_*.py`, `*_test.py`) where two or more functions are left at step 2 or 3 gets one
+module-level `DEVICE = ...` after its imports instead, which all their uses name.
+
 Only fixes that this run applies count towards "more than once", so an unsafe fix left for a person does not
 make a binding for a single safe use.
 """
@@ -56,6 +59,8 @@ _IDIOMS = {
 }
 _TYPE_IDIOMS = {_SPACES.sub("", DEVICE_TYPE_EXPR), _SPACES.sub("", DEVICE_TYPE_EXPR.replace('"', "'"))}
 NAMES = {"device": ("device", "accelerator", "accel_device"), "type": ("device_type", "accelerator_type")}
+#: the names of a test module's one binding (`_test_module_binding`): a module-level constant
+MODULE_NAMES = {"device": ("DEVICE", "ACCELERATOR"), "type": ("DEVICE_TYPE", "ACCELERATOR_TYPE")}
 
 
 @dataclass
@@ -145,8 +150,11 @@ class DeviceNames:
             scope = scope_of(use.stack)
             groups.setdefault(id(scope), []).append(use)
             scopes[id(scope)] = scope
-        for key, group in groups.items():
-            self._resolve_scope(scopes[key], group)
+        unnamed = {key: self._named_in_scope(scopes[key], group) for key, group in groups.items()}
+        shared = self._test_module_binding(scopes, unnamed)
+        for key, rest in unnamed.items():
+            if key not in shared:
+                self._bind_or_inline(scopes[key], rest)
 
     def _use(self, pending) -> Use:
         fix: FixSpec = pending.fix
@@ -159,7 +167,8 @@ class DeviceNames:
 
     # --- per scope ---------------------------------------------------------------------------------------
 
-    def _resolve_scope(self, scope: cst.CSTNode, uses: list[Use]) -> None:
+    def _named_in_scope(self, scope: cst.CSTNode, uses: list[Use]) -> list[Use]:
+        """Steps 0 and 1 (and the uses whose assignment names the device itself, inline); the uses left."""
         existing = self._idiom_names(scope)
         rest = []
         for use in uses:
@@ -183,7 +192,10 @@ class DeviceNames:
                 rest.append(use)
         for use in [u for u in rest if u.names_itself]:
             self._inline(use)
-        rest = [u for u in rest if not u.names_itself]
+        return [u for u in rest if not u.names_itself]
+
+    def _bind_or_inline(self, scope: cst.CSTNode, rest: list[Use]) -> None:
+        """Steps 2 and 3 for the uses of one scope that no existing name serves."""
         applied = [u for u in rest if u.applied]
         if not rest:
             return
@@ -227,11 +239,43 @@ class DeviceNames:
         text = _SPACES.sub("", self.ctx.code(value))
         return "device" if text in _IDIOMS else "type" if text in _TYPE_IDIOMS else None
 
-    def _bind(self, scope: cst.CSTNode, uses: list[Use], statement: cst.CSTNode) -> None:
+    def _test_module_binding(self, scopes: dict[int, cst.CSTNode], unnamed: dict[int, list[Use]]) -> set[int]:
+        """In a test module where two or more functions each need the idiom and no name serves them, one
+        module-level name after the imports (`DEVICE = ...`), which every such use refers to, rather than the
+        idiom in each test; the keys of the scopes it serves (none elsewhere). Only in test modules: a
+        library's import would then ask the CUDA driver whether a device is there, which forbids forked
+        workers CUDA (a test module's import is where `skipif(not torch.cuda.is_available())` asks already).
+        """
+        if not is_test_module(self.ctx.path):
+            return set()
+        functions = {
+            key
+            for key, rest in unnamed.items()
+            if isinstance(scopes[key], cst.FunctionDef) and any(u.applied for u in rest)
+        }
+        statement = _after_imports(self.ctx.module)
+        if len(functions) < 2 or statement is None:
+            return set()
+        self._bind(self.ctx.module, [u for key in functions for u in unnamed[key]], statement, MODULE_NAMES)
+        return functions
+
+    def _bind(
+        self,
+        scope: cst.CSTNode,
+        uses: list[Use],
+        statement: cst.CSTNode,
+        names: dict[str, tuple[str, ...]] = NAMES,
+    ) -> None:
         kind = "type" if all(u.types_only for u in uses) else "device"
-        name = self._fresh(scope, NAMES[kind])
+        name = self._fresh(scope, names[kind])
         value = DEVICE_TYPE_EXPR if kind == "type" else DEVICE_EXPR
-        if kind == "device" and not any(_needs_type(u) for u in uses) and self._certain(statement, uses):
+        module_level = names is MODULE_NAMES
+        if (
+            kind == "device"
+            and not module_level
+            and not any(_needs_type(u) for u in uses)
+            and self._certain(statement, uses)
+        ):
             value = CERTAIN_DEVICE_EXPR  # after `if not torch.accelerator.is_available(): return`: no CPU
         insertion = Insertion(statement, f"{name} = {value}")
         for use in uses:
@@ -311,6 +355,26 @@ class DeviceNames:
             replacements=replacements,
             insertions=insertions,
         )
+
+
+def is_test_module(path: str) -> bool:
+    """Whether the file at `path` is a pytest module (`test_*.py`, `*_test.py`)."""
+    file = path.rsplit("/", 1)[-1]
+    return file.startswith("test_") or file.endswith("_test.py")
+
+
+def _after_imports(module: cst.Module) -> cst.CSTNode | None:
+    """The module's first statement after its docstring and the imports at its top: where a module-level
+    name goes (None when the module is nothing else)."""
+    for index, statement in enumerate(module.body):
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(small, (cst.Import, cst.ImportFrom))
+            or (index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString))
+            for small in statement.body
+        ):
+            continue
+        return statement
+    return None
 
 
 def _tested_type(ctx, stack: tuple[cst.CSTNode, ...], scope: cst.CSTNode) -> str | None:

@@ -139,6 +139,45 @@ def test_the_device_is_named_once_per_function_and_reused():
     assert "torch.zeros(2, device=device)" in after and "x.to(device)" in after
 
 
+_TESTS = (
+    '"""Tests."""\nimport torch\nfrom package import step\n\n\ndef test_step():\n'
+    "    w = torch.randn(3).cuda()\n    step(w)\n\n\ndef test_two():\n"
+    "    w = torch.randn(3).cuda()\n    v = torch.zeros(3, device='cuda')\n    step(w, v)\n"
+)
+
+
+def test_a_test_module_names_the_device_once_at_its_top():
+    """Several tests each needing the idiom share one module-level name (schedulefree's tests, review 42)."""
+    after = fixed(_TESTS, ("NM101", "NM103"), path="tests/test_step.py")
+    assert after.count("current_accelerator(") == 1
+    assert (
+        "from package import step\n\n\n"
+        'DEVICE = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n\n\n'
+        "def test_step():\n    w = torch.randn(3).to(DEVICE)\n" in after
+    )
+    assert "    w = torch.randn(3).to(DEVICE)\n    v = torch.zeros(3, device=DEVICE)\n" in after
+
+
+def test_a_library_module_names_the_device_per_function():
+    """A module-level device would ask the CUDA driver at import, which forbids forked workers CUDA."""
+    after = fixed(_TESTS, ("NM101", "NM103"), path="package/steps.py")
+    assert "DEVICE" not in after and after.count("current_accelerator(") == 2
+    assert "    device = torch.accelerator.current_accelerator(" in after
+
+
+def test_a_test_module_name_already_taken_is_not_reused():
+    source = _TESTS.replace("from package import step\n", "from package import step\nDEVICE = 'gpu0'\n")
+    after = fixed(source, ("NM101", "NM103"), path="test_step.py")
+    assert "from package import step\nACCELERATOR = torch.accelerator" in after and "DEVICE = 'gpu0'" in after
+    assert "torch.randn(3).to(ACCELERATOR)" in after
+
+
+def test_one_test_needing_the_device_keeps_it_in_the_test():
+    source = _TESTS.split("\n\n\ndef test_two")[0] + "\n"
+    after = fixed(source, ("NM103",), path="test_step.py")
+    assert "DEVICE" not in after and ".to(torch.accelerator.current_accelerator(" in after
+
+
 def test_an_existing_device_name_is_reused_not_rebound():
     source = (
         "import torch\ndef main():\n"

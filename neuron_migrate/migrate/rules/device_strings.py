@@ -63,7 +63,8 @@ class CudaDeviceString(Rule):
     value directly does a bare `'cuda'` become the device itself. An index that reaches `torch.load(
     map_location=...)` is kept only when there is an accelerator (`"cpu"` otherwise: `torch.load` rejects
     `cpu:N`). The device is named once per function: an existing name for it is reused, and a function that
-    needs it several times gets one `device = ...` line. `fork_rng(device_type="cuda")` loses the argument:
+    needs it several times gets one `device = ...` line (a test module whose tests need it, one `DEVICE =
+    ...` after its imports). `fork_rng(device_type="cuda")` loses the argument:
     torch 2.13 forks the current accelerator's generators by default, and CUDA's without one, as the string
     did (no fix when the string reaches it through a name). A parameter's
     default is an unsafe fix: it is the function's interface, and it is computed when the function is defined.
