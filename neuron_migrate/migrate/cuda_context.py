@@ -119,7 +119,9 @@ _NVIDIA_QUERY = re.compile(r"nvlink|nvswitch|nvml|nvidia_?smi", re.IGNORECASE)
 #: names of test decorators that run a test only with CUDA: `onlyCUDA`, `requires_nccl`, `require_torch_gpu`,
 #: `skip_if_lt_x_gpu`, `skipIfNoCuda`, `skip_if_no_gpu`
 _GATE_NAME = re.compile(
-    r"^only_?cuda|^requires?_\w*(cuda|gpu|nccl)|^skip_?if_?(no|lt_?x)_?\w*(cuda|gpu)", re.IGNORECASE
+    r"^only_?cuda|^cuda_?only|^(requires?|needs?)_?\w*(cuda|gpu|nccl|nvfuser|cudnn)|"
+    r"^skip_?if_?(no|lt_?x)_?\w*(cuda|gpu)",
+    re.IGNORECASE,
 )
 _ACCELERATE_GPU = re.compile(r"\bDistributedType\.MULTI_GPU\b")
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)

@@ -56,6 +56,12 @@ LIBRARIES: dict[str, str] = {
     "nvshmem": "`torch.distributed` collectives and point-to-point ops",
     "nixl": "`torch.distributed` point-to-point ops (`send` / `recv`)",
     "cutlass": _NKI,
+    "nvfuser": _COMPILE,
+    "nvfuser_direct": _COMPILE,
+    "cudnn": f"{_SDPA} and the `torch.nn` layers (the cuDNN frontend drives NVIDIA's cuDNN)",
+    "exl_ext": _QUANTIZED,
+    "exlv2_ext": _QUANTIZED,
+    "awq_ext": _QUANTIZED,
 }
 
 

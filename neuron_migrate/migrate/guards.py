@@ -40,7 +40,11 @@ Implication = tuple["str | None", "str | None"]
 
 _AVAILABLE = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
 _COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
-_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+#: calls that never return: the process's exits, and a test's skips and failures (they raise)
+_EXITS = frozenset(
+    {"sys.exit", "exit", "quit", "os._exit", "pytest.skip", "pytest.fail", "pytest.exit", "pytest.xfail"}
+    | {"self.skipTest", "self.fail"}
+)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _NONE: Implication = (None, None)
 

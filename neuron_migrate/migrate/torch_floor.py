@@ -71,10 +71,14 @@ def project_of(folder: Path) -> Path | None:
 
 #: what a line that tests torch's version names: `torch.__version__` or a `torch_version` / `TORCH_VERSION`
 #: name compared with a release, or a version helper or flag (`is_torch_version("<", "2.3")`,
-#: `is_torch_greater_or_equal("2.6")`, `TORCH_VERSION_AT_LEAST_2_4`, `is_torch_greater_or_equal_than_2_7`)
+#: `is_torch_greater_or_equal("2.6")`, `TORCH_VERSION_AT_LEAST_2_4`, `is_torch_greater_or_equal_than_2_7`,
+#: a function of a torch-version module called with a release: pytorch-pfn-extras'
+#: `_torch_version.requires("2.3.0")`)
 _VERSION_NAMES = (b"__version__", b"torch_version", b"TORCH_VERSION", b"Torch_Version")
 _HELPER = re.compile(
-    rb"torch_(?:version_)?(?:at_least|greater|newer|older|less)|is_torch_version", re.IGNORECASE
+    rb"torch_(?:version_)?(?:at_least|greater|newer|older|less)|is_torch_version|"
+    rb"""torch_version\.\w+\(\s*["']\d""",
+    re.IGNORECASE,
 )
 #: the release a gate line names: "2.2", "2.4.0", (2, 3), _2_7, or a requirement a message states
 #: (ART's `assert ..., "AdversarialPatchPyTorch requires torch>=1.7.0"`)

@@ -2357,7 +2357,11 @@ def test_a_test_module_skipped_without_cuda_stays_cudas(gate, gated):
     source = _GATED_MODULE.format(gate=gate)
     placement = next(f for f in findings(source) if f.code == "NM101")
     assert (placement.fix is None) is gated
-    assert ("the test module only runs with CUDA" in placement.message) is gated
+    # a module-level `if` that skips is a precondition like `if not ...: raise`: the code after it is its
+    module_wide = "the test module only runs with CUDA"
+    assert (
+        ("behind a CUDA check that stays" if gate.startswith("if") else module_wide) in placement.message
+    ) is gated
 
 
 @pytest.mark.parametrize(
@@ -2379,6 +2383,40 @@ def test_a_skip_decorator_whose_reason_names_cuda_hardware_is_a_cuda_gate(decora
     placement = next(f for f in findings(source) if f.code == "NM101")
     assert (placement.fix is None) is gated
     assert ("a test decorator runs it only with CUDA" in placement.message) is gated
+
+
+@pytest.mark.parametrize(
+    ("decorator", "gated"),
+    [
+        ("@requiresCUDA", True),  # lightning-thunder's own decorator (review 43)
+        ("@framework.requiresNVFuser", True),
+        ("@requires_cuda_graphs", True),
+        ("@cuda_only", True),
+        ("@requires_grad_check", False),
+    ],
+)
+def test_a_project_decorator_named_for_cuda_is_a_cuda_gate(decorator, gated):
+    """A decorator of the project's own that says it needs CUDA (thunder's `@requiresCUDA` skips unless
+    `torch.cuda.is_available()`, review 43: 42 tests rewritten for nothing) runs the test only with CUDA."""
+    source = f"import torch\n\n\n{decorator}\ndef test_it():\n    x = torch.ones(4, device='cuda')\n"
+    placement = next(f for f in findings(source) if f.code == "NM101")
+    assert (placement.fix is None) is gated
+    assert ("a test decorator runs it only with CUDA" in placement.message) is gated
+
+
+@pytest.mark.parametrize("skip", ["pytest.skip('needs CUDA')", "self.skipTest('needs CUDA')"])
+def test_code_after_a_skip_without_cuda_that_stays_is_cudas(skip):
+    """`if not torch.cuda.is_available(): pytest.skip(...)` is a precondition, as a `return` or `raise`
+    would be: while the check stays CUDA's (its reason names CUDA), the test's code after it only runs on
+    CUDA, and rewriting it would change nothing (review 43)."""
+    source = (
+        "import pytest\nimport torch\n\n\nclass T:\n    def test_it(self):\n"
+        f"        if not torch.cuda.is_available():\n            {skip}\n"
+        "        x = torch.ones(4, device='cuda')\n"
+    )
+    check, placement = sorted(findings(source), key=lambda f: f.line)
+    assert check.fix is None and placement.fix is None
+    assert "behind a CUDA check that stays" in placement.message
 
 
 def test_a_test_that_calls_cuda_and_cpu_itself_tests_the_methods():

@@ -120,3 +120,17 @@ def test_a_backend_module_of_a_cuda_only_kernel_library_keeps_its_cuda_calls():
     assert "`marlin` is CUDA-only" in found["NM701"].message
     assert found["NM402"].fix is None and "the module drives `marlin`" in found["NM402"].message
     assert {"bitblas", "gemlite", "deep_ep", "nvshmem", "nixl", "flashinfer", "mamba_ssm"} <= set(LIBRARIES)
+
+
+def test_a_check_before_a_call_of_a_cuda_only_kernel_extension_stays_cudas():
+    """AutoAWQ's ExLlama layers assert a CUDA weight before handing it to `exl_ext.make_q4`, a CUDA C++
+    extension imported with `try_import("exl_ext")` (review 43 #1, #2): letting neuron through the assert
+    only moves the failure into the kernel. nvFuser and the cuDNN frontend are CUDA-only too."""
+    source = (
+        "import torch\nfrom awq.utils.module import try_import\n\nexl_ext, msg = try_import('exl_ext')\n\n\n"
+        "class Linear:\n    def post_init(self):\n        assert self.qweight.device.type == 'cuda'\n"
+        "        self.q4 = exl_ext.make_q4(self.qweight)\n"
+    )
+    check = next(f for f in findings(source) if f.code == "NM105")
+    assert check.fix is None and "exl_ext" in check.message
+    assert {"nvfuser", "nvfuser_direct", "cudnn", "exl_ext", "exlv2_ext", "awq_ext"} <= set(LIBRARIES)

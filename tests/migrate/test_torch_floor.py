@@ -206,6 +206,9 @@ def test_an_installed_package_that_names_no_torch_needs_what_its_requirements_de
         ('if is_torch_greater_or_equal("2.6") or torch.__version__ >= "2.5":\n', [((2, 5), 1)]),
         # a requirement its message states (ART's assert)
         ('    assert ok, "AdversarialPatchPyTorch requires torch>=1.7.0"\n', [((1, 7), 1)]),
+        # a torch-version module's helper (pytorch-pfn-extras), not another package's
+        ('if pytorch_pfn_extras._torch_version.requires("2.3.0"):\n', [((2, 3), 1)]),
+        ('if ppe.requires("1.13", "onnx"):\n', []),
         # not a test of torch's version against a release
         ('if torch.version.cuda >= "11.0":\n', []),
         ("if sys.version_info >= (3, 8) and torch:\n", []),

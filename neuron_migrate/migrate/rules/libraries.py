@@ -29,7 +29,8 @@ class CudaOnlyLibrary(Rule):
     `importlib.import_module("X")` and MONAI's `optional_import("X")`) of flash-attn, xformers, apex,
     bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
     Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python, DeepGEMM, SageMaker's
-    distributed libraries (`smdistributed`) and similar. One finding per
+    distributed libraries (`smdistributed`), nvFuser, the cuDNN frontend, AutoAWQ's and ExLlama's kernel
+    extensions and similar. One finding per
     import statement and library; the message names the replacement. A library's own modules importing one
     another (liger-kernel's, in `liger_kernel/`) are not reported: the library is not their dependency.
 
