@@ -345,17 +345,24 @@ class CudaMentions:
 def covered_nodes(pendings: list, applies) -> set[int]:
     """ids of every node inside the replacement nodes of the fixes this run applies."""
     covered: set[int] = set()
-
-    class Collect(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            covered.add(id(node))
-            return True
-
     for pending in pendings:
         if applies(pending):
             for replacement in pending.fix.replacements:
-                walk(replacement.node, Collect())
+                covered |= nodes_under(replacement.node)
     return covered
+
+
+def nodes_under(node: cst.CSTNode) -> set[int]:
+    """ids of `node` and every node inside it."""
+    found: set[int] = set()
+
+    class Collect(cst.CSTVisitor):
+        def on_visit(self, child: cst.CSTNode) -> bool:
+            found.add(id(child))
+            return True
+
+    walk(node, Collect())
+    return found
 
 
 def negative(ctx, test: cst.BaseExpression) -> bool:

@@ -46,7 +46,13 @@ import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
 from neuron_migrate.migrate.cautions import caution
-from neuron_migrate.migrate.cuda_context import CudaMentions, covered_nodes, gpu_among_devices, only_on_cuda
+from neuron_migrate.migrate.cuda_context import (
+    CudaMentions,
+    covered_nodes,
+    gpu_among_devices,
+    nodes_under,
+    only_on_cuda,
+)
 from neuron_migrate.migrate.cuda_ties import (
     amp_partner_left,
     choice_test_left,
@@ -340,13 +346,11 @@ def _keep_cuda_checks(
                 continue
             if check.fix is not None or id(check) in held_back:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
+                if reason is not None and id(check) in held_back:
+                    reason = _beyond_held_back(ctx, check, pendings, leftovers, held_back, style)
                 if reason is not None:
                     _release(check, held_back)
-                    withdraw(
-                        check,
-                        f"it guards CUDA-only code such as {reason}: keep this {_noun(check)} CUDA's and "
-                        "give other devices their own path",
-                    )
+                    withdraw(check, _guarding(ctx, check, reason, mentions))
                     changed = True
                 elif (twin := _warning_twin(ctx, check, leftovers)) is not None:
                     tie(
@@ -363,7 +367,13 @@ def _keep_cuda_checks(
             if applies(check, style):
                 continue
             guarded = (*check.region, *flag_side(ctx, check))  # `on_gpu = d.type == "cuda"`: `if on_gpu:` too
+            stays = check.fix is None and id(check) not in held_back  # CUDA's whatever torch is declared
             for inner in pendings:
+                if stays and id(inner) in held_back and inside(inner, guarded):
+                    # raising the minimum would not write it (mergekit's per-device chain, review 43)
+                    _release(inner, held_back)
+                    withdraw(inner, _BEHIND_CHECK.format(_noun(check)), no_change=True)
+                    changed = True
                 if inner is not check and inner.fix is not None and inside(inner, guarded):
                     if check.fix is not None and check.node in inner.stack:
                         # part of a check a person reviews (`"cuda" if <here> else "cpu"`, unsafe): it waits
@@ -389,10 +399,10 @@ def _keep_cuda_checks(
             elif (
                 id(pending) in held_back
                 and (cuda_only := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
-                and not cuda_only.needs_change
-            ):  # code that only runs on CUDA needs no change, whatever torch the project declares
+            ):  # code that only runs on CUDA stays CUDA's whatever torch the project declares: raising the
+                # minimum would not write the fix (mergekit's CUDA branch of a per-device chain, review 43)
                 _release(pending, held_back)
-                withdraw(pending, cuda_only.reason, no_change=True)
+                withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True
             elif applies(pending, style) and (
                 held := _held_back_by(ctx, pending, leftovers, mentions, sinks, positions, lines)
@@ -528,6 +538,36 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
         return f"`{cue}`"
     return None
+
+
+def _guarding(ctx, check, reason: str, mentions: CudaMentions) -> str:
+    """Why a check stays CUDA's, given what CUDA-only code `_cuda_code_in` found in its region. A check that
+    guards nothing (its region is its own statement) and whose statement only names CUDA in a string is
+    part of a message (`log(f"Cuda Available? {torch.cuda.is_available()}")`, lm-eval, review 43): that
+    string is not CUDA-only code, but rewritten, the message would call another accelerator CUDA."""
+    own_line = len(check.region) == 1 and isinstance(check.region[0], cst.SimpleStatementLine)
+    if own_line and mentions.find(check.region[0], names_only=True) is None:
+        return (
+            f"it is part of a message that names CUDA ({reason}): rewritten, the message would call another "
+            f"accelerator CUDA; reword the message with the {_noun(check)}"
+        )
+    return (
+        f"it guards CUDA-only code such as {reason}: keep this {_noun(check)} CUDA's and give other devices "
+        "their own path"
+    )
+
+
+def _beyond_held_back(ctx, check, pendings: list, leftovers: list, held_back: set[int], style: FixStyle):
+    """For a check held back for the project's torch: the CUDA-only code it guards apart from fixes held back
+    with it (`torch.device("cuda") if torch.cuda.is_available() else ...` under torch 1.8: both wait for
+    the same minimum, and raising it writes them together), or None. Saying the check "guards CUDA-only code
+    such as `torch.device("cuda")`" would name a fix that only waits (lm-eval, review 43)."""
+    waiting = [p for p in pendings if id(p) in held_back]
+    covered = covered_nodes(pendings, lambda p: applies(p, style))
+    for pending in waiting:
+        covered |= nodes_under(pending.node)
+    mentions = CudaMentions(ctx, covered, style.kernel_modules)
+    return _cuda_code_in(ctx, check, [p for p in leftovers if id(p) not in held_back], mentions)
 
 
 def _guards_only_notes(ctx, check, notes: list) -> str | None:

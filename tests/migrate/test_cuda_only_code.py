@@ -2460,3 +2460,14 @@ def test_a_module_level_if_with_a_nested_block_is_analysed():
         "        pytest.skip('no', allow_module_level=True)\n\nx = torch.ones(2, device='cuda')\n"
     )
     assert not [f for f in findings(source) if f.code.startswith("NM9")]
+
+
+def test_a_check_in_a_message_that_names_cuda_says_so():
+    """`log.info(f"Cuda Available? {torch.cuda.is_available()}")` guards nothing: its string is not CUDA-only
+    code, but the message would call another accelerator CUDA (lm-eval, review 43)."""
+    source = (
+        "import torch\n\n\ndef report(log):\n    log.info(f'Cuda Available? {torch.cuda.is_available()}')\n"
+    )
+    [check] = findings(source)
+    assert check.fix is None and "part of a message that names CUDA (`Cuda Available? `)" in check.message
+    assert "guards CUDA-only code" not in check.message

@@ -9,6 +9,8 @@ import pytest
 
 from neuron_migrate.migrate.torch_floor import code_gates, lower_bound, torch_floor
 
+from .helpers import findings
+
 
 @pytest.mark.parametrize(
     ("requirement", "floor"),
@@ -299,3 +301,33 @@ def test_a_declared_newer_torch_allows_newer_apis_and_target_torch_wins(run_cli,
     assert (tmp_path / "a.py").read_text() == MEMORY.replace(
         "cuda.mem_get_info", "accelerator.get_memory_info"
     )
+
+
+def test_a_check_held_back_with_the_choice_it_makes_says_why_not_that_it_guards_it():
+    """Under torch 1.8 both halves of `torch.device("cuda") if torch.cuda.is_available() else ...` wait for
+    the same minimum; the check "guards CUDA-only code such as `torch.device("cuda")`" named a fix that only
+    waits (lm-eval, review 43). Above the check's minimum but below the choice's, the check stays CUDA's."""
+    source = (
+        "import torch\n\n\ndef pick():\n    return (\n        torch.device('cuda')\n"
+        "        if torch.cuda.is_available()\n        else torch.device('cpu')\n    )\n"
+    )
+    for found in findings(source, target_torch=(1, 8)):
+        assert found.fix is None and "the fix needs torch >=" in found.message
+        assert "guards CUDA-only code" not in found.message
+    check = next(f for f in findings(source, target_torch=(2, 6)) if f.code == "NM106")
+    assert check.fix is None and "guards CUDA-only code such as `torch.device('cuda')`" in check.message
+
+
+def test_code_that_stays_cudas_at_any_torch_is_not_said_to_wait_for_a_newer_one():
+    """The CUDA branch of a per-device chain keeps its `"cuda"` whatever torch the project declares: under
+    torch 2.0 its value was "held back: raise the minimum", beside the check's "keep it" (mergekit,
+    review 43)."""
+    source = (
+        "import torch\n\n\ndef auto(value):\n    if torch.cuda.is_available():\n"
+        "        value['device'] = 'cuda'\n    elif torch.xpu.is_available():\n"
+        "        value['device'] = 'xpu'\n    return value\n"
+    )
+    check, choice = sorted(findings(source, ("NM101", "NM106"), target_torch=(2, 0)), key=lambda f: f.line)
+    assert "one branch of a per-device chain" in check.message
+    assert choice.fix is None and "behind a CUDA check that stays: no change needed" in choice.message
+    assert "the fix needs torch" not in choice.message
