@@ -32,6 +32,13 @@ _NOT_DEVICE_NAME = re.compile(r"^(is|has|use|num|n|max|min|no)_", re.IGNORECASE)
 _DEVICE_OPTION = re.compile(r"^--?(dev|device|device[-_]type|[\w-]+[-_]device)$", re.IGNORECASE)
 _AMP_CALLEE = re.compile(r"(^|\.)(autocast|GradScaler)$")  # NM2xx rules own these
 _POSITIONAL_DEVICE = {"torch.set_default_device"}
+#: functions whose first argument is a device type (`init_device_mesh("cuda", (2,))`: openrlhf, review 44)
+_POSITIONAL_TYPE = {
+    "torch.distributed.device_mesh.init_device_mesh",
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed.tensor.DeviceMesh",
+    "torch.distributed._tensor.DeviceMesh",
+}
 _GETTERS = {"get", "getenv", "setdefault", "pop", "getattr"}
 #: functions that file or look up an implementation by device type: their device argument is a key
 _REGISTRY = re.compile(r"^register|_for_device(_type)?$")
@@ -262,6 +269,8 @@ def call_slot(name: str, call: cst.Call, arg: cst.Arg) -> Slot | None:
         return Slot("device" if torch_api else "string", "`device=`")
     if keyword is None and arg is positional(call, 0) and (method == "to" or name in _POSITIONAL_DEVICE):
         return Slot("device", f"`{name or '.' + method}()`")
+    if keyword is None and arg is positional(call, 0) and name in _POSITIONAL_TYPE:
+        return Slot("type", f"`{name.rsplit('.', 1)[-1]}()`")
     if keyword == "default" and _is_device_option(call):
         return Slot("string", "the default of a `--device` option", review=_choices_without_neuron(call))
     getter = method or (name.rsplit(".", 1)[-1] if name else "")

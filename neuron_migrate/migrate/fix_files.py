@@ -41,6 +41,8 @@ class FileFix:
     left: list[tuple[Finding, str]] = field(default_factory=list)
     error: str | None = None
     skipped: list[str] = field(default_factory=list)  # parts not fixed, and why (notebook cells)
+    #: the fixes are written for the default torch: the project says nothing of the torch it supports
+    default_torch: bool = False
 
     def diff(self) -> str:
         """A unified diff `git apply` takes (a/ b/ prefixes, paths relative to the scan root)."""
@@ -68,7 +70,7 @@ def fix_file(source: SourceFile, codes: tuple[str, ...], style: FixStyle) -> Fil
     data = read_bytes(source)
     if not isinstance(data, bytes):
         return FileFix(source.rel, source.path, b"", error=data.reason)
-    result = FileFix(source.rel, source.path, data)
+    result = FileFix(source.rel, source.path, data, default_torch=style.default_torch)
     try:
         if source.kind == "notebook":
             _fix_notebook(result, codes, style)

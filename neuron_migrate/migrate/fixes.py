@@ -122,7 +122,8 @@ class FixStyle:
     """What shapes the fixes of one file: the project's layout (line length, formatter), whether unsafe
     fixes will be applied (only applied fixes count when deciding to name the device), the first-party module
     names (for import grouping) and the oldest torch the fixed code must run on (`torch_floor`: where the
-    project declares it, when that is where it came from). `include_generated`: fix files marked generated
+    project declares it, when that is where it came from; `default_torch` when nothing said and the target
+    is the default). `include_generated`: fix files marked generated
     too (`generated.py`). `torchscript`: the scanned project guards code for TorchScript
     (`torch.jit.is_scripting()`), so its modules are meant to script (`torchscript.py`).
     `deepspeed_accelerator`: the project writes device code with DeepSpeed's accelerator abstraction (at
@@ -143,6 +144,8 @@ class FixStyle:
     local_modules: frozenset[str] = frozenset()
     target_torch: tuple[int, int] = DEFAULT_TARGET_TORCH
     torch_floor: str = ""
+    #: the target is the default: neither `target-torch` nor the project says (`fix` says so)
+    default_torch: bool = False
 
     @property
     def line_length(self) -> int:

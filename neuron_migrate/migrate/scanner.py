@@ -34,9 +34,7 @@ from neuron_migrate.migrate.stale_imports import StaleImports
 from neuron_migrate.migrate.torch_floor import (
     DEFAULT_TARGET_TORCH,
     TorchFloor,
-    before,
     code_gates,
-    dotted_release,
     median_gate,
     project_of,
     torch_floor,
@@ -87,26 +85,23 @@ class Planned:
 
 def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = None) -> FixStyle:
     """How fixes in `source` are written: its project's layout, first-party modules, target torch (the
-    `target-torch` setting, else the oldest torch the project declares, else the release before the median
-    of those its code tests torch's version against (`gates`, by project: `torch_floor.median_gate`), else
-    the default)."""
+    `target-torch` setting, else the oldest torch the project declares, else the median of the floors its
+    code implies: the release before one it tests torch's version against, one it states as required
+    (`gates`, by project: `torch_floor.median_gate`), else the default)."""
     folder = source.path.absolute().parent
     target, floor = options.target_torch, None
     if target is None:
         floor = torch_floor(folder)
         gate = median_gate((gates or {}).get(project_of(folder), [])) if floor is None else None
-        if gate is not None and before(gate[0]) < DEFAULT_TARGET_TORCH:
-            release, where = gate
-            floor = TorchFloor(
-                before(release),
-                f"its code tests torch's version against {dotted_release(release)} at {where}",
-            )
+        if gate is not None and gate[0] < DEFAULT_TARGET_TORCH:
+            floor = TorchFloor(*gate)
         target = floor.version if floor else DEFAULT_TARGET_TORCH
     return FixStyle(
         layout=layout_for(folder),
         local_modules=local_modules(folder, options.root),
         target_torch=target,
         torch_floor=floor.source if floor else "",
+        default_torch=options.target_torch is None and floor is None,
     )
 
 
@@ -117,7 +112,8 @@ def _code_gates(source: SourceFile, data: bytes, options: ScanOptions, gates: di
     if options.target_torch is not None or not source.rel.endswith(".py") or torch_floor(folder) is not None:
         return
     if found := code_gates(data):
-        gates.setdefault(project_of(folder), []).extend((r, f"{source.rel}:{line}") for r, line in found)
+        project = gates.setdefault(project_of(folder), [])
+        project.extend((gate.floor, gate.says(f"{source.rel}:{gate.line}")) for gate in found)
 
 
 #: what a project writes where it guards code for TorchScript: its modules are meant to be scripted

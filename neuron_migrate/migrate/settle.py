@@ -317,6 +317,8 @@ def _keep_cuda_checks(
     CUDA (behind such a check, in a CUDA-named function, …: `cuda_context`) keeps its CUDA calls."""
     checks = [p for p in pendings if p.region]
     libraries = [p for p in pendings if getattr(p.rule, "cuda_library", False)]
+    # checks kept CUDA's for what they guard: that code (held back for the torch minimum, maybe) is why
+    kept_for_contents: set[int] = set()
     changed = True
     while changed:
         changed = False
@@ -324,6 +326,7 @@ def _keep_cuda_checks(
             ctx, covered_nodes(pendings, lambda p: applies(p, style)), style.kernel_modules
         )
         leftovers = [p for p in pendings if getattr(p.rule, "cuda_only", True) and not applies(p, style)]
+        waiting_apart = [p for p in leftovers if id(p) not in held_back]
         # what stays CUDA's whatever the run applies: findings without a fix, CUDA settings among them; not
         # tests of the device, which a generic value still answers right (`if device.startswith("cuda"):`)
         sinks = [
@@ -351,6 +354,7 @@ def _keep_cuda_checks(
                 if reason is not None:
                     _release(check, held_back)
                     withdraw(check, _guarding(ctx, check, reason, mentions))
+                    kept_for_contents.add(id(check))
                     changed = True
                 elif (twin := _warning_twin(ctx, check, leftovers)) is not None:
                     tie(
@@ -367,7 +371,8 @@ def _keep_cuda_checks(
             if applies(check, style):
                 continue
             guarded = (*check.region, *flag_side(ctx, check))  # `on_gpu = d.type == "cuda"`: `if on_gpu:` too
-            stays = check.fix is None and id(check) not in held_back  # CUDA's whatever torch is declared
+            # CUDA's whatever torch is declared, and not because of what it guards
+            stays = check.fix is None and id(check) not in held_back and id(check) not in kept_for_contents
             for inner in pendings:
                 if stays and id(inner) in held_back and inside(inner, guarded):
                     # raising the minimum would not write it (mergekit's per-device chain, review 43)
@@ -398,9 +403,10 @@ def _keep_cuda_checks(
                 changed = True
             elif (
                 id(pending) in held_back
-                and (cuda_only := only_on_cuda(pending, mentions, leftovers, ctx.path)) is not None
+                and (cuda_only := only_on_cuda(pending, mentions, waiting_apart, ctx.path)) is not None
             ):  # code that only runs on CUDA stays CUDA's whatever torch the project declares: raising the
-                # minimum would not write the fix (mergekit's CUDA branch of a per-device chain, review 43)
+                # minimum would not write the fix (mergekit's CUDA branch of a per-device chain, review 43);
+                # code held back beside it waits for the same minimum and says nothing of that
                 _release(pending, held_back)
                 withdraw(pending, cuda_only.reason, no_change=not cuda_only.needs_change)
                 changed = True

@@ -16,9 +16,11 @@ torch is listed several times (per Python version), the lowest. A requirement wi
 requirement, says nothing of the metadata: then the project's code may (`code_gates`). A test of
 torch's version against 2.2 (gsplat's `version.parse(torch.__version__) < version.parse("2.2")`, auto-round's
 `TORCH_VERSION_AT_LEAST_2_4`) means it still runs on a torch older than that, so the floor is the release
-before the one its code tests torch against, the median of its tests (`median_gate`: a vendored module's
-stale tests do not decide, torchao's copy of SAM2 testing 2.2 twice among 64 tests that mostly test 2.10 and
-2.11; review 41: gsplat declares bare `torch`); without a test, the default target applies. An explicit
+before the one its code tests torch against; a requirement the code states
+(`require_version("torch>=1.5.0")`, "requires torch>=1.7.0") is that release; the median of what its lines
+imply (`median_gate`: a vendored module's stale tests do not decide, torchao's copy of SAM2 testing 2.2
+twice among 64 tests that mostly test 2.10 and 2.11; review 41: gsplat declares bare `torch`); without a
+test, the default target applies (`fix` says so). An explicit
 `target-torch` setting wins over all of this.
 """
 
@@ -30,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,10 +92,29 @@ _REQUIREMENT_TEXT = re.compile(rb"torch\s*>=?\s*\d+\.\d+", re.IGNORECASE)
 _COMPARISON = re.compile(rb"[<>]=?")
 
 
-def code_gates(data: bytes) -> list[tuple[tuple[int, int], int]]:
-    """The torch releases (1.x or 2.x) the source `data` tests torch's version against (a comparison with it
-    on the line, or a version helper or flag), the lowest of each line, with the line. CUDA's and Python's
-    versions do not count (`torch.version.cuda`), nor a version printed or in a comment."""
+class CodeGate(NamedTuple):
+    """What one line of a project's code says of the torch it runs on: the oldest torch that line implies
+    (`floor`), the release it names, and whether it states a requirement ("requires torch>=1.7.0",
+    `require_version("torch>=1.5.0")`: the floor is that release) or tests the version (`if torch_version <
+    (2, 2):` still runs below 2.2: the floor is the release before)."""
+
+    floor: tuple[int, int]
+    release: tuple[int, int]
+    line: int
+    requires: bool
+
+    def says(self, where: str) -> str:
+        """Where the floor comes from, for a message: `where` is the file and line."""
+        if self.requires:
+            return f"its code requires torch {dotted_release(self.release)} at {where}"
+        return f"its code tests torch's version against {dotted_release(self.release)} at {where}"
+
+
+def code_gates(data: bytes) -> list[CodeGate]:
+    """What the source `data` says of torch's version (`CodeGate`), per line that tests it against a release
+    (1.x or 2.x; a comparison with it on the line, or a version helper or flag) or states a requirement; of
+    several releases on a line, the lowest. CUDA's and Python's versions do not count (`torch.version.cuda`),
+    nor a version printed or in a comment."""
     if not any(needle in data for needle in (b"ersion", b"ERSION", b"orch_greater", b"torch>", b"torch >")):
         return []
     found = []
@@ -121,12 +143,15 @@ def code_gates(data: bytes) -> list[tuple[tuple[int, int], int]]:
             if (1, 0) <= (release := tuple(int(n) for n in match.groups() if n is not None)[:2]) < (3, 0)
         ]
         if releases:
-            found.append((min(releases), data.count(b"\n", 0, start) + 1))
+            release, requires = min(releases), _REQUIREMENT_TEXT.search(text) is not None
+            line = data.count(b"\n", 0, start) + 1
+            found.append(CodeGate(release if requires else before(release), release, line, requires))
     return found
 
 
 def median_gate(gates: list[tuple[tuple[int, int], str]]) -> tuple[tuple[int, int], str] | None:
-    """The median of a project's version tests (release, where), the lower one of an even count."""
+    """The median of what a project's code says of its torch (the floor each line implies, and where that
+    is said), the lower one of an even count."""
     return sorted(gates)[(len(gates) - 1) // 2] if gates else None
 
 

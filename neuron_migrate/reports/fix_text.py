@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from neuron_migrate.migrate.fix_files import FileFix
-from neuron_migrate.migrate.torch_floor import HELD_BACK
+from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, HELD_BACK, dotted_release
 from neuron_migrate.reports.words import plural
 
 
@@ -50,6 +50,13 @@ def render_fix_summary(
             "torch than they need, by its metadata or its code's version tests (each finding says where; "
             "TorchNeuron itself needs torch 2.13 or newer). Raise that minimum, or set "
             + escape('`[tool.neuron-migrate] target-torch = "2.13"`, to write them.')
+        )
+    if any(f.default_torch and f.applied for f in changed):
+        console.print(
+            "The project declares no torch minimum, and its code tests no torch version: the fixes are "
+            f"written for torch {dotted_release(DEFAULT_TARGET_TORCH)}, the default. If it supports an older "
+            "torch, declare that minimum (`torch>=2.1`) or set "
+            + escape("`[tool.neuron-migrate] target-torch`, and rerun: what that torch lacks is held back.")
         )
     if changed and not write and patch is not None:
         where = "on stdout" if patch == "-" else f"in {escape(patch)}"

@@ -58,6 +58,12 @@ POSITIONS = {
     "map-location": ('import torch\ns = torch.load("f.pt", map_location="cuda")\n', 1),
     "map-location-positional": ('import torch\ns = torch.load("f.pt", "cuda")\n', 1),
     "set-default-device": ('import torch\ntorch.set_default_device("cuda")\n', 1),
+    # a device mesh's first argument is a device type (openrlhf, review 44)
+    "device-mesh": (
+        "from torch.distributed.device_mesh import init_device_mesh, DeviceMesh\n"
+        'm = init_device_mesh("cuda", (2,))\nn = DeviceMesh("cuda", [0, 1])\n',
+        2,
+    ),
     "named-device": ('device = "cuda"\n', 1),
     "named-suffix": ('TRAIN_DEVICE = "cuda:0"\nself_dev = None\n', 1),
     "attribute-target": ('class M:\n    def __init__(self):\n        self.device = "cuda"\n', 1),
@@ -330,3 +336,13 @@ def test_a_setting_default_in_a_module_that_launches_work_on_a_cluster_is_unsafe
     assert all("launches work on a cluster (`--ray-address`)" in f.message for f in got)
     local = source.replace("p.add_argument('--ray-address', default=None)\n", "")
     assert [f.fix.safety for f in findings(local) if f.code == "NM101"] == ["safe", "safe"]
+
+
+def test_a_device_mesh_gets_the_accelerators_type():
+    source = (
+        "import torch\nfrom torch.distributed.device_mesh import init_device_mesh\n\n\n"
+        "def setup():\n    return init_device_mesh('cuda', (2,))\n"
+    )
+    after = fixed(source)
+    assert "device_type = (torch.accelerator.current_accelerator(check_available=True) or" in after
+    assert "return init_device_mesh(device_type, (2,))" in after

@@ -220,7 +220,28 @@ def test_an_installed_package_that_names_no_torch_needs_what_its_requirements_de
     ],
 )
 def test_a_test_of_torchs_version_in_the_code_is_read(source, gates):
-    assert code_gates(source.encode()) == gates
+    assert [(gate.release, gate.line) for gate in code_gates(source.encode())] == gates
+
+
+@pytest.mark.parametrize(
+    ("source", "floor", "says"),
+    [
+        (
+            'if version.parse(torch.__version__) < version.parse("2.0"):\n',
+            (1, 13),
+            "tests torch's version against 2.0",
+        ),
+        # galore-torch's hard requirement is its floor, not the release before it (review 44)
+        (
+            'require_version("torch>=1.5.0", "To fix: pip install torch>=1.5.0")\n',
+            (1, 5),
+            "requires torch 1.5",
+        ),
+    ],
+)
+def test_a_version_test_runs_below_its_release_and_a_stated_requirement_is_the_floor(source, floor, says):
+    [gate] = code_gates(source.encode())
+    assert gate.floor == floor and says in gate.says("f.py:1")
 
 
 def test_code_that_still_runs_on_an_older_torch_sets_the_floor_when_the_metadata_does_not(run_cli, tmp_path):
@@ -331,3 +352,14 @@ def test_code_that_stays_cudas_at_any_torch_is_not_said_to_wait_for_a_newer_one(
     assert "one branch of a per-device chain" in check.message
     assert choice.fix is None and "behind a CUDA check that stays: no change needed" in choice.message
     assert "the fix needs torch" not in choice.message
+
+
+def test_fix_says_when_it_writes_for_the_default_torch(run_cli, tmp_path):
+    """A project that says nothing of its torch gets fixes for the default target, and is told so (review 44:
+    dadaptation and prodigyopt name no torch; the log never said which torch the fixes need)."""
+    (tmp_path / "a.py").write_text(SYNC)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch"]\n')
+    said = "the fixes are written for torch 2.9, the default"
+    assert said in run_cli("fix", "a.py").stderr
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.10"]\n')
+    assert said not in run_cli("fix", "a.py").stderr

@@ -33,8 +33,9 @@ class CudaDeviceString(Rule):
     What it does
     Flags `'cuda'`, `'cuda:N'`, `f"cuda:{i}"`, `"cuda:{}".format(i)`, `"cuda:%d" % i` and `"cuda:" + str(i)`
     where they are used as a device: the first argument of `.to()`, any `device=`, `map_location=`,
-    `device_type=`, `torch.set_default_device()`; a value assigned to a name called `device`, `dev`,
-    `device_type` or `*_device`, or to a name that reaches one of those places elsewhere in the module; the
+    `device_type=`, `torch.set_default_device()`, a device mesh's type (`init_device_mesh("cuda", ...)`); a
+    value assigned to a name called `device`, `dev`, `device_type` or `*_device`, or to a name that reaches
+    one of those places elsewhere in the module; the
     default of such a parameter, of a `--device` command-line option or of `.get("device", ...)`; a
     `{"device": ...}` value; the value returned by a `*device*` function. `'cuda'` in comments, docstrings,
     log and help texts, annotations, dict keys and Lightning's `accelerator=` is not a device and is left
