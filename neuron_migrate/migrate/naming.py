@@ -48,7 +48,7 @@ from neuron_migrate.migrate.fixes import (
 )
 from neuron_migrate.migrate.guards import accelerator, conjuncts
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import statements, walk
 
 _BLOCKS = (cst.IndentedBlock, cst.Module)
 _SPACES = re.compile(r"\s+")
@@ -364,17 +364,44 @@ def is_test_module(path: str) -> bool:
 
 
 def _after_imports(module: cst.Module) -> cst.CSTNode | None:
-    """The module's first statement after its docstring and the imports at its top: where a module-level
-    name goes (None when the module is nothing else)."""
-    for index, statement in enumerate(module.body):
-        if isinstance(statement, cst.SimpleStatementLine) and all(
-            isinstance(small, (cst.Import, cst.ImportFrom))
-            or (index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString))
-            for small in statement.body
-        ):
+    """The module's first statement after its docstring and the imports at its top (also those in a `try` or
+    `if` there: `try: import x except ImportError: x = None`): where a module-level name goes. None when
+    the module is nothing else, or imports torch further down (the name would be bound before it)."""
+    body = list(module.body)
+    for index, statement in enumerate(body):
+        docstring = (
+            index == 0
+            and isinstance(statement, cst.SimpleStatementLine)
+            and all(isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString) for s in statement.body)
+        )
+        if docstring or _imports_only(statement):
             continue
-        return statement
+        later = body[index:]
+        return None if any(_imports_torch(s) for s in later) else statement
     return None
+
+
+def _imports_only(statement: cst.CSTNode) -> bool:
+    """Whether a top-level statement only imports: an import line, or a `try` / `if` whose body does."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+    if isinstance(statement, (cst.Try, cst.If)) and isinstance(statement.body, cst.IndentedBlock):
+        return all(_imports_only(inner) for inner in statement.body.body)
+    return False
+
+
+def _imports_torch(statement: cst.CSTNode) -> bool:
+    """Whether a top-level statement imports torch (`import torch`, `from torch import ...`), also in its
+    `try` / `if` blocks (or, erring on the safe side, in a function it defines)."""
+    for node in (statement, *statements(statement)):
+        for small in node.body if isinstance(node, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import) and any(
+                (dotted(a.name) or "").split(".")[0] == "torch" for a in small.names
+            ):
+                return True
+            if isinstance(small, cst.ImportFrom) and (dotted(small.module) or "").split(".")[0] == "torch":
+                return True
+    return False
 
 
 def _tested_type(ctx, stack: tuple[cst.CSTNode, ...], scope: cst.CSTNode) -> str | None:

@@ -350,10 +350,10 @@ def _keep_cuda_checks(
             if check.fix is not None or id(check) in held_back:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
                 if reason is not None and id(check) in held_back:
-                    reason = _beyond_held_back(ctx, check, pendings, leftovers, held_back, style)
+                    reason = _beyond_held_back(ctx, check, pendings, waiting_apart, held_back, style)
                 if reason is not None:
                     _release(check, held_back)
-                    withdraw(check, _guarding(ctx, check, reason, mentions))
+                    withdraw(check, _guarding(check, reason, mentions))
                     kept_for_contents.add(id(check))
                     changed = True
                 elif (twin := _warning_twin(ctx, check, leftovers)) is not None:
@@ -546,7 +546,7 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
     return None
 
 
-def _guarding(ctx, check, reason: str, mentions: CudaMentions) -> str:
+def _guarding(check, reason: str, mentions: CudaMentions) -> str:
     """Why a check stays CUDA's, given what CUDA-only code `_cuda_code_in` found in its region. A check that
     guards nothing (its region is its own statement) and whose statement only names CUDA in a string is
     part of a message (`log(f"Cuda Available? {torch.cuda.is_available()}")`, lm-eval, review 43): that
@@ -563,17 +563,17 @@ def _guarding(ctx, check, reason: str, mentions: CudaMentions) -> str:
     )
 
 
-def _beyond_held_back(ctx, check, pendings: list, leftovers: list, held_back: set[int], style: FixStyle):
+def _beyond_held_back(ctx, check, pendings: list, waiting_apart: list, held_back: set[int], style: FixStyle):
     """For a check held back for the project's torch: the CUDA-only code it guards apart from fixes held back
     with it (`torch.device("cuda") if torch.cuda.is_available() else ...` under torch 1.8: both wait for
     the same minimum, and raising it writes them together), or None. Saying the check "guards CUDA-only code
-    such as `torch.device("cuda")`" would name a fix that only waits (lm-eval, review 43)."""
-    waiting = [p for p in pendings if id(p) in held_back]
+    such as `torch.device("cuda")`" would name a fix that only waits (lm-eval, review 43). `waiting_apart`:
+    the leftovers not held back."""
     covered = covered_nodes(pendings, lambda p: applies(p, style))
-    for pending in waiting:
-        covered |= nodes_under(pending.node)
-    mentions = CudaMentions(ctx, covered, style.kernel_modules)
-    return _cuda_code_in(ctx, check, [p for p in leftovers if id(p) not in held_back], mentions)
+    for pending in pendings:
+        if id(pending) in held_back:
+            covered |= nodes_under(pending.node)
+    return _cuda_code_in(ctx, check, waiting_apart, CudaMentions(ctx, covered, style.kernel_modules))
 
 
 def _guards_only_notes(ctx, check, notes: list) -> str | None:

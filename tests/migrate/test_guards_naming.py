@@ -522,3 +522,21 @@ def test_code_after_a_check_that_turns_neuron_away_is_left_for_a_person(check):
     assert "torch.accelerator.device_count()" in fixed(after)  # the check comes after the code
     nested = source.replace("    return torch", "    def count():\n        return torch")
     assert "torch.accelerator.device_count()" in fixed(nested)  # another function: called from anywhere
+
+
+@pytest.mark.parametrize(
+    ("top", "bound"),
+    [
+        ("import torch\ntry:\n    import apex\nexcept ImportError:\n    apex = None\n", True),
+        ("import sys\nsys.path.insert(0, '.')\nimport torch\n", False),  # bound before `import torch`
+    ],
+)
+def test_a_test_modules_device_goes_after_its_imports_and_torchs(top, bound):
+    body = (
+        "\n\ndef test_a():\n    w = torch.randn(3).cuda()\n\n\ndef test_b():\n    w = torch.randn(3).cuda()\n"
+    )
+    after = fixed(top + body, ("NM103",), path="test_it.py")
+    if bound:
+        assert after.startswith(top + "\n\nDEVICE = torch.accelerator"), after
+    else:
+        assert "DEVICE" not in after and after.count("current_accelerator(") == 2
