@@ -471,6 +471,11 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         return CudaOnly(
             f"it is in class `{owner}`, which is about CUDA by its name: leave it, or port it by hand"
         )
+    if (base := _cuda_library_base(mentions.ctx, stack)) is not None:
+        return CudaOnly(
+            f"its class extends `{base.rsplit('.', 1)[-1]}` from `{library_of(base)}`, a CUDA-only library, "
+            "and runs where that does: no change needed (port the class off it)"
+        )
     if (gate := _cuda_gate(mentions, stack, leftovers)) is not None:
         return CudaOnly(f"a test decorator runs it only with CUDA (`@{gate}`): no change needed")
     if (gate := _module_gate(mentions, stack, leftovers)) is not None:
@@ -550,6 +555,18 @@ def _cuda_design_in(ctx, function: cst.FunctionDef, leftovers: list) -> str | No
     for leftover in leftovers:
         if getattr(leftover.rule, "cuda_design", False) and function in leftover.stack:
             return shortened(ctx.code(leftover.node), 40)
+    return None
+
+
+def _cuda_library_base(ctx, stack) -> str | None:
+    """The qualified name of a base class from a CUDA-only library of a class around the code: galore-torch's
+    `AdamW8bit(Optimizer2State)` synchronizes after bitsandbytes' CUDA update step (review 44)."""
+    for parent, child in pairwise(stack):
+        if isinstance(parent, cst.ClassDef) and child is parent.body:
+            for base in parent.bases:
+                name = ctx.qualified_name(base.value) if base.keyword is None else None
+                if name is not None and library_of(name) is not None:
+                    return name
     return None
 
 

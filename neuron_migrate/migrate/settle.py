@@ -86,6 +86,7 @@ from neuron_migrate.migrate.guards import (
 from neuron_migrate.migrate.naive_model_parallel import NAIVE_MODEL_PARALLEL, naive_model_parallel
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames
+from neuron_migrate.migrate.test_gates import parametrized_without_neuron
 from neuron_migrate.migrate.torch_floor import HELD_BACK, dotted_release
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
@@ -199,6 +200,17 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
                 pending,
                 f"the code is expected to raise (`{check}`): a rewrite can change the error it checks; no "
                 "change needed",
+                no_change=True,
+            )
+        elif (
+            pending.fix is not None
+            and pending.widens_test
+            and (values := parametrized_without_neuron(ctx, pending)) is not None
+        ):
+            withdraw(
+                pending,
+                f"the test gets it from `parametrize` values that do not name neuron (`{values}`): it never "
+                "asks this of neuron; no change needed (add `neuron` there to test it)",
                 no_change=True,
             )
         elif (

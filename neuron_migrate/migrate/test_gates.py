@@ -85,3 +85,49 @@ def _skip_calls(body: cst.BaseSuite) -> list[tuple[cst.Call, bool]]:
         if isinstance(value, cst.Call) and _last_name(value.func) in _SKIPS:
             found.append((value, isinstance(small, cst.Raise)))
     return found
+
+
+def parametrized_without_neuron(ctx, pending) -> str | None:
+    """For a device test of a test's parameter (`device == "cuda"`), the `parametrize` values that parameter
+    takes, as text, when they are strings none of which is neuron's: the test never asks it of neuron, so
+    letting neuron in would be dead code (IOPaint's `@pytest.mark.parametrize("device", ["cuda", "mps",
+    "cpu"])`, review 44 #13)."""
+    test = pending.node
+    if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name)):
+        return None
+    name = test.left.value
+    function = next((n for n in reversed(pending.stack) if isinstance(n, cst.FunctionDef)), None)
+    if function is None or name not in {p.name.value for p in function.params.params}:
+        return None
+    for decorator in function.decorators:
+        call = decorator.decorator
+        if not (
+            isinstance(call, cst.Call) and _last_name(call.func) == "parametrize" and len(call.args) >= 2
+        ):
+            continue
+        names = call.args[0].value
+        if not isinstance(names, cst.SimpleString):
+            continue
+        listed = [part.strip() for part in names.evaluated_value.split(",")]
+        values = call.args[1].value
+        if name not in listed or not isinstance(values, (cst.List, cst.Tuple)):
+            continue
+        index = listed.index(name)
+        strings = [_value_at(element.value, index, len(listed)) for element in values.elements]
+        if (
+            strings
+            and all(isinstance(s, str) for s in strings)
+            and not any(s.startswith("neuron") for s in strings)
+        ):
+            return ctx.excerpt(values)
+    return None
+
+
+def _value_at(value: cst.BaseExpression, index: int, width: int) -> str | None:
+    """The string at `index` of one `parametrize` value (the value itself for one name, the tuple's item for
+    several), or None when it is not a string literal."""
+    if width > 1:
+        if not (isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == width):
+            return None
+        value = value.elements[index].value
+    return value.evaluated_value if isinstance(value, cst.SimpleString) else None

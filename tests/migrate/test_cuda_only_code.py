@@ -2471,3 +2471,24 @@ def test_a_check_in_a_message_that_names_cuda_says_so():
     [check] = findings(source)
     assert check.fix is None and "part of a message that names CUDA (`Cuda Available? `)" in check.message
     assert "guards CUDA-only code" not in check.message
+
+
+@pytest.mark.parametrize(
+    ("parametrize", "fixed_test"),
+    [
+        ('@pytest.mark.parametrize("device", ["cuda", "mps", "cpu"])', False),
+        ('@pytest.mark.parametrize("device, dtype", [("cuda", 1), ("cpu", 2)])', False),
+        ('@pytest.mark.parametrize("device", ["cuda", "neuron"])', True),
+        ('@pytest.mark.parametrize("device", DEVICES)', True),
+    ],
+)
+def test_a_device_test_of_a_parameter_that_never_takes_neuron_is_left(parametrize, fixed_test):
+    """IOPaint's `sd_cpu_textencoder=device == "cuda"` under `parametrize("device", ["cuda", "mps", "cpu"])`
+    (review 44 #13): `in ("cuda", "neuron")` there is dead code."""
+    source = (
+        f"import pytest\nimport torch\n\n\n{parametrize}\ndef test_it(device, dtype=None):\n"
+        "    build(cpu_encoder=device == 'cuda')\n"
+    )
+    [check] = findings(source)
+    assert (check.fix is not None) is fixed_test
+    assert ("`parametrize` values that do not name neuron" in check.message) is not fixed_test

@@ -134,3 +134,28 @@ def test_a_check_before_a_call_of_a_cuda_only_kernel_extension_stays_cudas():
     check = next(f for f in findings(source) if f.code == "NM105")
     assert check.fix is None and "exl_ext" in check.message
     assert {"nvfuser", "nvfuser_direct", "cudnn", "exl_ext", "exlv2_ext", "awq_ext"} <= set(LIBRARIES)
+
+
+def test_a_class_that_extends_a_cuda_only_librarys_class_keeps_its_cuda_code():
+    """galore-torch's `AdamW8bit(Optimizer2State)` synchronizes after bitsandbytes' CUDA update step (review
+    44): its CUDA calls are the library's, not code to make generic; a plain optimizer's are."""
+    source = (
+        "import torch\nfrom bitsandbytes.optim.optimizer import Optimizer2State\n\n\n"
+        "class AdamW8bit(Optimizer2State):\n    def step(self):\n        torch.cuda.synchronize()\n\n\n"
+        "class Plain(torch.optim.Optimizer):\n    def step(self):\n        torch.cuda.synchronize()\n"
+    )
+    kept, fixed_sync = (f for f in findings(source) if f.code == "NM401")
+    assert kept.fix is None and "extends `Optimizer2State` from `bitsandbytes`" in kept.message
+    assert fixed_sync.fix is not None
+
+
+def test_a_library_imported_several_times_in_one_function_is_one_finding():
+    """llamafactory's `apply_liger_kernel` imports liger-kernel once per model type: one port, not 20
+    findings (review 44). Another function's import, or another library, is its own finding."""
+    source = (
+        "def apply(kind):\n    if kind == 'llama':\n        from liger_kernel.transformers import a as fn\n"
+        "    else:\n        from liger_kernel.transformers import b as fn\n    import apex\n"
+        "    return fn\n\n\n"
+        "def other():\n    from liger_kernel.transformers import c\n"
+    )
+    assert [f.line for f in findings(source, ("NM701",))] == [3, 6, 11]

@@ -30,9 +30,9 @@ class CudaOnlyLibrary(Rule):
     bitsandbytes, Triton, CuPy, PyCUDA, pynvml,
     Transformer Engine, `deepspeed.ops`, Megatron-LM, DALI, TensorRT, cuda-python, DeepGEMM, SageMaker's
     distributed libraries (`smdistributed`), nvFuser, the cuDNN frontend, AutoAWQ's and ExLlama's kernel
-    extensions and similar. One finding per
-    import statement and library; the message names the replacement. A library's own modules importing one
-    another (liger-kernel's, in `liger_kernel/`) are not reported: the library is not their dependency.
+    extensions and similar. One finding per import statement and library (per function and library for
+    imports in a function); the message names the replacement. A library's own modules importing one another
+    (liger-kernel's, in `liger_kernel/`) are not reported: the library is not their dependency.
 
     Why it matters on Trainium
     These packages ship CUDA kernels or talk to the NVIDIA driver: they do not install or do not work on a
@@ -90,6 +90,10 @@ class CudaOnlyLibrary(Rule):
         ),
     )
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._per_function: set[tuple[int, str]] = set()  # (function, library) already reported
+
     @classmethod
     def can_report(cls, lex: Lexicon) -> bool:
         """An import of a library, or a dynamic import (`importlib.import_module`, `optional_import`,
@@ -134,7 +138,7 @@ class CudaOnlyLibrary(Rule):
                 self._report(node, module, {library})
 
     def _report(self, node: cst.CSTNode, module: str, libraries: set[str]) -> None:
-        libraries = {lib for lib in libraries if not self._inside(lib)}
+        libraries = {lib for lib in libraries if not self._inside(lib) and not self._again_in_function(lib)}
         if not libraries:
             return
         replacement = "; ".join(dict.fromkeys(LIBRARIES[lib] for lib in sorted(libraries)))
@@ -144,6 +148,19 @@ class CudaOnlyLibrary(Rule):
             self.message.format(module=module, optional=optional, replacement=replacement),
             replacement=replacement,
         )
+
+    def _again_in_function(self, library: str) -> bool:
+        """Whether the function around the import already imported `library` (reported once per function:
+        llamafactory's `apply_liger_kernel` imports liger-kernel once per model type, 20 findings for one
+        port; review 44)."""
+        function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+        if function is None:
+            return False
+        key = (id(function), _top(library))
+        if key in self._per_function:
+            return True
+        self._per_function.add(key)
+        return False
 
     def _inside(self, library: str) -> bool:
         """Whether the file is in `library`'s own package folder (liger-kernel's modules import one another:
