@@ -68,12 +68,17 @@ def parse_version(text: str) -> tuple[int, int] | None:
 
 
 def needs_torch(fix: FixSpec, target: tuple[int, int]) -> str | None:
-    """The torch version a fix needs when that is newer than `target` (as text), else None."""
+    """The torch version a fix needs when that is newer than `target` (as text, saying what needs it when
+    that is only the device idiom: llamafactory's `torch.amp.custom_fwd` is torch 2.4, its device type 2.7,
+    review 44), else None."""
     needed = max((SINCE[api] for api in fix.relies_on), default=(0, 0))
     for replacement in fix.replacements:
         for api, since in SINCE.items():
             if since > needed and api in replacement.text:
                 needed = since
+    idiom = ""
     if fix.uses_device or any("current_accelerator(" in i.text for i in fix.insertions):
-        needed = max(needed, SINCE["torch.accelerator.current_accelerator(check_available=True)"])
-    return f"{needed[0]}.{needed[1]}" if needed > target else None
+        since = SINCE["torch.accelerator.current_accelerator(check_available=True)"]
+        if since > needed:  # the APIs the fix names are older: say what needs the newer torch
+            needed, idiom = since, " (to name the device: `current_accelerator(check_available=True)`)"
+    return f"{needed[0]}.{needed[1]}{idiom}" if needed > target else None

@@ -37,6 +37,7 @@ from neuron_migrate.migrate.torch_floor import (
     code_gates,
     median_gate,
     project_of,
+    python_cap,
     torch_floor,
 )
 from neuron_migrate.model import FileError, Finding, ScanResult
@@ -85,16 +86,19 @@ class Planned:
 
 def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = None) -> FixStyle:
     """How fixes in `source` are written: its project's layout, first-party modules, target torch (the
-    `target-torch` setting, else the oldest torch the project declares, else the median of the floors its
-    code implies: the release before one it tests torch's version against, one it states as required
-    (`gates`, by project: `torch_floor.median_gate`), else the default)."""
+    `target-torch` setting, else the oldest torch the project declares, else the lower of the median of the
+    floors its code implies (the release before one it tests torch's version against, one it states as
+    required: `gates`, by project, `torch_floor.median_gate`) and the newest torch its oldest Python has
+    (`torch_floor.python_cap`), else the default)."""
     folder = source.path.absolute().parent
     target, floor = options.target_torch, None
     if target is None:
         floor = torch_floor(folder)
-        gate = median_gate((gates or {}).get(project_of(folder), [])) if floor is None else None
-        if gate is not None and gate[0] < DEFAULT_TARGET_TORCH:
-            floor = TorchFloor(*gate)
+        if floor is None:
+            gate = median_gate((gates or {}).get(project_of(folder), []))
+            said = [TorchFloor(*gate)] if gate is not None else []
+            said += [cap] if (cap := python_cap(folder)) is not None else []
+            floor = min((f for f in said if f.version < DEFAULT_TARGET_TORCH), default=None, key=_version)
         target = floor.version if floor else DEFAULT_TARGET_TORCH
     return FixStyle(
         layout=layout_for(folder),
@@ -103,6 +107,10 @@ def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = Non
         torch_floor=floor.source if floor else "",
         default_torch=options.target_torch is None and floor is None,
     )
+
+
+def _version(floor: TorchFloor) -> tuple[int, int]:
+    return floor.version
 
 
 def _code_gates(source: SourceFile, data: bytes, options: ScanOptions, gates: dict) -> None:

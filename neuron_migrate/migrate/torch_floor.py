@@ -19,8 +19,9 @@ torch's version against 2.2 (gsplat's `version.parse(torch.__version__) < versio
 before the one its code tests torch against; a requirement the code states
 (`require_version("torch>=1.5.0")`, "requires torch>=1.7.0") is that release; the median of what its lines
 imply (`median_gate`: a vendored module's stale tests do not decide, torchao's copy of SAM2 testing 2.2
-twice among 64 tests that mostly test 2.10 and 2.11; review 41: gsplat declares bare `torch`); without a
-test, the default target applies (`fix` says so). An explicit
+twice among 64 tests that mostly test 2.10 and 2.11; review 41: gsplat declares bare `torch`). The newest
+torch for the oldest Python the project declares caps that (`python_cap`: `Requires-Python: >=3.8` means
+users on torch 2.4). Without any of these the default target applies (`fix` says so). An explicit
 `target-torch` setting wins over all of this.
 """
 
@@ -389,3 +390,83 @@ _READERS = (
     ("setup.py", _from_setup_py),
     ("requirements.txt", _from_requirements),
 )
+
+
+#: the first torch without builds for a Python 3 minor (and all older ones): torch 2.0 needs Python 3.8,
+#: torch 2.5 has no Python 3.8 wheels (pytorch/pytorch#138979), torch 2.9 needs Python 3.10
+#: (pytorch/pytorch#161167)
+_FIRST_TORCH_WITHOUT = {7: (2, 0), 8: (2, 5), 9: (2, 9)}
+_PYTHON_LOWER = re.compile(r"(?:>=|~=|\^|==)\s*3\.(\d+)|>\s*3\.(\d+)")
+
+
+def python_cap(folder: Path) -> TorchFloor | None:
+    """For a project whose metadata bounds no torch: the newest torch its oldest supported Python can run,
+    when that is an old one (`Requires-Python: >=3.8`: its Python 3.8 users have torch 2.4 at most, so a fix
+    that needs a newer torch breaks them; stable-ts, review 45). None otherwise."""
+    return _python_cap_of(project_of(folder))
+
+
+@lru_cache(maxsize=64)
+def _python_cap_of(project: Path | None) -> TorchFloor | None:
+    if project is None:
+        return None
+    declared = _requires_python(project)
+    if declared is None:
+        return None
+    text, where = declared
+    match = _PYTHON_LOWER.search(text)
+    if match is None:
+        return None
+    minor = int(match.group(1) or match.group(2)) + (1 if match.group(2) else 0)
+    if minor > max(_FIRST_TORCH_WITHOUT):
+        return None
+    minor = max(minor, min(_FIRST_TORCH_WITHOUT))  # Python 3.6 users have torch 1.13 or older, too
+    first = _FIRST_TORCH_WITHOUT[minor]
+    needs = f"torch {dotted_release(first)} and newer need Python 3.{minor + 1}"
+    return TorchFloor(before(first), f"its Python is `{text.strip()}` in {where}, and {needs}")
+
+
+def _requires_python(project: Path) -> tuple[str, str] | None:
+    """The project's Python requirement and where it is declared: `Requires-Python` of an installed
+    package's METADATA, `[project] requires-python` or poetry's `python` of pyproject.toml, `python_requires`
+    of setup.cfg or setup.py."""
+    if project.name.endswith(".dist-info"):
+        for line in (_metadata(project) or "").splitlines():
+            if line.startswith("Requires-Python:"):
+                return line.partition(":")[2], f"{project.name}/METADATA"
+        return None
+    for name in _PROJECT_FILES:
+        try:
+            text = (project / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        found = _PYTHON_READERS[name](text)
+        if found:
+            return found, name
+    return None
+
+
+def _python_in_pyproject(text: str) -> str | None:
+    try:
+        document = tomllib.loads(text)
+    except ValueError:
+        return None
+    found = document.get("project", {}).get("requires-python")
+    poetry = document.get("tool", {}).get("poetry", {}).get("dependencies", {})
+    if not isinstance(found, str) and isinstance(poetry, dict):
+        found = poetry.get("python")
+    return found if isinstance(found, str) else None
+
+
+def _python_in_setup(text: str) -> str | None:
+    """`python_requires` of setup.cfg (`python_requires = >=3.8`) or setup.py (`python_requires=">=3.8"`)."""
+    match = _PYTHON_REQUIRES.search(text)
+    return match.group(1) if match else None
+
+
+_PYTHON_REQUIRES = re.compile(r"""python_requires\s*=\s*["']?([^"'\r\n,)]+)""")
+_PYTHON_READERS = {
+    "pyproject.toml": _python_in_pyproject,
+    "setup.cfg": _python_in_setup,
+    "setup.py": _python_in_setup,
+}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from neuron_migrate.migrate.torch_floor import code_gates, lower_bound, torch_floor
+from neuron_migrate.migrate.torch_floor import code_gates, lower_bound, python_cap, torch_floor
 
 from .helpers import findings
 
@@ -363,3 +363,49 @@ def test_fix_says_when_it_writes_for_the_default_torch(run_cli, tmp_path):
     assert said in run_cli("fix", "a.py").stderr
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.10"]\n')
     assert said not in run_cli("fix", "a.py").stderr
+
+
+def test_a_fix_held_back_only_for_the_device_idiom_says_so():
+    """`torch.amp.custom_fwd` is torch 2.4; naming the device with `current_accelerator(check_available=True)`
+    is what needs 2.7 (llamafactory, review 44, whose floor is 2.4)."""
+    source = (
+        "import torch\n\n\n@torch.cuda.amp.custom_fwd\ndef f(x):\n    return x\n\n\n"
+        "torch.cuda.synchronize()\n"
+    )
+    amp, sync = findings(source, ("NM203", "NM401"), target_torch=(2, 4))
+    assert (
+        "needs torch >= 2.7 (to name the device: `current_accelerator(check_available=True)`)" in amp.message
+    )
+    assert "needs torch >= 2.6;" in sync.message
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cap"),
+    [
+        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.8"\n', (2, 4)),
+        ("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.9"\n', (2, 8)),
+        ("setup.cfg", "[options]\npython_requires = >=3.7\n", (1, 13)),
+        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.6"\n', (1, 13)),  # older yet
+        ("setup.py", 'setup(name="p", python_requires=">3.8, <4")\n', (2, 8)),
+        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.10"\n', None),
+        ("pyproject.toml", '[project]\nname = "p"\n', None),
+    ],
+)
+def test_an_old_python_caps_the_torch_a_project_runs_on(tmp_path, name, text, cap):
+    """A project for Python 3.8 has users on torch 2.4 at most (torch 2.5 has no Python 3.8 wheels), for 3.9
+    on torch 2.8 at most (torch 2.9 needs 3.10): stable-ts declares no torch bound and `>=3.8` (review 45)."""
+    (tmp_path / name).write_text(text)
+    found = python_cap(tmp_path)
+    assert (found.version if found else None) == cap
+
+
+def test_an_installed_packages_python_caps_its_torch_unless_it_bounds_torch(run_cli, tmp_path):
+    site = tmp_path / "site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "a.py").write_text(SYNC)
+    info = site / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: pkg\nRequires-Python: >=3.8\nRequires-Dist: torch\n")
+    assert "the project supports torch 2.4 (its Python is `>=3.8`" in run_cli("fix", "site").stderr
+    (info / "METADATA").write_text("Name: pkg\nRequires-Python: >=3.8\nRequires-Dist: torch>=2.6\n")
+    assert "held back" not in run_cli("fix", "site").stderr
