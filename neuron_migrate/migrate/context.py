@@ -39,6 +39,9 @@ class PendingFinding:
     notes: list[str] = field(default_factory=list)
     replacement: str | None = None
     no_change: str | None = None
+    #: one of `notes` that replaces the rule's advice (keep this check CUDA's, where the rule says to make it
+    #: generic): the message says the problem and this, not both pieces of advice
+    advice: str | None = None
     #: its fix turns a CUDA test into one for any accelerator: other devices then run the code it guards
     widens_test: bool = False
     #: its fix was withdrawn: it waits for CUDA code beside it that a person changes first (`settle.tie`)

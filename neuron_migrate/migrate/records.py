@@ -49,6 +49,10 @@ def _message(pending) -> str:
     names and why nothing needs doing (its advice no longer applies)."""
     if pending.no_change:
         return f"{problem(pending.message)}: {pending.no_change}"
+    if pending.advice is not None:
+        rest = [note for note in pending.notes if note != pending.advice]
+        said = f"{problem(pending.message)}: {pending.advice}"
+        return f"{said} ({'; '.join(rest)})" if rest else said
     if pending.notes:
         return f"{pending.message} ({'; '.join(pending.notes)})"
     return pending.message

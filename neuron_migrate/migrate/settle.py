@@ -365,7 +365,8 @@ def _keep_cuda_checks(
                     reason = _beyond_held_back(ctx, check, pendings, waiting_apart, held_back, style)
                 if reason is not None:
                     _release(check, held_back)
-                    withdraw(check, _guarding(check, reason, mentions))
+                    check.advice = _guarding(check, reason, mentions)
+                    withdraw(check, check.advice)
                     kept_for_contents.add(id(check))
                     changed = True
                 elif (twin := _warning_twin(ctx, check, leftovers)) is not None:

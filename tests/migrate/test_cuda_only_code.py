@@ -2492,3 +2492,15 @@ def test_a_device_test_of_a_parameter_that_never_takes_neuron_is_left(parametriz
     [check] = findings(source)
     assert (check.fix is not None) is fixed_test
     assert ("`parametrize` values that do not name neuron" in check.message) is not fixed_test
+
+
+def test_a_check_kept_cudas_says_so_instead_of_the_rules_advice():
+    """ "let neuron in (`x.device.type in ("cuda", "neuron")`)" followed by "keep this check CUDA's" was two
+    contrary pieces of advice in one message (review 45: 20 items)."""
+    source = (
+        "import torch\n\n\ndef f(x):\n    if x.device.type == 'cuda':\n"
+        "        torch.cuda.nvtx.range_push('a')\n    return x\n"
+    )
+    check = next(f for f in findings(source) if f.code == "NM105")
+    assert check.message.startswith("CUDA-only device test, false on Trainium: it guards CUDA-only code")
+    assert "let neuron in" not in check.message
