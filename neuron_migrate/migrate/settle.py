@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from itertools import pairwise
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -365,7 +366,7 @@ def _keep_cuda_checks(
                     reason = _beyond_held_back(ctx, check, pendings, waiting_apart, held_back, style)
                 if reason is not None:
                     _release(check, held_back)
-                    check.advice = _guarding(check, reason, mentions)
+                    check.advice = _guarding(check, reason)
                     withdraw(check, check.advice)
                     kept_for_contents.add(id(check))
                     changed = True
@@ -529,16 +530,25 @@ def _noun(check) -> str:
     return getattr(check.rule, "region_noun", "check")
 
 
-def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | None:
-    """What CUDA-only code stays in the region `check` guards, if any. After a precondition (`if not
-    available: raise ...`) the rest of the block is ordinary code: only CUDA-only calls that stay (findings
-    without a fix) and strong mentions (NCCL, CUDA-only libraries, in the code or in the exit's message) keep
-    it CUDA's, not names or messages that say CUDA or GPU ("needs a CUDA GPU" means any accelerator there)."""
+class Guarded(NamedTuple):
+    """What in a check's region keeps it CUDA's (`cue`, as text), and whether that is only text: a string, a
+    message, a dict key (`in_text`), where no code there names CUDA."""
+
+    cue: str
+    in_text: bool
+
+
+def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> Guarded | None:
+    """What CUDA-only code stays in the region `check` guards, if any; code before text (a name or call that
+    says CUDA before a string that does). After a precondition (`if not available: raise ...`) the rest of
+    the block is ordinary code: only CUDA-only calls that stay (findings without a fix) and strong mentions
+    (NCCL, CUDA-only libraries, in the code or in the exit's message) keep it CUDA's, not names or messages
+    that say CUDA or GPU ("needs a CUDA GPU" means any accelerator there)."""
     for inner in leftovers:
         if inner is not check and inside(inner, check.region) and inner.part_of is not check:
             if inner.region and inside(inner, check.region[:1]):
                 continue  # another check in this one's test (`torch.cuda.is_available() and args.cuda`)
-            return f"`{first_line(ctx, inner.node)}`"
+            return Guarded(f"`{first_line(ctx, inner.node)}`", False)
     owner = _precondition_of(check)
     warns = owner is None and _warns_without_accelerator(ctx, check)
     exit_code = () if owner is None else (owner.body,) if isinstance(owner, cst.If) else (owner.msg,)
@@ -551,32 +561,43 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> str | 
         ]
     )
     for node, strong in scans:
-        if (cue := mentions.find(node, strong)) is not None:
-            return f"`{cue}`"
+        if (cue := mentions.find(node, strong, names_only=True)) is not None:
+            return Guarded(f"`{cue}`", False)
     test = check.region[0]
     if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
-        return f"`{cue}`"
+        return Guarded(f"`{cue}`", False)
+    for node, strong in scans:
+        if (cue := mentions.find(node, strong)) is not None:
+            return Guarded(f"`{cue}`", True)
     return None
 
 
-def _guarding(check, reason: str, mentions: CudaMentions) -> str:
-    """Why a check stays CUDA's, given what CUDA-only code `_cuda_code_in` found in its region. A check that
-    guards nothing (its region is its own statement) and whose statement only names CUDA in a string is
-    part of a message (`log(f"Cuda Available? {torch.cuda.is_available()}")`, lm-eval, review 43): that
-    string is not CUDA-only code, but rewritten, the message would call another accelerator CUDA."""
-    own_line = len(check.region) == 1 and isinstance(check.region[0], cst.SimpleStatementLine)
-    if own_line and mentions.find(check.region[0], names_only=True) is None:
+def _guarding(check, guarded: Guarded) -> str:
+    """Why a check stays CUDA's, given what `_cuda_code_in` found in its region. A check that guards nothing
+    (its region is its own statement) and whose statement only names CUDA in text is part of a message
+    (`log(f"Cuda Available? {torch.cuda.is_available()}")`, lm-eval, review 43); a check whose region names
+    CUDA or GPUs only in text (a log line, a dict key: llamafactory's `info["GPU number"]`, review 44) guards
+    no CUDA-only code, but rewritten, that text would speak of CUDA on other accelerators."""
+    noun = _noun(check)
+    if guarded.in_text and len(check.region) == 1 and isinstance(check.region[0], cst.SimpleStatementLine):
         return (
-            f"it is part of a message that names CUDA ({reason}): rewritten, the message would call another "
-            f"accelerator CUDA; reword the message with the {_noun(check)}"
+            f"it is part of a message that names CUDA ({guarded.cue}): rewritten, the message would call "
+            f"another accelerator CUDA; reword the message with the {noun}"
+        )
+    if guarded.in_text:
+        return (
+            f"the code it guards names CUDA or GPUs in its text ({guarded.cue}): rewritten, that text would "
+            f"speak of CUDA on other accelerators; keep this {noun} CUDA's, or reword the text with it"
         )
     return (
-        f"it guards CUDA-only code such as {reason}: keep this {_noun(check)} CUDA's and give other devices "
+        f"it guards CUDA-only code such as {guarded.cue}: keep this {noun} CUDA's and give other devices "
         "their own path"
     )
 
 
-def _beyond_held_back(ctx, check, pendings: list, waiting_apart: list, held_back: set[int], style: FixStyle):
+def _beyond_held_back(
+    ctx, check, pendings: list, waiting_apart: list, held_back: set[int], style: FixStyle
+) -> Guarded | None:
     """For a check held back for the project's torch: the CUDA-only code it guards apart from fixes held back
     with it (`torch.device("cuda") if torch.cuda.is_available() else ...` under torch 1.8: both wait for
     the same minimum, and raising it writes them together), or None. Saying the check "guards CUDA-only code

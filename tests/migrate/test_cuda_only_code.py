@@ -2504,3 +2504,20 @@ def test_a_check_kept_cudas_says_so_instead_of_the_rules_advice():
     check = next(f for f in findings(source) if f.code == "NM105")
     assert check.message.startswith("CUDA-only device test, false on Trainium: it guards CUDA-only code")
     assert "let neuron in" not in check.message
+
+
+def test_a_check_whose_code_names_cuda_only_in_text_says_so():
+    """`info["GPU number"] = ...` or `print("Using CUDA")` under the check is not CUDA-only code, but
+    rewritten, the text would speak of CUDA on other accelerators (llamafactory, review 44); code that names
+    CUDA is reported before text that does."""
+    text_only = (
+        "import torch\n\n\ndef env(info):\n    if torch.cuda.is_available():\n"
+        "        info['GPU number'] = 2\n    return info\n"
+    )
+    [check] = findings(text_only)
+    assert "the code it guards names CUDA or GPUs in its text (`GPU number`)" in check.message
+    code_too = text_only.replace(
+        "info['GPU number'] = 2", "print('on GPU')\n        info['n'] = cuda_count()"
+    )
+    [check] = findings(code_too)
+    assert "it guards CUDA-only code such as `cuda_count`" in check.message
