@@ -21,8 +21,8 @@ before the one its code tests torch against; a requirement the code states
 imply (`median_gate`: a vendored module's stale tests do not decide, torchao's copy of SAM2 testing 2.2
 twice among 64 tests that mostly test 2.10 and 2.11; review 41: gsplat declares bare `torch`). The newest
 torch for the oldest Python the project declares caps that (`python_cap`: `Requires-Python: >=3.8` means
-users on torch 2.4). Without any of these the default target applies (`fix` says so). An explicit
-`target-torch` setting wins over all of this.
+users on torch 2.4; without a requirement, the oldest Python its classifiers list). Without any of these
+the default target applies (`fix` says so). An explicit `target-torch` setting wins over all of this.
 """
 
 from __future__ import annotations
@@ -408,42 +408,58 @@ def python_cap(folder: Path) -> TorchFloor | None:
 
 @lru_cache(maxsize=64)
 def _python_cap_of(project: Path | None) -> TorchFloor | None:
-    if project is None:
+    declared = _oldest_python(project) if project is not None else None
+    if declared is None or declared[0] > max(_FIRST_TORCH_WITHOUT):
         return None
-    declared = _requires_python(project)
-    if declared is None:
-        return None
-    text, where = declared
+    minor, said = declared
+    minor = max(minor, min(_FIRST_TORCH_WITHOUT))  # Python 3.6 users have torch 1.13 or older, too
+    first = _FIRST_TORCH_WITHOUT[minor]
+    return TorchFloor(
+        before(first), f"{said}, and torch {dotted_release(first)} and newer need Python 3.{minor + 1}"
+    )
+
+
+def _oldest_python(project: Path) -> tuple[int, str] | None:
+    """The oldest Python 3 minor the project supports, and where it says so: its Python requirement
+    (`Requires-Python` of an installed package's METADATA, `[project] requires-python` or poetry's `python`
+    of pyproject.toml, `python_requires` of setup.cfg or setup.py), else the oldest Python its trove
+    classifiers list (`Programming Language :: Python :: 3.7`: facexlib declares no requirement, review
+    47)."""
+    texts = []
+    if project.name.endswith(".dist-info"):
+        metadata = _metadata(project) or ""
+        texts.append((f"{project.name}/METADATA", metadata))
+        for line in metadata.splitlines():
+            if line.startswith("Requires-Python:"):
+                return _python_floor(line.partition(":")[2], f"{project.name}/METADATA")
+    else:
+        for name in _PROJECT_FILES:
+            try:
+                text = (project / name).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            texts.append((name, text))
+            if (found := _PYTHON_READERS[name](text)) is not None:
+                return _python_floor(found, name)
+    for where, text in texts:
+        minors = [int(minor) for minor in _PYTHON_CLASSIFIER.findall(text)]
+        if minors:
+            return min(minors), f"its classifiers list Python 3.{min(minors)} in {where}"
+    return None
+
+
+def _python_floor(text: str, where: str) -> tuple[int, str] | None:
+    """The oldest Python 3 minor a requirement (`>=3.8`, `~=3.9`, `^3.8`, `>3.8`) allows, and how to say
+    it."""
     match = _PYTHON_LOWER.search(text)
     if match is None:
         return None
     minor = int(match.group(1) or match.group(2)) + (1 if match.group(2) else 0)
-    if minor > max(_FIRST_TORCH_WITHOUT):
-        return None
-    minor = max(minor, min(_FIRST_TORCH_WITHOUT))  # Python 3.6 users have torch 1.13 or older, too
-    first = _FIRST_TORCH_WITHOUT[minor]
-    needs = f"torch {dotted_release(first)} and newer need Python 3.{minor + 1}"
-    return TorchFloor(before(first), f"its Python is `{text.strip()}` in {where}, and {needs}")
+    return minor, f"its Python is `{text.strip()}` in {where}"
 
 
-def _requires_python(project: Path) -> tuple[str, str] | None:
-    """The project's Python requirement and where it is declared: `Requires-Python` of an installed
-    package's METADATA, `[project] requires-python` or poetry's `python` of pyproject.toml, `python_requires`
-    of setup.cfg or setup.py."""
-    if project.name.endswith(".dist-info"):
-        for line in (_metadata(project) or "").splitlines():
-            if line.startswith("Requires-Python:"):
-                return line.partition(":")[2], f"{project.name}/METADATA"
-        return None
-    for name in _PROJECT_FILES:
-        try:
-            text = (project / name).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        found = _PYTHON_READERS[name](text)
-        if found:
-            return found, name
-    return None
+#: a trove classifier naming a Python 3 minor (in METADATA, pyproject.toml, setup.cfg or setup.py)
+_PYTHON_CLASSIFIER = re.compile(r"Programming Language :: Python :: 3\.(\d+)\b")
 
 
 def _python_in_pyproject(text: str) -> str | None:

@@ -388,6 +388,14 @@ def test_a_fix_held_back_only_for_the_device_idiom_says_so():
         ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.6"\n', (1, 13)),  # older yet
         ("setup.py", 'setup(name="p", python_requires=">3.8, <4")\n', (2, 8)),
         ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.10"\n', None),
+        # no requirement: the oldest Python its classifiers list (facexlib, review 47)
+        (
+            "setup.py",
+            "setup(classifiers=['Programming Language :: Python :: 3.8',\n"
+            "                   'Programming Language :: Python :: 3.7'])\n",
+            (1, 13),
+        ),
+        ("pyproject.toml", '[project]\nclassifiers = ["Programming Language :: Python :: 3.10"]\n', None),
         ("pyproject.toml", '[project]\nname = "p"\n', None),
     ],
 )
