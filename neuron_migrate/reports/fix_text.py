@@ -53,9 +53,9 @@ def render_fix_summary(
         )
     if any(f.default_torch and f.applied for f in changed):
         console.print(
-            "The project declares no torch minimum, and its code tests no torch version: the fixes are "
-            f"written for torch {dotted_release(DEFAULT_TARGET_TORCH)}, the default. If it supports an older "
-            "torch, declare that minimum (`torch>=2.1`) or set "
+            "The project declares no torch minimum (nor Python, nor version tests in its code): the fixes "
+            f"are written for torch {dotted_release(DEFAULT_TARGET_TORCH)}, the default (TorchNeuron itself "
+            "needs 2.13). If it also supports an older torch, declare that minimum in its metadata or set "
             + escape("`[tool.neuron-migrate] target-torch`, and rerun: what that torch lacks is held back.")
         )
     if changed and not write and patch is not None:
