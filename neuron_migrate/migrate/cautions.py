@@ -35,12 +35,12 @@ from neuron_migrate.migrate.device_neutral import flag_side
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.imports import lazy_import
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.naming import is_test_module, scope_of
+from neuron_migrate.migrate.naming import scope_of
 from neuron_migrate.migrate.patterns import keyword
 from neuron_migrate.migrate.rules.float64 import makes_float64, spells_float64
-from neuron_migrate.migrate.test_gates import SKIP_GATE, skip_gate
+from neuron_migrate.migrate.test_gates import SKIP_GATE, is_test_module, skip_gate
 from neuron_migrate.migrate.torchscript import AUTOCAST_RULES, SCRIPTED, scripted_scope
-from neuron_migrate.migrate.walk import find
+from neuron_migrate.migrate.walk import find, innermost_function
 
 _DEFAULT = (
     "a parameter's default is part of the function's interface and is computed when the function is "
@@ -78,7 +78,7 @@ def caution(ctx, pending, style: FixStyle) -> str | None:
         return _TEST_MODULE_DEVICE.format(name=name)
     if (scope := scripted_scope(ctx, pending, style.torchscript)) is not None:
         return SCRIPTED.format(scope=scope)
-    if pending.rule.code == "NM405" and (saved := _checkpointed(ctx, pending.stack)) is not None:
+    if pending.rule.generator_state and (saved := _checkpointed(ctx, pending.stack)) is not None:
         return _CHECKPOINTED_RNG.format(saved=saved)
     if pending.fix.generalizes and (library := cpu_and_cuda_library(ctx, pending.stack)) is not None:
         return _CPU_AND_CUDA.format(library=library)
@@ -117,7 +117,7 @@ _CHECKPOINT_FUNCTION = re.compile(r"state_dict|checkpoint|^(?:get|set|save|load)
 def _checkpointed(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
     """The checkpoint the generator states at the end of `stack` go through, as text: a `torch.save` or
     `torch.load` in their function, or the function's name (`state_dict`, `set_states`)."""
-    function = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)
+    function = innermost_function(stack)
     if function is None:
         return None
     if _CHECKPOINT_FUNCTION.search(function.name.value):
@@ -308,7 +308,7 @@ def _returned_policy(stack: tuple[cst.CSTNode, ...]) -> str | None:
     for index in range(len(stack) - 2, -1, -1):
         node = stack[index]
         if isinstance(node, cst.Return):
-            function = next((n for n in reversed(stack[:index]) if isinstance(n, cst.FunctionDef)), None)
+            function = innermost_function(stack[:index])
             return function.name.value if combined and function is not None else None
         if not isinstance(node, (cst.BooleanOperation, cst.UnaryOperation)):
             return None

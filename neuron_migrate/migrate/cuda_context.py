@@ -90,7 +90,7 @@ from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
 from neuron_migrate.migrate.rules.libraries import imported_library
 from neuron_migrate.migrate.test_gates import module_skip, skipif_mark
-from neuron_migrate.migrate.walk import find, statements, walk
+from neuron_migrate.migrate.walk import find, innermost_function, statements, walk
 
 #: EGL_DEVICE_ID picks the GPU that renders through EGL (MuJoCo, dm_control): a GPU's index, not an
 #: accelerator's
@@ -435,7 +435,7 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
     function = stack[start] if isinstance(stack[start], cst.FunctionDef) else None
     # the named function around a lambda too (mmpose's `def cuda(self): ... lambda x: x.cuda()`; Dynamo's
     # cleanup hook `lambda: torch.cuda.set_device(prev)`)
-    named = next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)
+    named = innermost_function(stack)
     if named is not None and cuda_named(named.name.value):
         return CudaOnly(
             f"it is in `{named.name.value}`, which is about CUDA by its name: leave it, or rename the "

@@ -48,6 +48,7 @@ from neuron_migrate.migrate.fixes import (
 )
 from neuron_migrate.migrate.guards import accelerator, conjuncts
 from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.test_gates import is_test_module
 from neuron_migrate.migrate.walk import statements, walk
 
 _BLOCKS = (cst.IndentedBlock, cst.Module)
@@ -256,20 +257,18 @@ class DeviceNames:
         statement = _after_imports(self.ctx.module)
         if len(functions) < 2 or statement is None:
             return set()
-        self._bind(self.ctx.module, [u for key in functions for u in unnamed[key]], statement, MODULE_NAMES)
+        uses = [u for key in functions for u in unnamed[key]]
+        self._bind(self.ctx.module, uses, statement, module_level=True)
         return functions
 
     def _bind(
-        self,
-        scope: cst.CSTNode,
-        uses: list[Use],
-        statement: cst.CSTNode,
-        names: dict[str, tuple[str, ...]] = NAMES,
+        self, scope: cst.CSTNode, uses: list[Use], statement: cst.CSTNode, module_level: bool = False
     ) -> None:
+        """One name for `uses`, bound above `statement`: a local name, or a test module's constant
+        (`module_level`: `MODULE_NAMES`, and never the certain idiom, which holds only where it runs)."""
         kind = "type" if all(u.types_only for u in uses) else "device"
-        name = self._fresh(scope, names[kind])
+        name = self._fresh(scope, (MODULE_NAMES if module_level else NAMES)[kind])
         value = DEVICE_TYPE_EXPR if kind == "type" else DEVICE_EXPR
-        module_level = names is MODULE_NAMES
         if (
             kind == "device"
             and not module_level
@@ -355,12 +354,6 @@ class DeviceNames:
             replacements=replacements,
             insertions=insertions,
         )
-
-
-def is_test_module(path: str) -> bool:
-    """Whether the file at `path` is a pytest module (`test_*.py`, `*_test.py`)."""
-    file = path.rsplit("/", 1)[-1]
-    return file.startswith("test_") or file.endswith("_test.py")
 
 
 def _after_imports(module: cst.Module) -> cst.CSTNode | None:

@@ -96,6 +96,9 @@ class Rule:
     #: them (`cuda_ties.function_todo`); False for a part a person replaces while the rest stays right (a
     #: `DataParallel` wrapper: the moves around it are still needed once it is DDP)
     holds_function: ClassVar[bool] = True
+    #: its findings save or restore per-device generator states, which a checkpoint may carry from one
+    #: device type to another (`cautions`)
+    generator_state: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -16,6 +16,7 @@ from itertools import pairwise
 import libcst as cst
 
 from neuron_migrate.migrate.names import dotted
+from neuron_migrate.migrate.walk import innermost_function
 
 _GATE_DECORATORS = frozenset({"skipif", "skipIf", "skipUnless", "parametrize"})
 _SKIPS = frozenset({"skip", "skipTest", "xfail", "SkipTest"})
@@ -24,6 +25,12 @@ SKIP_GATE = (
     "it decides whether a test runs (`{gate}`): rewritten, the test also runs on MPS and XPU hosts (CI "
     "runners among them); check that the test is device-generic, or keep this check CUDA's and add `neuron`"
 )
+
+
+def is_test_module(path: str) -> bool:
+    """Whether the file at `path` is a pytest module (`test_*.py`, `*_test.py`)."""
+    file = path.rsplit("/", 1)[-1]
+    return file.startswith("test_") or file.endswith("_test.py")
 
 
 def skip_gate(ctx, stack: tuple[cst.CSTNode, ...]) -> str | None:
@@ -96,7 +103,7 @@ def parametrized_without_neuron(ctx, pending) -> str | None:
     if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name)):
         return None
     name = test.left.value
-    function = next((n for n in reversed(pending.stack) if isinstance(n, cst.FunctionDef)), None)
+    function = innermost_function(pending.stack)
     if function is None or name not in {p.name.value for p in function.params.params}:
         return None
     for decorator in function.decorators:

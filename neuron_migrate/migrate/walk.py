@@ -141,3 +141,8 @@ def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 if isinstance(value, cst.If):  # an elif
                     yield value
                 pending.append(value)  # an indented block, an else/finally part, an elif
+
+
+def innermost_function(stack) -> cst.FunctionDef | None:
+    """The innermost `def` on a node's ancestry (`stack`, outermost first), if any."""
+    return next((node for node in reversed(stack) if isinstance(node, cst.FunctionDef)), None)

@@ -13,7 +13,7 @@ from neuron_migrate.migrate.guards import accelerator_certain, conjuncts
 from neuron_migrate.migrate.patterns import QualifiedNameRule, check_region, guarded_call_fix
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement
 from neuron_migrate.migrate.rules.accelerator_checks import reported_in_device_chain
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import innermost_function, walk
 
 _CHECKS = {"torch.cuda.is_available", "torch.cuda.device_count"}
 
@@ -143,7 +143,7 @@ class CudaDeviceApi(QualifiedNameRule):
         self.tests.append((node, self._function()))
 
     def _function(self) -> cst.FunctionDef | None:
-        return next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+        return innermost_function(self.ctx.stack)
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         if name == "torch.cuda.device" and call is not None and not self._with_item(call):

@@ -15,7 +15,7 @@ from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import keyword, positional
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
-from neuron_migrate.migrate.walk import find
+from neuron_migrate.migrate.walk import find, innermost_function
 
 
 class DotCuda(Rule):
@@ -133,7 +133,7 @@ class DotCuda(Rule):
         stack = self.ctx.stack
         if len(stack) < 2 or not isinstance(stack[-2], cst.Expr):
             return None
-        test = next((n for n in reversed(stack) if isinstance(n, cst.FunctionDef)), None)
+        test = innermost_function(stack)
         if test is None or not test.name.value.startswith("test"):
             return None
         for statement in find(test, cst.Expr):

@@ -14,6 +14,7 @@ from neuron_migrate.migrate.lexicon import Lexicon
 from neuron_migrate.migrate.names import dotted, dynamic_importer, is_dynamic_import
 from neuron_migrate.migrate.patterns import positional
 from neuron_migrate.migrate.rule import Invalid, Rule
+from neuron_migrate.migrate.walk import innermost_function
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
@@ -153,7 +154,7 @@ class CudaOnlyLibrary(Rule):
         """Whether the function around the import already imported `library` (reported once per function:
         llamafactory's `apply_liger_kernel` imports liger-kernel once per model type, 20 findings for one
         port; review 44)."""
-        function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+        function = innermost_function(self.ctx.stack)
         if function is None:
             return False
         key = (id(function), _top(library))

@@ -234,6 +234,7 @@ class CudaRngState(QualifiedNameRule):
     """
 
     code = "NM405"
+    generator_state = True
     name = "cuda-rng-state"
     message = "`{short}` covers CUDA only: use the accelerator's device module (`torch.get_device_module`)"
     severity = "warning"
