@@ -162,9 +162,16 @@ class CudaMentions:
         self.gates: bool | None = None  # whether a function or class of the module is a CUDA-gated test
         self.cuda_kernels: tuple[str | None] | None = None  # the CUDA key the module's kernels are for
 
-    def find(self, node: cst.CSTNode, strong: bool = False, names_only: bool = False) -> str | None:
+    def find(
+        self,
+        node: cst.CSTNode,
+        strong: bool = False,
+        names_only: bool = False,
+        skip: cst.CSTNode | None = None,
+    ) -> str | None:
         """The first CUDA mention in `node`, as text, or None; `strong`: only strong mentions; `names_only`:
-        only in names (`ProcessGroupNCCL`), not in strings (`mode="max-autotune-no-cudagraphs"`)."""
+        only in names (`ProcessGroupNCCL`), not in strings (`mode="max-autotune-no-cudagraphs"`); not in
+        `skip` (a check's own test, whose `"cuda"` is what it compares with)."""
         found: list[str] = []
         covered, ctx = self.covered, self.ctx
         name_cue = _STRONG_NAME_CUE if strong else _NAME_CUE
@@ -180,7 +187,7 @@ class CudaMentions:
                     self.chain.clear()
 
             def on_visit(self, child: cst.CSTNode) -> bool:
-                if found:
+                if found or child is skip:
                     return False
                 if id(child) in covered:  # a rewritten call keeps its arguments' names: `cuda_rng_state`
                     if isinstance(child, cst.Call):  # still says CUDA after the rewrite
@@ -350,6 +357,12 @@ def covered_nodes(pendings: list, applies) -> set[int]:
             for replacement in pending.fix.replacements:
                 covered |= nodes_under(replacement.node)
     return covered
+
+
+def names_cuda(name: str) -> bool:
+    """Whether an identifier says CUDA in its name (`is_cuda`, `_has_cuda_val`, `use_nccl`), as opposed to
+    naming a CUDA-only capability (`flash_attn_available`, `_fused`)."""
+    return bool(_NAME_CUE.search(name))
 
 
 def nodes_under(node: cst.CSTNode) -> set[int]:

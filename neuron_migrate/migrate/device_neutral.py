@@ -114,6 +114,8 @@ def cuda_side(ctx, check) -> tuple[cst.CSTNode, ...]:
     if when_true != "certain" and when_false == "certain":
         orelse = owner.orelse
         return () if orelse is None else (orelse.body if isinstance(orelse, cst.Else) else orelse,)
+    if _excluding_part(ctx, owner, check):
+        return ()  # `if x and d.type != "cuda":` runs its body off CUDA only, and its `else` on either
     return (owner.body,)
 
 
@@ -124,7 +126,18 @@ def _what_cuda_skips(ctx, check) -> tuple[cst.CSTNode, ...]:
     if owner is None or owner.orelse is not None or owner.body not in check.region:
         return ()
     when_true, when_false = implies(ctx, owner.test)
-    return (owner.body,) if when_true != "certain" and when_false == "certain" else ()
+    excludes = when_true != "certain" and when_false == "certain"
+    return (owner.body,) if excludes or _excluding_part(ctx, owner, check) else ()
+
+
+def _excluding_part(ctx, owner, check) -> bool:
+    """Whether the check's test is one part of the `and` that `owner` tests and holds off CUDA only
+    (`if recorder.marked and device.type != "cuda":`, tensordict, review 48): the body never runs on CUDA."""
+    parts = conjuncts(owner.test)
+    if len(parts) < 2 or not any(part is check.node for part in parts):
+        return False
+    when_true, when_false = implies(ctx, check.node)
+    return when_true != "certain" and when_false == "certain"
 
 
 def _test_owner(check, kinds: tuple[type, ...]):

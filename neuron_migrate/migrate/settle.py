@@ -51,6 +51,7 @@ from neuron_migrate.migrate.cuda_context import (
     CudaMentions,
     covered_nodes,
     gpu_among_devices,
+    names_cuda,
     nodes_under,
     only_on_cuda,
 )
@@ -74,7 +75,7 @@ from neuron_migrate.migrate.cuda_ties import (
     same_test_left,
     vendor_list_left,
 )
-from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared
+from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared, string_value
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import (
@@ -89,6 +90,7 @@ from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.naming import DeviceNames
 from neuron_migrate.migrate.test_gates import parametrized_without_neuron
 from neuron_migrate.migrate.torch_floor import HELD_BACK, dotted_release
+from neuron_migrate.migrate.walk import find
 
 _FALLBACK = "in a fallback for a torch without `torch.accelerator`: no change needed"
 _VENDORED = "vendored code (`{}/`): change it where it comes from, not here"
@@ -531,11 +533,13 @@ def _noun(check) -> str:
 
 
 class Guarded(NamedTuple):
-    """What in a check's region keeps it CUDA's (`cue`, as text), and whether that is only text: a string, a
-    message, a dict key (`in_text`), where no code there names CUDA."""
+    """What in a check's region keeps it CUDA's (`cue`, as text), and what kind of thing that is: CUDA-only
+    `code`; only `text` (a string, a message, a dict key) where no code there names CUDA; the name that says
+    CUDA the check's answer is `stored` under (`is_cuda = d.type == "cuda"`); the name that says CUDA it
+    `tests` (`"cuda" if use_cuda else "cpu"`)."""
 
     cue: str
-    in_text: bool
+    kind: str = "code"
 
 
 def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> Guarded | None:
@@ -548,7 +552,7 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> Guarde
         if inner is not check and inside(inner, check.region) and inner.part_of is not check:
             if inner.region and inside(inner, check.region[:1]):
                 continue  # another check in this one's test (`torch.cuda.is_available() and args.cuda`)
-            return Guarded(f"`{first_line(ctx, inner.node)}`", False)
+            return Guarded(f"`{first_line(ctx, inner.node)}`")
     owner = _precondition_of(check)
     warns = owner is None and _warns_without_accelerator(ctx, check)
     exit_code = () if owner is None else (owner.body,) if isinstance(owner, cst.If) else (owner.msg,)
@@ -562,13 +566,62 @@ def _cuda_code_in(ctx, check, leftovers: list, mentions: CudaMentions) -> Guarde
     )
     for node, strong in scans:
         if (cue := mentions.find(node, strong, names_only=True)) is not None:
-            return Guarded(f"`{cue}`", False)
+            return Guarded(f"`{cue}`", _kind_of_name(check, node, cue))
     test = check.region[0]
     if owner is None and (cue := gpu_among_devices(ctx, test, [test])) is not None:
-        return Guarded(f"`{cue}`", False)
+        return Guarded(f"`{cue}`")
     for node, strong in scans:
-        if (cue := mentions.find(node, strong)) is not None:
-            return Guarded(f"`{cue}`", True)
+        if (cue := mentions.find(node, strong, skip=check.node)) is not None:
+            return Guarded(f"`{cue}`", "text")
+    return None
+
+
+def _kind_of_name(check, node: cst.CSTNode, cue: str) -> str:
+    """What the name `cue` that says CUDA, found in `node` of the check's region, is to the check: where its
+    answer is `stored` (a target assigned the check's expression or the name that holds it: tensordict's
+    `is_cuda = device_type == "cuda"`, `self.__dict__["_has_cuda_val"] = val`, review 48), part of the test
+    it `tests` with (`"cuda" if use_cuda else "cpu"`, `not args.no_cuda and torch.cuda.is_available()`),
+    else `code` it guards."""
+    if not names_cuda(cue):
+        return "code"  # a capability it gates (`flash_attn_available`): the CUDA-only code is behind it
+    statement = check.region[0] if check.region else None
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    holder = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+    flag = holder.value if isinstance(holder, cst.Name) else None
+    for part in check.region:
+        for assign in find(part, cst.Assign):
+            value = assign.value
+            holds = _holds_node(value, check.node) or (isinstance(value, cst.Name) and value.value == flag)
+            if holds and any(_target_name(target.target) == cue for target in assign.targets):
+                return "stored"
+    if node is not statement:
+        return "code"
+    if not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        return "tests" if _tested_names(node, cue) else "code"  # the region's head is the test itself
+    for test in find(node, cst.BooleanOperation):
+        if _holds_node(test, check.node) and _tested_names(test, cue):
+            return "tests"
+    return "code"
+
+
+def _holds_node(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(found is node for found in find(tree, type(node)))
+
+
+def _tested_names(test: cst.CSTNode, cue: str) -> list:
+    """The names or attribute chains spelled `cue` in `test` that are values, not called
+    (`torch.cuda.get_device_capability()` is code)."""
+    called = {id(call.func) for call in find(test, cst.Call)}
+    return [n for n in find(test, (cst.Name, cst.Attribute)) if id(n) not in called and dotted(n) == cue]
+
+
+def _target_name(target: cst.BaseExpression) -> str | None:
+    """What an assignment target is called: a name, an attribute (`self.uses_cuda`), a key (`d["key"]`)."""
+    if isinstance(target, (cst.Name, cst.Attribute)):
+        return dotted(target)
+    if isinstance(target, cst.Subscript) and len(target.slice) == 1:
+        element = target.slice[0].slice
+        return string_value(element.value) if isinstance(element, cst.Index) else None
     return None
 
 
@@ -579,15 +632,29 @@ def _guarding(check, guarded: Guarded) -> str:
     CUDA or GPUs only in text (a log line, a dict key: llamafactory's `info["GPU number"]`, review 44) guards
     no CUDA-only code, but rewritten, that text would speak of CUDA on other accelerators."""
     noun = _noun(check)
-    if guarded.in_text and len(check.region) == 1 and isinstance(check.region[0], cst.SimpleStatementLine):
+    if (
+        guarded.kind == "text"
+        and len(check.region) == 1
+        and isinstance(check.region[0], cst.SimpleStatementLine)
+    ):
         return (
             f"it is part of a message that names CUDA ({guarded.cue}): rewritten, the message would call "
             f"another accelerator CUDA; reword the message with the {noun}"
         )
-    if guarded.in_text:
+    if guarded.kind == "text":
         return (
             f"the code it guards names CUDA or GPUs in its text ({guarded.cue}): rewritten, that text would "
             f"speak of CUDA on other accelerators; keep this {noun} CUDA's, or reword the text with it"
+        )
+    if guarded.kind == "stored":
+        return (
+            f"its answer is kept as {guarded.cue}, a name that says CUDA: what reads it expects CUDA; keep "
+            f"this {noun} CUDA's, or rename it with the {noun} where that code works on other devices"
+        )
+    if guarded.kind == "tests":
+        return (
+            f"it is tested with {guarded.cue}, a name that says CUDA: keep this {noun} CUDA's with it, or "
+            "rename it where the code it selects works on other devices"
         )
     return (
         f"it guards CUDA-only code such as {guarded.cue}: keep this {noun} CUDA's and give other devices "

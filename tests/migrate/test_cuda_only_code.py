@@ -2521,3 +2521,51 @@ def test_a_check_whose_code_names_cuda_only_in_text_says_so():
     )
     [check] = findings(code_too)
     assert "it guards CUDA-only code such as `cuda_count`" in check.message
+
+
+def test_a_name_that_keeps_a_checks_answer_is_named_as_such():
+    """tensordict's `is_cuda = device_type == "cuda"` and `self.__dict__["_has_cuda_val"] = val` keep the
+    check's answer under a name that says CUDA: the check stays CUDA's, and the reason says where the answer
+    goes, not that it "guards CUDA-only code such as `is_cuda`" (review 48)."""
+    source = (
+        "import torch\n\n\ndef parse(device):\n    device_type = torch.device(device).type\n"
+        '    is_cuda = device_type == "cuda"\n    if is_cuda:\n'
+        "        return torch.device(device_type, torch.cuda.current_device())\n    return device\n\n\n"
+        "class TD:\n    def has_cuda(self):\n        val = self.__dict__.get('_has_cuda_val')\n"
+        "        if val is None:\n            val = torch.cuda.is_available()\n"
+        "            self.__dict__['_has_cuda_val'] = val\n        return val\n"
+    )
+    kept = {f.line: f for f in findings(source) if f.code in ("NM105", "NM106") and f.fix is None}
+    assert "its answer is kept as `is_cuda`, a name that says CUDA" in kept[6].message
+    assert "its answer is kept as `_has_cuda_val`, a name that says CUDA" in kept[16].message
+
+
+def test_a_test_that_excludes_cuda_in_an_and_says_what_neuron_would_skip():
+    """`if recorder.marked and device.type != "cuda": recorder.record_transfer(device)` (tensordict, review
+    48): the body runs off CUDA only. Fixed (`not in ("cuda", "neuron")`), neuron skips it as CUDA does; the
+    finding said the test is false on Trainium, that neuron "would run" the body, and that its own `"cuda"`
+    was CUDA text the body names."""
+    source = (
+        "import torch\n\n\ndef record(value, device: torch.device, recorder):\n"
+        '    if recorder.marked and device.type != "cuda":\n'
+        "        recorder.record_transfer(device)\n    return value.to(device)\n"
+    )
+    [check] = [f for f in findings(source, unsafe=True) if f.code == "NM105"]
+    assert check.message.startswith("CUDA-only device test, true on Trainium")
+    assert "what it skips on CUDA (`recorder.record_transfer(device)`)" in check.message
+    assert "neuron would run" not in check.message and "in its text" not in check.message
+    assert 'device.type not in ("cuda", "neuron")' in fixed(source, unsafe=True)
+
+
+def test_a_check_tested_with_a_name_that_says_cuda_names_it_as_such():
+    """`"cuda" if use_cuda else "cpu"` and `not args.no_cuda and torch.cuda.is_available()` stay CUDA's for
+    the name beside the check, which the reason calls what it is, not "CUDA-only code such as `use_cuda`"
+    (review 48); a capability gate (`x.is_cuda and flash_ok`) still names the code behind it."""
+    source = (
+        "import torch\n\n\ndef main(args, use_cuda):\n"
+        '    device = torch.device("cuda" if use_cuda else "cpu")\n'
+        "    args.cuda = not args.no_cuda and torch.cuda.is_available()\n    return device\n"
+    )
+    kept = {f.line: f.message for f in findings(source) if f.fix is None}
+    assert "it is tested with `use_cuda`, a name that says CUDA" in kept[5]
+    assert "it is tested with `args.no_cuda`, a name that says CUDA" in kept[6]

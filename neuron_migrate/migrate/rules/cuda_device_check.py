@@ -275,7 +275,7 @@ class CudaDeviceCheck(Rule):
         fix = neuron_test(self, node, subject, positive, self._TITLE, quote)
         if unknown:
             fix = replace(fix, safety="unsafe")
-        report_check(self, node, self.message + unknown, fix)
+        report_check(self, node, (self.message if positive else _NOT_CUDA_MESSAGE) + unknown, fix)
 
     def _device(self, expr: cst.BaseExpression) -> bool:  # after the walk only (it asks the device flow)
         return is_device_expr(self.ctx, expr)
@@ -293,6 +293,13 @@ class CudaDeviceCheck(Rule):
         if key and key.lower().endswith("type"):  # already a device type string
             return self.ctx.code(expr).strip()
         return device_type_text(self.ctx, expr, quote)
+
+
+#: the message of a test that excludes CUDA (`d.type != "cuda"`): true on Trainium, which takes the other side
+_NOT_CUDA_MESSAGE = (
+    "CUDA-only device test, true on Trainium (neuron takes the side meant for CPUs and other devices): let "
+    'neuron in (`device.type not in ("cuda", "neuron")`)'
+)
 
 
 def _elements(node: cst.BaseExpression) -> list[cst.BaseExpression]:
