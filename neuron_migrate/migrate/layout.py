@@ -18,6 +18,7 @@ assignment's right-hand side or a condition in parentheses, at commas, condition
 from __future__ import annotations
 
 import configparser
+import difflib
 import io
 import shutil
 import subprocess
@@ -151,14 +152,14 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
         changed = changed_lines(before, after)
         formatted = _run_formatter(after, changed, layout, path) if changed else after
         if formatted is not None and _contained(after, formatted, len(changed)):
-            return formatted
+            return _untouched_blank_lines(after, formatted)
     long = _long_lines(before, after, layout.line_length)
     if not long:
         return after
     if path is not None:
         formatted = _run_formatter(after, long, layout, path)
         if formatted is not None and _contained(after, formatted, len(long)):
-            return formatted
+            return _untouched_blank_lines(after, formatted)
     lines = after.splitlines(keepends=True)
     whole = _whole_statement_lines(after)
     for number in sorted(long, reverse=True):
@@ -175,6 +176,23 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
 
 
 _LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING)
+
+
+def _untouched_blank_lines(before: str, after: str) -> str:
+    """`after` (a formatter's output for `before`) with each whitespace-only line of `before` that it emptied
+    and left otherwise in place restored: a range formatter cleans the blank line above the statement it
+    was given (outetts' `            \n`, review 49), a line `fix` had no reason to touch."""
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "replace":
+            continue
+        for offset in range(min(i2 - i1, j2 - j1)):  # the blank lines a rewritten block starts with
+            was, now = old[i1 + offset], new[j1 + offset]
+            if was.strip() or now.strip():
+                break
+            new[j1 + offset] = was
+    return "".join(new)
 
 
 def _whole_statement_lines(text: str) -> set[int]:
@@ -386,8 +404,39 @@ def _body_lines(body: str, inner: str, limit: int, depth: int) -> list[str] | No
     for delimiters, keep_comma in (((",",), True), (("if", "else"), False), (("or", "and"), False)):
         parts = _split_at(body, tokens, delimiters, keep_comma)
         if parts is not None:
-            return [inner + part for part in parts]
+            lines = []
+            for part in parts:
+                line = inner + part
+                lines.extend(_part_lines(part, inner, limit, depth) if len(line) > limit else [line])
+            return lines
     return wrap(inner + body, limit, depth + 1)
+
+
+def _part_lines(part: str, inner: str, limit: int, depth: int) -> list[str]:
+    """A part of a split body that is still too long: wrapped itself (`else (a or b).type`); a keyword
+    argument, which `key= (value,)` would make a tuple, split before its own `if`/`else` or `or`/`and` as
+    black does (`map_location=f"..."` / `if ...` / `else "cpu",`); else as it is."""
+    if not _keyword(part):
+        return wrap(inner + part, limit, depth + 1) or [inner + part]
+    tokens = _tokens(part)
+    for delimiters in (("if", "else"), ("or", "and")):
+        pieces = _split_at(part, tokens, delimiters, False) if tokens else None
+        if pieces is not None:
+            return [inner + piece for piece in pieces]
+    return [inner + part]
+
+
+def _keyword(part: str) -> bool:
+    """Whether `part` (an argument) is `key=value`: an `=` outside every bracket."""
+    depth = 0
+    for tok in _tokens(part) or ():
+        if tok.kind == tokenize.OP and tok.text in _OPEN:
+            depth += 1
+        elif tok.kind == tokenize.OP and tok.text in _CLOSE:
+            depth -= 1
+        elif depth == 0 and tok.kind == tokenize.OP and tok.text == "=":
+            return True
+    return False
 
 
 def _split_at(body: str, tokens: list[_Token], delimiters: tuple[str, ...], comma: bool) -> list[str] | None:

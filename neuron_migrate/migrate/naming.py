@@ -52,6 +52,8 @@ from neuron_migrate.migrate.test_gates import is_test_module
 from neuron_migrate.migrate.walk import statements, walk
 
 _BLOCKS = (cst.IndentedBlock, cst.Module)
+#: what holds one statement of a block: where a lookup evaluated lazily inside one stops being so
+_STATEMENT_KINDS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 _SPACES = re.compile(r"\s+")
 _IDIOMS = {
     _SPACES.sub("", DEVICE_EXPR),
@@ -163,7 +165,11 @@ class DeviceNames:
         # too long for the line as the inline idiom would be written there (shorter where an accelerator is
         # certain: `torch.zeros(1, device=torch.accelerator.current_accelerator())` needs no name)
         written = inline_certain if accelerator(self.ctx, pending.stack) == "certain" else _inline
-        long = any(self.overflow(pending, r, written(r.text)) for r in fix.replacements if _holds(r.text))
+        # a name bound above the statement would run the lookup where the code did not (outetts'
+        # `device if device is not None else "cuda" if ... else "cpu"`, review 49): inline there, and wrapped
+        long = not _evaluated_lazily(pending.stack) and any(
+            self.overflow(pending, r, written(r.text)) for r in fix.replacements if _holds(r.text)
+        )
         return Use(pending, pending.stack, self.applies(pending), types_only, long, _names_itself(pending))
 
     # --- per scope ---------------------------------------------------------------------------------------
@@ -452,6 +458,16 @@ def _names_itself(pending) -> bool:
                 return parent.value is node and isinstance(parent.target, cst.Name)
             return False
     return False
+
+
+def _evaluated_lazily(stack: tuple[cst.CSTNode, ...]) -> bool:
+    """Whether the node at the end of `stack` is in a branch of a conditional expression, which runs only on
+    some evaluations of its statement (`device if device is not None else <the idiom>`)."""
+    start = max((i for i, node in enumerate(stack) if isinstance(node, _STATEMENT_KINDS)), default=0)
+    return any(
+        isinstance(parent, cst.IfExp) and child is not parent.test
+        for parent, child in zip(stack[start:], stack[start + 1 :], strict=False)
+    )
 
 
 def _holds(text: str) -> bool:

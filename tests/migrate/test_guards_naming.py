@@ -540,3 +540,20 @@ def test_a_test_modules_device_goes_after_its_imports_and_torchs(top, bound):
         assert after.startswith(top + "\n\nDEVICE = torch.accelerator"), after
     else:
         assert "DEVICE" not in after and after.count("current_accelerator(") == 2
+
+
+def test_the_device_chosen_in_a_branch_is_not_looked_up_above_the_statement():
+    """outetts (review 49): `torch.device(device if device is not None else "cuda" if ... else "cpu")` is too
+    long for one line with the idiom, and a name bound above the statement ran the lookup where the code
+    did not (a caller's device given). The idiom stays in its branch, wrapped."""
+    source = (
+        "import torch\n\n\nclass Codec:\n    def __init__(self, device=None):\n"
+        "        self.device = torch.device(device if device is not None"
+        ' else "cuda" if torch.cuda.is_available() else "cpu")\n'
+    )
+    after = fixed(source, layout=Layout(line_length=88))
+    assert "device_type =" not in after and "accelerator =" not in after, after
+    assert "else (\n                torch.accelerator.current_accelerator(check_available=True)" in after, (
+        after
+    )
+    assert all(len(line) <= 88 for line in after.splitlines()), after

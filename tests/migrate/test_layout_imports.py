@@ -395,3 +395,22 @@ def test_a_module_that_imports_torch_only_inside_functions_gets_no_top_level_imp
     assert first.fix.safety == "safe"
     assert second.fix.safety == "unsafe" and "only inside functions (`import torch`)" in second.message
     assert "\nimport torch\n" not in "\n" + fixed(source, ("NM103",))
+
+
+def test_a_blank_line_above_a_wrapped_statement_keeps_its_whitespace(tmp_path):
+    """outetts (review 49): ruff's range mode on the rewritten statement also emptied the whitespace-only line
+    above it, a change to a line the fix had no reason to touch."""
+    path = tmp_path / "interface.py"
+    before = (
+        "import torch\n\n\ndef load(device, path):\n    if path is None:\n        path = 'x'\n        \n"
+        "    device = torch.device(device if device is not None"
+        " else 'cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "    return device\n"
+    )
+    after = before.replace(
+        "'cuda' if torch.cuda.is_available() else 'cpu'",
+        "(torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu')).type",
+    )
+    wrapped = reflow(before, after, Layout(line_length=88), path)
+    assert "        path = 'x'\n        \n    device = torch.device(\n" in wrapped
+    assert all(len(line) <= 88 for line in wrapped.splitlines())

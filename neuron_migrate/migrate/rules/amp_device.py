@@ -348,10 +348,10 @@ class GradScalerDefaultDevice(Rule):
             "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
             "fp16 = True\nscaler = ShardedGradScaler() if fp16 else None\n",
             "import torch\nfrom torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n"
-            "fp16 = True\ndevice_type = (torch.accelerator.current_accelerator(check_available=True)"
-            ' or torch.device("cpu")).type\n'
-            "scaler = ShardedGradScaler(device_type, enabled=torch.accelerator.is_available())"
-            " if fp16 else None\n",
+            "fp16 = True\nscaler = (\n    ShardedGradScaler(\n"
+            "        (torch.accelerator.current_accelerator(check_available=True)"
+            ' or torch.device("cpu")).type,\n'
+            "        enabled=torch.accelerator.is_available(),\n    )\n    if fp16\n    else None\n)\n",
         ),
     )
 
