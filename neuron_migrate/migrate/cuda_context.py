@@ -359,6 +359,28 @@ def covered_nodes(pendings: list, applies) -> set[int]:
     return covered
 
 
+def _an_alternative_without_cuda(mentions: CudaMentions, test: cst.BaseExpression, taken: bool) -> bool:
+    """Whether the body of `if a or b:` (`taken`) runs on an alternative that says nothing of CUDA:
+    pytorch-tabular's `if (is_oom_runtime_error or is_cuda_oom_error) and ...:` handles any device's out of
+    memory (review 49)."""
+    if not taken:
+        return False
+    for part in conjuncts(test):
+        if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.Or):
+            alternatives = _disjuncts(part)
+            if any(mentions.find(a) is None for a in alternatives) and any(
+                mentions.find(a) is not None for a in alternatives
+            ):
+                return True
+    return False
+
+
+def _disjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        return [*_disjuncts(test.left), *_disjuncts(test.right)]
+    return [test]
+
+
 def names_cuda(name: str) -> bool:
     """Whether an identifier says CUDA in its name (`is_cuda`, `_has_cuda_val`, `use_nccl`), as opposed to
     naming a CUDA-only capability (`flash_attn_available`, `_fused`)."""
@@ -504,10 +526,14 @@ def only_on_cuda(pending, mentions: CudaMentions, leftovers: list, path: str = "
         parent, child = stack[index], stack[index + 1]
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and child is not parent.test:
             in_true_branch = child is parent.body
-            if in_true_branch != negative(ctx, parent.test) and (
-                cue := mentions.find(parent.test)
-                or _gpu_among_devices(ctx, stack, index)
-                or _kept_cuda_test(ctx, parent.test, mentions.covered, leftovers)
+            if (
+                in_true_branch != negative(ctx, parent.test)
+                and not _an_alternative_without_cuda(mentions, parent.test, in_true_branch)
+                and (
+                    cue := mentions.find(parent.test)
+                    or _gpu_among_devices(ctx, stack, index)
+                    or _kept_cuda_test(ctx, parent.test, mentions.covered, leftovers)
+                )
             ):
                 return CudaOnly(f"it only runs when a CUDA test holds (`{cue}`): no change needed")
             if isinstance(parent, cst.If) and _in_chain_with_neuron(ctx, stack, index, in_true_branch):

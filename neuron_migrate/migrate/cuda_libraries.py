@@ -60,6 +60,7 @@ LIBRARIES: dict[str, str] = {
     "nvfuser_direct": _COMPILE,
     "cudnn": f"{_SDPA} and the `torch.nn` layers (the cuDNN frontend drives NVIDIA's cuDNN)",
     "exl_ext": _QUANTIZED,
+    "exllamav2": _QUANTIZED,  # ExLlamaV2, outetts' exl2 backend (review 49): CUDA and ROCm only
     "exlv2_ext": _QUANTIZED,
     "awq_ext": _QUANTIZED,
 }

@@ -99,6 +99,9 @@ class Rule:
     #: its findings save or restore per-device generator states, which a checkpoint may carry from one
     #: device type to another (`cautions`)
     generator_state: ClassVar[bool] = False
+    #: its findings are settings that do nothing off CUDA (cuDNN and CUDA backend flags): an `if` around
+    #: nothing else guards nothing (`settle`)
+    inert_off_cuda: ClassVar[bool] = False
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

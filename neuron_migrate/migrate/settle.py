@@ -157,8 +157,9 @@ def settle(ctx, positions, lines: list[str], style: FixStyle) -> None:
     own_api = _deepspeed_accelerator(ctx, style)
     stale = _stale_import(ctx, style)
     held_back: set[int] = set()  # the findings whose fix the project's declared torch lacks (step 2), by id
-    # the notes their rule made (code that works everywhere as it is), not those a step below makes
-    inherent_notes = [p for p in pendings if p.no_change]
+    # the notes their rule made (code that works everywhere as it is: a seed CUDA only repeats, cuDNN flags:
+    # nnunetv2's and moshi's guards around them, review 49), not those a step below makes
+    inherent_notes = [p for p in pendings if p.no_change or p.rule.inert_off_cuda]
     for pending in pendings:
         if pending.fix is not None and vendored is not None:
             withdraw(pending, _COPY_FOLDERS[vendored].format(vendored))
@@ -352,8 +353,14 @@ def _keep_cuda_checks(
             and not p.rule.device_test
         ]
         for check in checks:
-            noted = _guards_only_notes(ctx, check, inherent_notes) if check.fix is not None else None
+            waits = (
+                check.fix is not None or id(check) in held_back
+            )  # a fix, or one only the torch floor holds
+            noted = _guards_only_notes(ctx, check, inherent_notes) if waits else None
             if noted is not None:
+                _release(
+                    check, held_back
+                )  # moshi's seeding guard: no torch makes it worth a change (review 49)
                 withdraw(
                     check,
                     f"it only guards code that needs no change (`{noted}`), which works everywhere as it is: "
@@ -638,8 +645,8 @@ def _guarding(check, guarded: Guarded) -> str:
         and isinstance(check.region[0], cst.SimpleStatementLine)
     ):
         return (
-            f"it is part of a message that names CUDA ({guarded.cue}): rewritten, the message would call "
-            f"another accelerator CUDA; reword the message with the {noun}"
+            f"it is part of a message that names CUDA or GPUs ({guarded.cue}): rewritten, the message would "
+            f"speak of CUDA on other accelerators; reword the message with the {noun}"
         )
     if guarded.kind == "text":
         return (

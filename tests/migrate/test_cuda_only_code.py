@@ -2469,7 +2469,10 @@ def test_a_check_in_a_message_that_names_cuda_says_so():
         "import torch\n\n\ndef report(log):\n    log.info(f'Cuda Available? {torch.cuda.is_available()}')\n"
     )
     [check] = findings(source)
-    assert check.fix is None and "part of a message that names CUDA (`Cuda Available? `)" in check.message
+    assert (
+        check.fix is None
+        and "part of a message that names CUDA or GPUs (`Cuda Available? `)" in check.message
+    )
     assert "guards CUDA-only code" not in check.message
 
 
@@ -2569,3 +2572,38 @@ def test_a_check_tested_with_a_name_that_says_cuda_names_it_as_such():
     kept = {f.line: f.message for f in findings(source) if f.fix is None}
     assert "it is tested with `use_cuda`, a name that says CUDA" in kept[5]
     assert "it is tested with `args.no_cuda`, a name that says CUDA" in kept[6]
+
+
+@pytest.mark.parametrize("floor", ["2.9", "2.1"])
+def test_a_guard_around_cudnn_flags_only_needs_no_change(run_cli, tmp_path, floor):
+    """nnunetv2's and moshi's `if torch.cuda.is_available(): cudnn.benchmark = True` (review 49): the flags
+    work on every device, so the guard guards nothing; it said "keep this check CUDA's and give other devices
+    their own path" (held back for nnunetv2's torch 2.1), or was rewritten for nothing (torch 2.9)."""
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "p"\ndependencies = ["torch>={floor}"]\n')
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.backends import cudnn\n\n\ndef setup(seed):\n    torch.manual_seed(seed)\n"
+        "    if torch.cuda.is_available():\n        torch.cuda.manual_seed(seed)\n"
+        "    if torch.cuda.is_available():\n        cudnn.deterministic = False\n"
+        "        cudnn.benchmark = True\n"
+    )
+    found = json.loads(run_cli("scan", ".", "--format", "json", "--exit-zero").stdout)["findings"]
+    guards = [f for f in found if f["code"] == "NM106"]
+    assert [f["line"] for f in guards] == [7, 9]
+    assert all(
+        f["fix"] is None and "it only guards code that needs no change" in f["message"] for f in guards
+    )
+
+
+def test_an_or_with_an_alternative_that_says_nothing_of_cuda_is_not_a_cuda_test():
+    """pytorch-tabular's OOM handler: `if (is_oom_runtime_error or is_cuda_oom_error) and self.handle_oom:`
+    runs on any device's out of memory; its `torch.cuda.empty_cache()` was a note, "it only runs when a CUDA
+    test holds" (review 49)."""
+    source = (
+        "import torch\n\n\nclass Guard:\n    def __exit__(self, exc_type, exc_value, tb):\n"
+        "        is_oom_runtime_error = exc_type is RuntimeError and 'out of memory' in str(exc_value)\n"
+        "        is_cuda_oom_error = exc_type is torch.cuda.OutOfMemoryError\n"
+        "        if (is_oom_runtime_error or is_cuda_oom_error) and self.handle_oom:\n"
+        "            torch.cuda.empty_cache()\n            return True\n        return False\n"
+    )
+    [release] = [f for f in findings(source) if f.code == "NM402"]
+    assert release.fix is not None and "only runs when a CUDA test holds" not in release.message

@@ -18,6 +18,7 @@ class _BackendFlagRule(QualifiedNameRule):
     severity = "info"
     fix_safety = "none"
     cuda_only = False
+    inert_off_cuda = True
 
     def on_use(self, node: cst.Name | cst.Attribute, call: cst.Call | None, name: str) -> None:
         self.report(call or node, self.message_for(self.ctx.qualified_name(node) or name))
