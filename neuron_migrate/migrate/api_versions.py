@@ -10,6 +10,8 @@ fix is then only written for projects that declare `target-torch = "2.13"` or ne
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from neuron_migrate.migrate.fixes import FixSpec
 
 #: the memory functions (pytorch#138222)
@@ -72,13 +74,20 @@ def needs_torch(fix: FixSpec, target: tuple[int, int]) -> str | None:
     that is only the device idiom: llamafactory's `torch.amp.custom_fwd` is torch 2.4, its device type 2.7,
     review 44), else None."""
     needed = max((SINCE[api] for api in fix.relies_on), default=(0, 0))
-    for replacement in fix.replacements:
-        for api, since in SINCE.items():
-            if since > needed and api in replacement.text:
-                needed = since
+    needed = max(needed, newest_in(r.text for r in fix.replacements)[0])
     idiom = ""
     if fix.uses_device or any("current_accelerator(" in i.text for i in fix.insertions):
         since = SINCE["torch.accelerator.current_accelerator(check_available=True)"]
         if since > needed:  # the APIs the fix names are older: say what needs the newer torch
             needed, idiom = since, " (to name the device: `current_accelerator(check_available=True)`)"
     return f"{needed[0]}.{needed[1]}{idiom}" if needed > target else None
+
+
+def newest_in(texts: Iterable[str]) -> tuple[tuple[int, int], str]:
+    """The newest torch release an API written in `texts` needs, and that API ((0, 0) and "" for none)."""
+    needed, needing = (0, 0), ""
+    for text in texts:
+        for api, since in SINCE.items():
+            if since > needed and api in text:
+                needed, needing = since, api
+    return needed, needing

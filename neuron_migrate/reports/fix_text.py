@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from neuron_migrate.migrate.api_versions import newest_in
 from neuron_migrate.migrate.fix_files import FileFix
 from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, HELD_BACK, dotted_release
 from neuron_migrate.reports.words import plural
@@ -51,11 +52,18 @@ def render_fix_summary(
             "TorchNeuron itself needs torch 2.13 or newer). Raise that minimum, or set "
             + escape('`[tool.neuron-migrate] target-torch = "2.13"`, to write them.')
         )
-    if any(f.default_torch and f.applied for f in changed):
+    if defaulted := [f for f in changed if f.default_torch and f.applied]:
+        texts = (
+            edit.text for f in defaulted for finding in f.applied if finding.fix for edit in finding.fix.edits
+        )
+        needed, api = newest_in(texts)
+        needs = f", and they need torch >= {dotted_release(needed)} (`{api}`)" if api else ""
+        default = dotted_release(DEFAULT_TARGET_TORCH)
         console.print(
-            "The project declares no torch minimum (nor Python, nor version tests in its code): the fixes "
-            f"are written for torch {dotted_release(DEFAULT_TARGET_TORCH)}, the default (TorchNeuron itself "
-            "needs 2.13). If it also supports an older torch, declare that minimum in its metadata or set "
+            "The project declares no torch minimum, its Python requirement (if any) allows any torch, and "
+            f"its code tests no torch version: the fixes are written for torch {default}, the default"
+            f"{escape(needs)} (TorchNeuron itself needs 2.13). If it also supports an older torch, declare "
+            "that minimum in its metadata or set "
             + escape("`[tool.neuron-migrate] target-torch`, and rerun: what that torch lacks is held back.")
         )
     if changed and not write and patch is not None:

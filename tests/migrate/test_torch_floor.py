@@ -360,7 +360,10 @@ def test_fix_says_when_it_writes_for_the_default_torch(run_cli, tmp_path):
     (tmp_path / "a.py").write_text(SYNC)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch"]\n')
     said = "the fixes are written for torch 2.9, the default"
-    assert said in run_cli("fix", "a.py").stderr
+    told = run_cli("fix", "a.py").stderr
+    assert said in told
+    # and what they need (review 49: outetts' log never said that its fixes need torch 2.7)
+    assert "the default, and they need torch >= 2.6 (`torch.accelerator." in told, told
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.10"]\n')
     assert said not in run_cli("fix", "a.py").stderr
 
