@@ -392,10 +392,11 @@ _READERS = (
 )
 
 
-#: the first torch without builds for a Python 3 minor (and all older ones): torch 2.0 needs Python 3.8,
+#: the first torch without builds for a Python 3 minor (and all older ones): torch 1.6 dropped Python 3.5
+#: (pytorch/pytorch#35677), torch 1.11 Python 3.6 (pytorch/pytorch#70457), torch 2.0 needs Python 3.8,
 #: torch 2.5 has no Python 3.8 wheels (pytorch/pytorch#138979), torch 2.9 needs Python 3.10
 #: (pytorch/pytorch#161167)
-_FIRST_TORCH_WITHOUT = {7: (2, 0), 8: (2, 5), 9: (2, 9)}
+_FIRST_TORCH_WITHOUT = {5: (1, 6), 6: (1, 11), 7: (2, 0), 8: (2, 5), 9: (2, 9)}
 _PYTHON_LOWER = re.compile(r"(?:>=|~=|\^|==)\s*3\.(\d+)|>\s*3\.(\d+)")
 
 
@@ -412,7 +413,7 @@ def _python_cap_of(project: Path | None) -> TorchFloor | None:
     if declared is None or declared[0] > max(_FIRST_TORCH_WITHOUT):
         return None
     minor, said = declared
-    minor = max(minor, min(_FIRST_TORCH_WITHOUT))  # Python 3.6 users have torch 1.13 or older, too
+    minor = max(minor, min(_FIRST_TORCH_WITHOUT))  # Python 3.4 users have torch 1.5 or older, too
     first = _FIRST_TORCH_WITHOUT[minor]
     return TorchFloor(
         before(first), f"{said}, and torch {dotted_release(first)} and newer need Python 3.{minor + 1}"

@@ -388,7 +388,10 @@ def test_a_fix_held_back_only_for_the_device_idiom_says_so():
         ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.8"\n', (2, 4)),
         ("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.9"\n', (2, 8)),
         ("setup.cfg", "[options]\npython_requires = >=3.7\n", (1, 13)),
-        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.6"\n', (1, 13)),  # older yet
+        # torch 1.11 dropped Python 3.6, torch 1.6 Python 3.5 (review 50: ">=3.6" was capped at 1.13)
+        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.6"\n', (1, 10)),
+        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.5"\n', (1, 5)),
+        ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.4"\n', (1, 5)),  # older yet
         ("setup.py", 'setup(name="p", python_requires=">3.8, <4")\n', (2, 8)),
         ("pyproject.toml", '[project]\nname = "p"\nrequires-python = ">=3.10"\n', None),
         # no requirement: the oldest Python its classifiers list (facexlib, review 47)
