@@ -120,6 +120,8 @@ class ScanResult:
     errors: tuple[FileError, ...] = ()
     tool_version: str = ""
     schema: str = SCAN_SCHEMA
+    #: the projects' torch requirements that stop below the torch TorchNeuron needs, and where
+    torch_caps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ class FileFix:
     skipped: list[str] = field(default_factory=list)  # parts not fixed, and why (notebook cells)
     #: the fixes are written for the default torch: the project says nothing of the torch it supports
     default_torch: bool = False
+    #: where the project caps torch below the torch TorchNeuron needs (`FixStyle.torch_cap`)
+    torch_cap: str = ""
 
     def diff(self) -> str:
         """A unified diff `git apply` takes (a/ b/ prefixes, paths relative to the scan root)."""
@@ -70,7 +72,9 @@ def fix_file(source: SourceFile, codes: tuple[str, ...], style: FixStyle) -> Fil
     data = read_bytes(source)
     if not isinstance(data, bytes):
         return FileFix(source.rel, source.path, b"", error=data.reason)
-    result = FileFix(source.rel, source.path, data, default_torch=style.default_torch)
+    result = FileFix(
+        source.rel, source.path, data, default_torch=style.default_torch, torch_cap=style.torch_cap
+    )
     try:
         if source.kind == "notebook":
             _fix_notebook(result, codes, style)

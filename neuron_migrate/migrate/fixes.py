@@ -146,6 +146,8 @@ class FixStyle:
     torch_floor: str = ""
     #: the target is the default: neither `target-torch` nor the project says (`fix` says so)
     default_torch: bool = False
+    #: where the project caps torch below the torch TorchNeuron needs (`torch<2.7` in ...), if it does
+    torch_cap: str = ""
 
     @property
     def line_length(self) -> int:

@@ -35,9 +35,11 @@ from neuron_migrate.migrate.torch_floor import (
     DEFAULT_TARGET_TORCH,
     TorchFloor,
     code_gates,
+    dotted_release,
     median_gate,
     project_of,
     python_cap,
+    torch_cap,
     torch_floor,
 )
 from neuron_migrate.model import FileError, Finding, ScanResult
@@ -100,12 +102,14 @@ def style_for(source: SourceFile, options: ScanOptions, gates: dict | None = Non
             said += [cap] if (cap := python_cap(folder)) is not None else []
             floor = min((f for f in said if f.version < DEFAULT_TARGET_TORCH), default=None, key=_version)
         target = floor.version if floor else DEFAULT_TARGET_TORCH
+    cap = torch_cap(folder)
     return FixStyle(
         layout=layout_for(folder),
         local_modules=local_modules(folder, options.root),
         target_torch=target,
         torch_floor=floor.source if floor else "",
         default_torch=options.target_torch is None and floor is None,
+        torch_cap=f"{cap.source} (torch {dotted_release(cap.version)} at most)" if cap else "",
     )
 
 
@@ -232,6 +236,7 @@ def scan(options: ScanOptions, progress: Callable[[int, int], None] | None = Non
         files_from_cache=sum(item.cached for item in planned),
         errors=tuple(errors),
         tool_version=__version__,
+        torch_caps=tuple(sorted({item.style.torch_cap for item in planned if item.style.torch_cap})),
     )
 
 

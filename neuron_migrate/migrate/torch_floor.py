@@ -30,6 +30,7 @@ from __future__ import annotations
 import configparser
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -226,13 +227,23 @@ def _recorded(dist_info: Path) -> list[str]:
 
 @lru_cache(maxsize=64)
 def _floor_of_project(project: Path | None) -> TorchFloor | None:
+    declared = _declared_requirements(project)
+    if declared is not None:
+        return floor_of(*declared)
+    if project is not None and project.name.endswith(".dist-info") and (metadata := _metadata(project)):
+        return _floor_of_dependencies(project, metadata)
+    return None
+
+
+@lru_cache(maxsize=64)
+def _declared_requirements(project: Path | None) -> tuple[list[str], str] | None:
+    """The torch requirements the project's own metadata declares, and where (None: it names no torch)."""
     if project is None:
         return None
     if project.name.endswith(".dist-info"):
         metadata = _metadata(project)
-        if metadata is None:
-            return None
-        return _declared_in(project, metadata) or _floor_of_dependencies(project, metadata)
+        requirements = _from_metadata(metadata) if metadata is not None else []
+        return (requirements, f"{project.name}/METADATA") if requirements else None
     for name, read in _READERS:
         path = project / name
         if not path.is_file():
@@ -242,8 +253,72 @@ def _floor_of_project(project: Path | None) -> TorchFloor | None:
         except (OSError, UnicodeDecodeError, ValueError, configparser.Error):
             continue  # an unreadable file declares nothing; the command that needs it reports it
         if requirements:
-            return floor_of(requirements, name)
+            return requirements, name
     return None
+
+
+#: the torch TorchNeuron runs on (torch-neuronx 2.13.3 / 2.14.3)
+TORCHNEURON_TORCH = (2, 13)
+
+
+def torch_cap(folder: Path) -> TorchFloor | None:
+    """The newest torch the project that holds `folder` allows, when every torch requirement it declares
+    stops below the torch TorchNeuron needs (chai_lab's `torch<2.7`, review 50): the move to Trainium starts
+    with raising that bound. None otherwise."""
+    declared = _declared_requirements(project_of(folder))
+    if declared is None:
+        return None
+    requirements, where = declared
+    caps = [(upper_bound(r), r) for r in requirements]
+    if any(cap is None or cap >= TORCHNEURON_TORCH for cap, _ in caps):
+        return None
+    version, requirement = max(caps)  # type: ignore[type-var]
+    return TorchFloor(version, f"`{requirement.strip()}` in {where}")
+
+
+def cap_note(caps: Iterable[str]) -> str | None:
+    """What the summary of `scan` and `fix` says about the projects whose torch requirement stops below the
+    torch TorchNeuron needs (`FixStyle.torch_cap` texts), or None."""
+    found = sorted(set(caps))
+    if not found:
+        return None
+    return (
+        f"TorchNeuron needs torch {dotted_release(TORCHNEURON_TORCH)}, which "
+        + (
+            "the project's torch requirement excludes: "
+            if len(found) == 1
+            else "these torch requirements exclude: "
+        )
+        + "; ".join(found)
+        + ". The move to Trainium starts with raising that bound (and testing on the newer torch)."
+    )
+
+
+def upper_bound(requirement: str) -> tuple[int, int] | None:
+    """The newest minor release a torch requirement allows (`torch<2.7` -> (2, 6), `torch==2.1.1` ->
+    (2, 1)), or None when it sets no upper bound below the next major release."""
+    match = _REQUIREMENT.match(requirement)
+    if match is None:
+        return None
+    caps = []
+    for clause in match.group(1).split(","):
+        parsed = _CLAUSE.match(clause)
+        if (
+            parsed is not None
+            and parsed.group(1) == "<"
+            and parsed.group(3) is None
+            and int(parsed.group(2)) <= 2
+        ):
+            caps.append(before((int(parsed.group(2)), 0)))  # `torch<2`: 1.13 at most
+        if parsed is None or (minor_text := parsed.group(3)) in (None, "*"):
+            continue
+        operator, release = parsed.group(1), (int(parsed.group(2)), int(minor_text))
+        patch = re.match(r"\s*\D*\d+\.\d+\.(\d+)", clause)
+        if operator == "<":
+            caps.append(release if patch and int(patch.group(1)) > 0 else before(release))
+        elif operator in ("<=", "==", "===", "~") or (operator == "~=" and patch):
+            caps.append(release)
+    return min(caps) if caps else None
 
 
 def _floor_of_dependencies(project: Path, metadata: str) -> TorchFloor | None:

@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from neuron_migrate.migrate.api_versions import newest_in
 from neuron_migrate.migrate.fix_files import FileFix
-from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, HELD_BACK, dotted_release
+from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, HELD_BACK, cap_note, dotted_release
 from neuron_migrate.reports.words import plural
 
 
@@ -66,6 +66,8 @@ def render_fix_summary(
             "that minimum in its metadata or set "
             + escape("`[tool.neuron-migrate] target-torch`, and rerun: what that torch lacks is held back.")
         )
+    if (capped := cap_note(f.torch_cap for f in fixes if f.torch_cap)) is not None:
+        console.print(f"[yellow]{escape(capped)}[/]")
     if changed and not write and patch is not None:
         where = "on stdout" if patch == "-" else f"in {escape(patch)}"
         console.print(f"[dim]The sources are unchanged; the patch is {where} (`git apply` it).[/]")

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from neuron_migrate.migrate.torch_floor import cap_note
 from neuron_migrate.model import ScanResult
 from neuron_migrate.reports.words import plural
 
@@ -80,6 +81,8 @@ def render_scan_summary(result: ScanResult, console: Console) -> None:
         console.print(
             f"[red]{plural(len(result.errors), 'file')} could not be analysed[/] (NM9xx findings above)."
         )
+    if (capped := cap_note(result.torch_caps)) is not None:
+        console.print(f"[yellow]{escape(capped)}[/]")
     console.print(
         f"[dim]{plural(result.files_skipped_by_prefilter, 'file')} skipped by the pre-filter, "
         f"{result.files_from_cache} from cache.[/]"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from neuron_migrate.migrate.torch_floor import code_gates, lower_bound, python_cap, torch_floor
+from neuron_migrate.migrate.torch_floor import code_gates, lower_bound, python_cap, torch_floor, upper_bound
 
 from .helpers import findings
 
@@ -423,3 +423,36 @@ def test_an_installed_packages_python_caps_its_torch_unless_it_bounds_torch(run_
     assert "the project supports torch 2.4 (its Python is `>=3.8`" in run_cli("fix", "site").stderr
     (info / "METADATA").write_text("Name: pkg\nRequires-Python: >=3.8\nRequires-Dist: torch>=2.6\n")
     assert "held back" not in run_cli("fix", "site").stderr
+
+
+@pytest.mark.parametrize(
+    ("requirement", "newest"),
+    [
+        ("torch<2.7", (2, 6)),
+        ("torch (<2.7,>=2.3.1)", (2, 6)),
+        ("torch<2.7.1", (2, 7)),
+        ("torch==2.1.1", (2, 1)),
+        ("torch~=2.1.0", (2, 1)),
+        ("torch<2", (1, 13)),
+        ("torch>=2.1,<=2.13.0", (2, 13)),
+        ("torch>=2.0", None),
+        ("torch<3", None),
+        ("torch~=2.1", None),
+    ],
+)
+def test_the_newest_torch_a_requirement_allows(requirement, newest):
+    assert upper_bound(requirement) == newest
+
+
+def test_a_torch_requirement_below_torchneuron_s_is_said(run_cli, tmp_path):
+    """chai_lab's `torch<2.7`, rtdl's `torch<2` (review 50): TorchNeuron needs torch 2.13, so that bound is
+    where the move starts; the logs never said so."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.3,<2.7"]\n')
+    (tmp_path / "a.py").write_text(SYNC)
+    said = "TorchNeuron needs torch 2.13, which the project's torch requirement excludes: `torch>=2.3,<2.7`"
+    assert said in run_cli("scan", ".").stderr
+    assert said in run_cli("fix", ".").stderr
+    found = json.loads(run_cli("scan", ".", "--format", "json").stdout)
+    assert found["torch_caps"] == ["`torch>=2.3,<2.7` in pyproject.toml (torch 2.6 at most)"]
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.3,<3"]\n')
+    assert "TorchNeuron needs torch 2.13, which" not in run_cli("scan", ".", "--no-cache").stderr
