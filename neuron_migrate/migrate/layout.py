@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
@@ -153,9 +153,11 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
         formatted = _run_formatter(after, changed, layout, path) if changed else after
         if formatted is not None and _contained(after, formatted, len(changed)):
             return _untouched_blank_lines(after, formatted)
-    long = _long_lines(before, after, layout.line_length)
+    limit = _evident_limit(before, layout)
+    long = _long_lines(before, after, limit)
     if not long:
         return after
+    layout = replace(layout, line_length=limit)
     if path is not None:
         formatted = _run_formatter(after, long, layout, path)
         if formatted is not None and _contained(after, formatted, len(long)):
@@ -178,21 +180,50 @@ def reflow(before: str, after: str, layout: Layout, path: Path | None = None) ->
 _LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING)
 
 
+def _evident_limit(text: str, layout: Layout) -> int:
+    """The line length to keep new lines within: the configured one; in a project that configures none, the
+    default, or the longest line the file already has (StyleTTS 2's 130-column lines, ms-swift's 118: a fix
+    there wrapped at 88 what the project writes on one line, reviews 49 and 50)."""
+    if layout.config is not None:
+        return layout.line_length
+    return max([layout.line_length, *(len(line.rstrip()) for line in text.splitlines())])
+
+
 def _untouched_blank_lines(before: str, after: str) -> str:
-    """`after` (a formatter's output for `before`) with each whitespace-only line of `before` that it emptied
-    and left otherwise in place restored: a range formatter cleans the blank line above the statement it
-    was given (outetts' `            \n`, review 49), a line `fix` had no reason to touch."""
-    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "replace":
-            continue
-        for offset in range(min(i2 - i1, j2 - j1)):  # the blank lines a rewritten block starts with
-            was, now = old[i1 + offset], new[j1 + offset]
-            if was.strip() or now.strip():
-                break
-            new[j1 + offset] = was
-    return "".join(new)
+    """`after` (a formatter's output for `before`) with the blank lines between statements as they were: a
+    range formatter also cleans the whitespace-only line above the statement it was given and joins two blank
+    lines below it (outetts, StyleTTS 2: review 49), lines `fix` had no reason to touch. Blank lines are
+    matched by the line of code they precede: an unchanged line, or the first line of a rewritten block,
+    gets the blank lines its counterpart had; a line inside a rewritten block keeps the formatter's."""
+    old_code, old_blanks = _code_lines(before)
+    new_code, new_blanks = _code_lines(after)
+    matcher = difflib.SequenceMatcher(None, old_code, new_code, autojunk=False)
+    anchors: dict[int, int] = {}  # new code line -> the old code line whose blank lines it takes
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            anchors.update({j1 + k: i1 + k for k in range(j2 - j1)})
+        elif tag == "replace":
+            anchors[j1] = i1
+    out = []
+    for index, line in enumerate(new_code):
+        out.extend(old_blanks[anchors[index]] if index in anchors else new_blanks[index])
+        out.append(line)
+    out.extend(new_blanks[len(new_code)])
+    return "".join(out)
+
+
+def _code_lines(text: str) -> tuple[list[str], list[list[str]]]:
+    """The lines of `text` that are not blank, and before each of them (and after the last) the blank or
+    whitespace-only lines."""
+    code: list[str] = []
+    blanks: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if line.strip():
+            code.append(line)
+            blanks.append([])
+        else:
+            blanks[-1].append(line)
+    return code, blanks
 
 
 def _whole_statement_lines(text: str) -> set[int]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from neuron_migrate.migrate.fixer import fix_text
+from neuron_migrate.migrate.layout import Layout
 
 from .helpers import findings, fixed, fixed_until_stable
 
@@ -346,3 +347,42 @@ def test_a_device_mesh_gets_the_accelerators_type():
     after = fixed(source)
     assert "device_type = (torch.accelerator.current_accelerator(check_available=True) or" in after
     assert "return init_device_mesh(device_type, (2,))" in after
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        # StyleTTS 2 (review 49): the kernel of a convolution of the input goes where the input is
+        (
+            "import torch\nfrom torch import nn\n\n\nclass Decoder(nn.Module):\n"
+            "    def forward(self, asr, F0_curve, k):\n"
+            "        return nn.functional.conv1d(F0_curve.unsqueeze(1), torch.ones(1, 1, k).to('cuda'))\n",
+            "torch.ones(1, 1, k).to(F0_curve.device)",
+        ),
+        (
+            "import torch\n\n\ndef mask(x):\n    return torch.mul(x, torch.ones(3, device='cuda'))\n",
+            "device=x.device",
+        ),
+    ],
+)
+def test_a_tensor_made_for_an_op_goes_where_its_other_tensor_is(source, expected):
+    assert expected in fixed(source, layout=Layout(line_length=120))
+    [finding] = findings(source, ("NM101",))
+    assert "needs it where its other tensor is" in finding.message and finding.fix.safety == "safe"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # not a parameter: a module's tensor, whose device the function does not know
+        "import torch\nK = torch.ones(3)\n\n\ndef mask():\n"
+        "    return torch.mul(K, torch.ones(3).to('cuda'))\n",
+        # not a torch op: the user's function may take tensors on different devices
+        "import torch\n\n\ndef mask(x):\n    return combine(x, torch.ones(3).to('cuda'))\n",
+        # `self` is no tensor
+        "import torch\n\n\nclass M:\n    def f(self):\n"
+        "        return torch.mul(self, torch.ones(3).to('cuda'))\n",
+    ],
+)
+def test_a_tensor_placed_beside_something_else_gets_the_accelerator(source):
+    assert "current_accelerator" in fixed(source)

@@ -3,6 +3,8 @@ fallbacks, naming the device once, and where a new binding goes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -551,7 +553,7 @@ def test_the_device_chosen_in_a_branch_is_not_looked_up_above_the_statement():
         "        self.device = torch.device(device if device is not None"
         ' else "cuda" if torch.cuda.is_available() else "cpu")\n'
     )
-    after = fixed(source, layout=Layout(line_length=88))
+    after = fixed(source, layout=Layout(line_length=88, config=Path("pyproject.toml")))
     assert "device_type =" not in after and "accelerator =" not in after, after
     assert "else (\n                torch.accelerator.current_accelerator(check_available=True)" in after, (
         after

@@ -398,19 +398,36 @@ def test_a_module_that_imports_torch_only_inside_functions_gets_no_top_level_imp
 
 
 def test_a_blank_line_above_a_wrapped_statement_keeps_its_whitespace(tmp_path):
-    """outetts (review 49): ruff's range mode on the rewritten statement also emptied the whitespace-only line
-    above it, a change to a line the fix had no reason to touch."""
+    """outetts and StyleTTS 2 (review 49): ruff's range mode on the rewritten statement also emptied the
+    whitespace-only line above it and joined the two blank lines below it, lines the fix had no reason to
+    touch."""
     path = tmp_path / "interface.py"
     before = (
         "import torch\n\n\ndef load(device, path):\n    if path is None:\n        path = 'x'\n        \n"
         "    device = torch.device(device if device is not None"
-        " else 'cuda' if torch.cuda.is_available() else 'cpu')\n"
+        " else 'cuda' if torch.cuda.is_available() else 'cpu')\n\n\n"
         "    return device\n"
     )
     after = before.replace(
         "'cuda' if torch.cuda.is_available() else 'cpu'",
         "(torch.accelerator.current_accelerator(check_available=True) or torch.device('cpu')).type",
     )
-    wrapped = reflow(before, after, Layout(line_length=88), path)
+    configured = Layout(line_length=88, config=tmp_path / "pyproject.toml")
+    wrapped = reflow(before, after, configured, path)
     assert "        path = 'x'\n        \n    device = torch.device(\n" in wrapped
+    assert wrapped.endswith("    )\n\n\n    return device\n")  # and the two blank lines below it
     assert all(len(line) <= 88 for line in wrapped.splitlines())
+
+
+def test_a_project_without_a_line_length_keeps_new_lines_within_the_file_s_own():
+    """StyleTTS 2 (review 49) and ms-swift (review 50) configure no formatter and write 120-column lines; a
+    fix there wrapped at the default 88 what the project writes on one line."""
+    long = (
+        "    y = some_function_name(x, another_argument, yet_another_argument, and_one_more_for_good_measure)"
+    )
+    before = "import torch\n\n\ndef f(x):\n" + long + " + 1\n    return x.to('cuda')\n"  # 106 columns
+    idiom = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+    after = before.replace("x.to('cuda')", f"x.to({idiom})")  # 97 columns
+    assert reflow(before, after, Layout(line_length=88)) == after
+    wider = before.replace("x.to('cuda')", f"x.to({idiom}, non_blocking=True)")  # 116 columns
+    assert reflow(before, wider, Layout(line_length=88)) != wider

@@ -15,6 +15,7 @@ from neuron_migrate.migrate.device_literals import (
 )
 from neuron_migrate.migrate.fixes import AVAILABLE, DEVICE
 from neuron_migrate.migrate.lexicon import Lexicon
+from neuron_migrate.migrate.operand_device import operand_device
 from neuron_migrate.migrate.patterns import without_argument
 from neuron_migrate.migrate.rule import FixSpec, Invalid, Replacement, Rule
 
@@ -71,7 +72,10 @@ class CudaDeviceString(Rule):
     default is an unsafe fix: it is the function's interface, and it is computed when the function is defined.
     So is a value for a name that only its name calls a device and that the module compares
     (`expected_device_type = "cuda"` matched against `torch.device(d).type`): without an accelerator the idiom
-    is `cpu`, which would match the CPU entries.
+    is `cpu`, which would match the CPU entries. A tensor placed for a torch op beside a parameter's tensor
+    (`F.conv1d(x.unsqueeze(1), torch.ones(1, 1, k).to("cuda"))`) goes where that tensor is, `x.device`: the
+    op takes its tensors on one device, so wherever the original ran that was the current CUDA device, and
+    it needs no newer torch.
     """
 
     code = "NM101"
@@ -160,6 +164,12 @@ class CudaDeviceString(Rule):
         Invalid(
             'import torch\ntype_ = "cuda"\nwith torch.random.fork_rng(device_type=type_):\n    pass\n',
         ),
+        Invalid(  # StyleTTS 2's decoder: the kernel goes where the input is (`operand_device`)
+            "import torch\nimport torch.nn.functional as F\n\n\ndef smooth(x):\n"
+            '    return F.conv1d(x.unsqueeze(1), torch.ones(1, 1, 1).to("cuda"))\n',
+            "import torch\nimport torch.nn.functional as F\n\n\ndef smooth(x):\n"
+            "    return F.conv1d(x.unsqueeze(1), torch.ones(1, 1, 1).to(x.device))\n",
+        ),
     )
 
     @classmethod
@@ -214,6 +224,16 @@ class CudaDeviceString(Rule):
             self.report(node, _FORK_RNG, self._default_fork(node))
             return
         parent = self.ctx.parent
+        if slot.kind == "device" and not indexed and (operand := operand_device(self.ctx, node)) is not None:
+            text, op = operand
+            short = op.rsplit(".", 1)[-1]
+            self.report(
+                node,
+                f"CUDA device string in {slot.where}: `{short}` needs it where its other tensor is: use "
+                f"`{text}`",
+                FixSpec(f"Place it where `{short}`'s other tensor is", (Replacement(node, text),)),
+            )
+            return
         message = f"CUDA device string in {slot.where}: use the current accelerator (CPU when there is none)"
         needs_name = False
         if slot.kind == "device" and not indexed:
