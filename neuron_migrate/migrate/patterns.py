@@ -241,10 +241,27 @@ def _never_the_cpu(ctx, value: cst.BaseExpression) -> bool:
     device rules rewrite), `None`, or what a `torch.cuda` / `torch.accelerator` call returns."""
     if isinstance(value, (cst.Integer, cst.SimpleString, cst.FormattedString)):
         return True
+    if isinstance(value, cst.Attribute) and value.attr.value == "index":
+        return True  # `device0.index`: an int (cellpose, review 50)
     if isinstance(value, cst.Name):
-        return value.value == "None"
+        return value.value == "None" or _counts_devices(ctx, value.value)
     called = ctx.call_name(value) if isinstance(value, cst.Call) else None
     return called is not None and called.startswith(("torch.cuda.", "torch.accelerator."))
+
+
+def _counts_devices(ctx, name: str) -> bool:
+    """Whether `name` is the variable of a `for` loop around the visited node that runs over `range(...)`
+    (`for i in range(torch.cuda.device_count()):`, ms-swift, review 50): an index."""
+    for node in reversed(ctx.stack):
+        if (
+            isinstance(node, cst.For)
+            and isinstance(node.target, cst.Name)
+            and node.target.value == name
+            and isinstance(node.iter, cst.Call)
+            and ctx.call_name(node.iter) == "range"
+        ):
+            return True
+    return False
 
 
 def guarded_call_fix(

@@ -559,3 +559,17 @@ def test_the_device_chosen_in_a_branch_is_not_looked_up_above_the_statement():
         after
     )
     assert all(len(line) <= 88 for line in after.splitlines()), after
+
+
+def test_a_device_index_is_never_the_cpu_s_device():
+    """cellpose's `torch.cuda.memory_allocated(device0.index)` and ms-swift's `for i in range(count):` (review
+    50) pass an index: the caution "call it only for an accelerator device (`if device0.index.type !=
+    "cpu":`)" was advice that raises on an int."""
+    source = (
+        "import torch\n\n\ndef report(device0):\n    if device0.type == 'cuda':\n"
+        "        used = torch.cuda.memory_allocated(device0.index)\n"
+        "    for i in range(torch.cuda.device_count()):\n        print(torch.cuda.memory_allocated(i))\n"
+    )
+    memory = [f for f in findings(source, target_torch=(2, 13), unsafe=True) if f.code == "NM403"]
+    assert [f.fix.safety for f in memory] == ["safe", "safe"]
+    assert not any("may be the CPU's device" in f.message for f in memory)

@@ -12,7 +12,7 @@ _MODULE = "`torch.get_device_module(device).{short}()` where the device module h
 _INSTEAD = {
     "get_device_name": f"{_MODULE}, else log `device.type`",
     "get_device_properties": f"{_MODULE}; for total memory `torch.accelerator.get_memory_info()[1]`",
-    "get_device_capability": "gate on the feature itself (a dtype, an op), not on an SM version; "
+    "get_device_capability": "a test of the feature itself (a dtype, an op), not of an SM version; "
     "`torch.accelerator.get_device_capability()` lists supported dtypes, not (major, minor)",
     "is_bf16_supported": f"{_MODULE}; Trainium supports bfloat16 natively",
 }
