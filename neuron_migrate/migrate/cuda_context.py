@@ -84,7 +84,7 @@ from neuron_migrate.migrate.cuda_files import (
 from neuron_migrate.migrate.cuda_libraries import library_of
 from neuron_migrate.migrate.cuda_neighbours import paired_with_cuda, stored_in_table
 from neuron_migrate.migrate.device_literals import is_cuda_string, literal_value, string_value
-from neuron_migrate.migrate.guards import conjuncts, exits, implies
+from neuron_migrate.migrate.guards import conjuncts, disjuncts, exits, implies
 from neuron_migrate.migrate.kernel_modules import kernel_library
 from neuron_migrate.migrate.names import dotted
 from neuron_migrate.migrate.patterns import CUDA_ONLY_CODE
@@ -367,18 +367,12 @@ def _an_alternative_without_cuda(mentions: CudaMentions, test: cst.BaseExpressio
         return False
     for part in conjuncts(test):
         if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.Or):
-            alternatives = _disjuncts(part)
+            alternatives = disjuncts(part)
             if any(mentions.find(a) is None for a in alternatives) and any(
                 mentions.find(a) is not None for a in alternatives
             ):
                 return True
     return False
-
-
-def _disjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
-        return [*_disjuncts(test.left), *_disjuncts(test.right)]
-    return [test]
 
 
 def names_cuda(name: str) -> bool:

@@ -659,6 +659,15 @@ def _for_older_torch(ctx, function: cst.FunctionDef) -> bool:
 
 def conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The parts of an `and` chain (`a and b and c` -> [a, b, c]); any other test is its own one part."""
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return [*conjuncts(test.left), *conjuncts(test.right)]
+    return _operands(test, cst.And)
+
+
+def disjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The alternatives of an `or` chain (`a or b or c` -> [a, b, c]); any other test is its own one."""
+    return _operands(test, cst.Or)
+
+
+def _operands(test: cst.BaseExpression, operator: type) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, operator):
+        return [*_operands(test.left, operator), *_operands(test.right, operator)]
     return [test]

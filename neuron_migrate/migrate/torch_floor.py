@@ -297,28 +297,39 @@ def cap_note(caps: Iterable[str]) -> str | None:
 def upper_bound(requirement: str) -> tuple[int, int] | None:
     """The newest minor release a torch requirement allows (`torch<2.7` -> (2, 6), `torch==2.1.1` ->
     (2, 1)), or None when it sets no upper bound below the next major release."""
-    match = _REQUIREMENT.match(requirement)
-    if match is None:
-        return None
     caps = []
-    for clause in match.group(1).split(","):
-        parsed = _CLAUSE.match(clause)
-        if (
-            parsed is not None
-            and parsed.group(1) == "<"
-            and parsed.group(3) is None
-            and int(parsed.group(2)) <= 2
-        ):
-            caps.append(before((int(parsed.group(2)), 0)))  # `torch<2`: 1.13 at most
-        if parsed is None or (minor_text := parsed.group(3)) in (None, "*"):
+    for operator, major, minor, patch in _clauses(requirement):
+        if operator == "<" and minor is None and major <= 2:
+            caps.append(before((major, 0)))  # `torch<2`: 1.13 at most
+        elif minor is None:
             continue
-        operator, release = parsed.group(1), (int(parsed.group(2)), int(minor_text))
-        patch = re.match(r"\s*\D*\d+\.\d+\.(\d+)", clause)
-        if operator == "<":
-            caps.append(release if patch and int(patch.group(1)) > 0 else before(release))
-        elif operator in ("<=", "==", "===", "~") or (operator == "~=" and patch):
-            caps.append(release)
+        elif operator == "<":
+            caps.append((major, minor) if patch else before((major, minor)))  # `<2.7.1` allows 2.7.0
+        elif operator in ("<=", "==", "===", "~") or (operator == "~=" and patch is not None):
+            caps.append((major, minor))
     return min(caps) if caps else None
+
+
+def _clauses(requirement: str) -> list[tuple[str | None, int, int | None, int | None]]:
+    """(operator, major, minor, patch) of each version clause of a torch requirement (`torch>=2.1.2,<3` ->
+    (">=", 2, 1, 2), ("<", 3, None, None)); none when it is not one for torch."""
+    match = _REQUIREMENT.match(requirement)
+    found = []
+    for clause in match.group(1).split(",") if match else ():
+        parsed = _CLAUSE.match(clause)
+        if parsed is None:
+            continue
+        operator, major, minor = parsed.groups()
+        patch = re.match(r"\s*\D*\d+\.\d+\.(\d+)", clause)
+        found.append(
+            (
+                operator,
+                int(major),
+                int(minor) if minor and minor != "*" else None,
+                int(patch.group(1)) if patch else None,
+            )
+        )
+    return found
 
 
 def _floor_of_dependencies(project: Path, metadata: str) -> TorchFloor | None:
@@ -384,17 +395,11 @@ def floor_of(requirements: list[str], where: str) -> TorchFloor | None:
 
 def lower_bound(requirement: str) -> tuple[int, int] | None:
     """The minor release a torch requirement starts at (`torch>=2.1.2,<3` -> (2, 1)), or None without one."""
-    match = _REQUIREMENT.match(requirement)
-    if match is None:
-        return None
-    bounds = []
-    for clause in match.group(1).split(","):
-        parsed = _CLAUSE.match(clause)
-        if parsed is None:
-            continue
-        operator, major, minor = parsed.groups()
-        if operator in (None, "===", "==", "~=", ">=", ">", "^", "~"):
-            bounds.append((int(major), int(minor) if minor and minor != "*" else 0))
+    bounds = [
+        (major, minor or 0)
+        for operator, major, minor, _ in _clauses(requirement)
+        if operator in (None, "===", "==", "~=", ">=", ">", "^", "~")
+    ]
     return max(bounds) if bounds else None
 
 
