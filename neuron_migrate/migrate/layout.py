@@ -182,11 +182,29 @@ _LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDEN
 
 def _evident_limit(text: str, layout: Layout) -> int:
     """The line length to keep new lines within: the configured one; in a project that configures none, the
-    default, or the longest line the file already has (StyleTTS 2's 130-column lines, ms-swift's 118: a fix
-    there wrapped at 88 what the project writes on one line, reviews 49 and 50)."""
+    default, or the longest line of code the file already has if longer (StyleTTS 2's 130-column lines,
+    ms-swift's 118: a fix there wrapped at 88 what the project writes on one line, reviews 49 and 50). Lines
+    that hold a string or a comment do not count: a formatter leaves those long in a file it keeps at 88
+    (torchao, axolotl: review 51)."""
     if layout.config is not None:
         return layout.line_length
-    return max([layout.line_length, *(len(line.rstrip()) for line in text.splitlines())])
+    return max(layout.line_length, _longest_code_line(text))
+
+
+def _longest_code_line(text: str) -> int:
+    """The length of the longest line of `text` without a string or a comment on it (0 when it does not
+    tokenize)."""
+    lines = text.splitlines()
+    worded: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(
+                tokenize, "FSTRING_START", None
+            ):
+                worded.update(range(tok.start[0], tok.end[0] + 1))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return 0
+    return max((len(line.rstrip()) for n, line in enumerate(lines, 1) if n not in worded), default=0)
 
 
 def _untouched_blank_lines(before: str, after: str) -> str:

@@ -431,3 +431,15 @@ def test_a_project_without_a_line_length_keeps_new_lines_within_the_file_s_own()
     assert reflow(before, after, Layout(line_length=88)) == after
     wider = before.replace("x.to('cuda')", f"x.to({idiom}, non_blocking=True)")  # 116 columns
     assert reflow(before, wider, Layout(line_length=88)) != wider
+
+
+def test_a_long_string_or_comment_does_not_widen_the_line_length():
+    """torchao and axolotl are formatted at 88 and still have a few longer lines, each a string or a comment
+    a formatter cannot split: those do not say the project writes wider code (review 51)."""
+    message = "    raise ValueError('" + "x" * 100 + "')  # " + "y" * 20 + "\n"
+    before = (
+        "import torch\n\n\ndef f(x):\n    if x is None:\n" + "    " + message + "    return x.to('cuda')\n"
+    )
+    idiom = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+    after = before.replace("x.to('cuda')", f"x.to({idiom})")  # 97 columns
+    assert reflow(before, after, Layout(line_length=88)) != after
