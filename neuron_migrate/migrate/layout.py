@@ -182,17 +182,23 @@ _LAYOUT_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDEN
 
 def _evident_limit(text: str, layout: Layout) -> int:
     """The line length to keep new lines within: the configured one; in a project that configures none, the
-    default, or the longest line of code the file already has if longer (StyleTTS 2's 130-column lines,
-    ms-swift's 118: a fix there wrapped at 88 what the project writes on one line, reviews 49 and 50). Lines
-    that hold a string or a comment do not count: a formatter leaves those long in a file it keeps at 88
-    (torchao, axolotl: review 51)."""
+    default, or the longest line of code the file already has where several are longer (StyleTTS 2's
+    130-column lines, ms-swift's 118: a fix there wrapped at 88 what the project writes on one line, reviews
+    49 and 50). Lines that hold a string or a comment do not count: a formatter leaves those long in a file
+    it keeps at 88 (torchao, axolotl: review 51), nor do one or two lines it could not split."""
     if layout.config is not None:
         return layout.line_length
-    return max(layout.line_length, _longest_code_line(text))
+    longer = [n for n in _code_line_lengths(text) if n > layout.line_length]
+    # two lines a formatter could not split (torchao's 89-column ones) do not make a project's width
+    return max(longer) if len(longer) >= _WIDER_LINES else layout.line_length
 
 
-def _longest_code_line(text: str) -> int:
-    """The length of the longest line of `text` without a string or a comment on it (0 when it does not
+#: how many lines of code longer than the default show that a project writes wider code
+_WIDER_LINES = 3
+
+
+def _code_line_lengths(text: str) -> list[int]:
+    """The lengths of the lines of `text` without a string or a comment on them (none when it does not
     tokenize)."""
     lines = text.splitlines()
     worded: set[int] = set()
@@ -203,8 +209,8 @@ def _longest_code_line(text: str) -> int:
             ):
                 worded.update(range(tok.start[0], tok.end[0] + 1))
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return 0
-    return max((len(line.rstrip()) for n, line in enumerate(lines, 1) if n not in worded), default=0)
+        return []
+    return [len(line.rstrip()) for n, line in enumerate(lines, 1) if n not in worded]
 
 
 def _untouched_blank_lines(before: str, after: str) -> str:

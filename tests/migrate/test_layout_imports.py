@@ -425,12 +425,18 @@ def test_a_project_without_a_line_length_keeps_new_lines_within_the_file_s_own()
     long = (
         "    y = some_function_name(x, another_argument, yet_another_argument, and_one_more_for_good_measure)"
     )
-    before = "import torch\n\n\ndef f(x):\n" + long + " + 1\n    return x.to('cuda')\n"  # 106 columns
+    before = (
+        "import torch\n\n\ndef f(x):\n" + (long + " + 1\n") * 3 + "    return x.to('cuda')\n"
+    )  # 106 columns
     idiom = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
     after = before.replace("x.to('cuda')", f"x.to({idiom})")  # 97 columns
     assert reflow(before, after, Layout(line_length=88)) == after
     wider = before.replace("x.to('cuda')", f"x.to({idiom}, non_blocking=True)")  # 116 columns
     assert reflow(before, wider, Layout(line_length=88)) != wider
+    once = "import torch\n\n\ndef f(x):\n" + long + " + 1\n    return x.to('cuda')\n"
+    assert reflow(
+        once, once.replace("x.to('cuda')", f"x.to({idiom})"), Layout(line_length=88)
+    ) != once.replace("x.to('cuda')", f"x.to({idiom})")
 
 
 def test_a_long_string_or_comment_does_not_widen_the_line_length():
