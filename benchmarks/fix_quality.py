@@ -8,8 +8,9 @@ folder to a temporary folder, runs the installed `neuron-migrate fix <copy> --wr
 site-packages), compares every file with its original and prints, per tree and in total:
 
 - rewritten sites (the CLI's "findings fixed") and files changed;
-- new lines over the file's line limit (the nearest ruff / black / flake8 `line-length` above the file,
-  88 when none: installed packages carry no configuration);
+- new lines over the file's line limit (the nearest ruff / black / flake8 `line-length` above the file;
+  installed packages carry no configuration: then 88, or the file's longest line when it is longer, since a
+  project that writes 120-column lines is not asked to wrap at 88);
 - device-idiom repeats in one function or module, and in one statement;
 - `if torch.accelerator.is_available():` guards (or `... if ... else ...`) added where an accelerator is
   already certain (an independent AST analysis, not the codemod's);

@@ -63,7 +63,10 @@ def _pairs(target: Target, after_root: Path, rels: list[str], default: int) -> l
     for rel in rels:
         old, new = (source_parent / rel).read_bytes(), (after_root / rel).read_bytes()
         if old != new:
-            limit = line_length(source_parent / rel, target.boundary, default)
+            configured = line_length(source_parent / rel, target.boundary, None)
+            # nothing configured: the default, or the file's own longest line (a fix may write as wide as
+            # the file already is, never wider)
+            limit = configured or max(default, *(len(line) for line in _text(old).splitlines()), 0)
             pairs.append(FilePair(rel, _text(old), _text(new), limit))
     return pairs
 
