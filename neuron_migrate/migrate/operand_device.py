@@ -74,11 +74,16 @@ def operand_device(ctx, node: cst.BaseExpression) -> tuple[str, str] | None:
     if function is None:
         return None
     parameters = {p.name.value for p in (*function.params.posonly_params, *function.params.params)}
-    for arg in op.args:
+    functional = name.startswith("torch.nn.functional.")
+    for position, arg in enumerate(op.args):
         if arg is holder or arg.keyword is not None or arg.star:
             continue
         root = _tensor_root(arg.value)
-        if root is not None and root in parameters and root not in _NOT_TENSORS:
+        if root is None or root not in parameters or root in _NOT_TENSORS:
+            continue
+        # a bare parameter may be a number some torch ops take (`torch.pow(base, t)`): only a functional op's
+        # input, which must be a tensor; a tensor method called on it (`x.unsqueeze(1)`) says it is one
+        if not isinstance(arg.value, cst.Name) or (functional and position == 0):
             return f"{root}.device", name
     return None
 

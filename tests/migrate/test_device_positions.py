@@ -360,7 +360,7 @@ def test_a_device_mesh_gets_the_accelerators_type():
             "torch.ones(1, 1, k).to(F0_curve.device)",
         ),
         (
-            "import torch\n\n\ndef mask(x):\n    return torch.mul(x, torch.ones(3, device='cuda'))\n",
+            "import torch\n\n\ndef mask(x):\n    return torch.mul(x.float(), torch.ones(3, device='cuda'))\n",
             "device=x.device",
         ),
     ],
@@ -386,3 +386,15 @@ def test_a_tensor_made_for_an_op_goes_where_its_other_tensor_is(source, expected
 )
 def test_a_tensor_placed_beside_something_else_gets_the_accelerator(source):
     assert "current_accelerator" in fixed(source)
+
+
+def test_a_bare_parameter_beside_the_tensor_may_be_a_number():
+    """`torch.pow(base, torch.ones(3).to('cuda'))`: `base` may be a float, which has no `.device`; only a
+    functional op's input, or a parameter a tensor method is called on, names the device."""
+    source = "import torch\n\n\ndef f(base):\n    return torch.pow(base, torch.ones(3).to('cuda'))\n"
+    assert "base.device" not in fixed(source)
+    functional = (
+        "import torch\nimport torch.nn.functional as F\n\n\ndef f(x):\n"
+        "    return F.linear(x, torch.ones(2, 2).to('cuda'))\n"
+    )
+    assert "torch.ones(2, 2).to(x.device)" in fixed(functional)

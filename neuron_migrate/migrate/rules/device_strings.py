@@ -73,9 +73,9 @@ class CudaDeviceString(Rule):
     So is a value for a name that only its name calls a device and that the module compares
     (`expected_device_type = "cuda"` matched against `torch.device(d).type`): without an accelerator the idiom
     is `cpu`, which would match the CPU entries. A tensor placed for a torch op beside a parameter's tensor
-    (`F.conv1d(x.unsqueeze(1), torch.ones(1, 1, k).to("cuda"))`) goes where that tensor is, `x.device`: the
-    op takes its tensors on one device, so wherever the original ran that was the current CUDA device, and
-    it needs no newer torch.
+    (`F.conv1d(x.unsqueeze(1), torch.ones(1, 1, k).to("cuda"))`: a parameter a tensor method is called on, or
+    a `torch.nn.functional` op's input) goes where that tensor is, `x.device`: the op takes its tensors on
+    one device, so wherever the original ran that was the current CUDA device, and it needs no newer torch.
     """
 
     code = "NM101"
