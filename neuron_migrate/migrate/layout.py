@@ -483,27 +483,26 @@ def _part_lines(part: str, inner: str, limit: int, depth: int) -> list[str]:
 
 def _keyword(part: str) -> bool:
     """Whether `part` (an argument) is `key=value`: an `=` outside every bracket."""
+    return any(
+        tok.kind == tokenize.OP and tok.text == "=" for _, tok in _outside_brackets(_tokens(part) or [])
+    )
+
+
+def _outside_brackets(tokens: list[_Token]):
+    """(index, token) of each token outside every bracket pair (the brackets themselves excluded)."""
     depth = 0
-    for tok in _tokens(part) or ():
+    for index, tok in enumerate(tokens):
         if tok.kind == tokenize.OP and tok.text in _OPEN:
             depth += 1
         elif tok.kind == tokenize.OP and tok.text in _CLOSE:
             depth -= 1
-        elif depth == 0 and tok.kind == tokenize.OP and tok.text == "=":
-            return True
-    return False
+        elif depth == 0:
+            yield index, tok
 
 
 def _split_at(body: str, tokens: list[_Token], delimiters: tuple[str, ...], comma: bool) -> list[str] | None:
     """`body` cut at its top-level `delimiters` (after each comma, before each operator), or None."""
-    depth, cuts = 0, []
-    for tok in tokens:
-        if tok.kind == tokenize.OP and tok.text in _OPEN:
-            depth += 1
-        elif tok.kind == tokenize.OP and tok.text in _CLOSE:
-            depth -= 1
-        elif depth == 0 and tok.text in delimiters:
-            cuts.append(tok.end if comma else tok.start)
+    cuts = [tok.end if comma else tok.start for _, tok in _outside_brackets(tokens) if tok.text in delimiters]
     if not cuts:
         return None
     bounds = [0, *cuts, len(body)]
@@ -540,15 +539,10 @@ _HEADERS = ("if", "elif", "while", "return", "assert")
 def _ternary_at_top(tokens: list[_Token]) -> bool:
     """Whether a conditional expression (`x if c else y`) stands outside every bracket, past a leading
     `if`."""
-    depth = 0
-    for index, tok in enumerate(tokens):
-        if tok.kind == tokenize.OP and tok.text in _OPEN:
-            depth += 1
-        elif tok.kind == tokenize.OP and tok.text in _CLOSE:
-            depth -= 1
-        elif depth == 0 and index > 0 and tok.kind == tokenize.NAME and tok.text == "else":
-            return True
-    return False
+    return any(
+        index > 0 and tok.kind == tokenize.NAME and tok.text == "else"
+        for index, tok in _outside_brackets(tokens)
+    )
 
 
 def _header_parentheses(content: str, tokens: list[_Token]) -> tuple[str, str, str] | None:

@@ -46,6 +46,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from neuron_migrate.migrate.api_versions import needs_torch
+from neuron_migrate.migrate.bindings import key_of
 from neuron_migrate.migrate.cautions import caution
 from neuron_migrate.migrate.cuda_context import (
     CudaMentions,
@@ -75,7 +76,7 @@ from neuron_migrate.migrate.cuda_ties import (
     same_test_left,
     vendor_list_left,
 )
-from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared, string_value
+from neuron_migrate.migrate.device_literals import cpu_or_cuda_declared
 from neuron_migrate.migrate.device_neutral import flag_side, is_message, widening_risk
 from neuron_migrate.migrate.fixes import FixStyle
 from neuron_migrate.migrate.guards import (
@@ -353,14 +354,12 @@ def _keep_cuda_checks(
             and not p.rule.device_test
         ]
         for check in checks:
-            waits = (
-                check.fix is not None or id(check) in held_back
-            )  # a fix, or one only the torch floor holds
+            # a fix, or one only the torch floor holds back
+            waits = check.fix is not None or id(check) in held_back
             noted = _guards_only_notes(ctx, check, inherent_notes) if waits else None
             if noted is not None:
-                _release(
-                    check, held_back
-                )  # moshi's seeding guard: no torch makes it worth a change (review 49)
+                # moshi's seeding guard: no torch makes it worth a change (review 49)
+                _release(check, held_back)
                 withdraw(
                     check,
                     f"it only guards code that needs no change (`{noted}`), which works everywhere as it is: "
@@ -369,7 +368,7 @@ def _keep_cuda_checks(
                 )
                 changed = True
                 continue
-            if check.fix is not None or id(check) in held_back:
+            if waits:
                 reason = _cuda_code_in(ctx, check, leftovers, mentions)
                 if reason is not None and id(check) in held_back:
                     reason = _beyond_held_back(ctx, check, pendings, waiting_apart, held_back, style)
@@ -598,21 +597,19 @@ def _kind_of_name(check, node: cst.CSTNode, cue: str) -> str:
     for part in check.region:
         for assign in find(part, cst.Assign):
             value = assign.value
-            holds = _holds_node(value, check.node) or (isinstance(value, cst.Name) and value.value == flag)
-            if holds and any(_target_name(target.target) == cue for target in assign.targets):
+            holds = id(check.node) in nodes_under(value) or (
+                isinstance(value, cst.Name) and value.value == flag
+            )
+            if holds and any(_names_key(target.target, cue) for target in assign.targets):
                 return "stored"
     if node is not statement:
         return "code"
     if not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
         return "tests" if _tested_names(node, cue) else "code"  # the region's head is the test itself
     for test in find(node, cst.BooleanOperation):
-        if _holds_node(test, check.node) and _tested_names(test, cue):
+        if id(check.node) in nodes_under(test) and _tested_names(test, cue):
             return "tests"
     return "code"
-
-
-def _holds_node(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(found is node for found in find(tree, type(node)))
 
 
 def _tested_names(test: cst.CSTNode, cue: str) -> list:
@@ -622,14 +619,10 @@ def _tested_names(test: cst.CSTNode, cue: str) -> list:
     return [n for n in find(test, (cst.Name, cst.Attribute)) if id(n) not in called and dotted(n) == cue]
 
 
-def _target_name(target: cst.BaseExpression) -> str | None:
-    """What an assignment target is called: a name, an attribute (`self.uses_cuda`), a key (`d["key"]`)."""
-    if isinstance(target, (cst.Name, cst.Attribute)):
-        return dotted(target)
-    if isinstance(target, cst.Subscript) and len(target.slice) == 1:
-        element = target.slice[0].slice
-        return string_value(element.value) if isinstance(element, cst.Index) else None
-    return None
+def _names_key(target: cst.BaseExpression, cue: str) -> bool:
+    """Whether an assignment target is the name `cue`, or a key `cue` (`self.__dict__["_has_cuda_val"]`)."""
+    key = key_of(target)
+    return key is not None and (key == cue or key.endswith(f'["{cue}"]'))
 
 
 def _guarding(check, guarded: Guarded) -> str:

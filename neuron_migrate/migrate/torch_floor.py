@@ -269,10 +269,10 @@ def torch_cap(folder: Path) -> TorchFloor | None:
     if declared is None:
         return None
     requirements, where = declared
-    caps = [(upper_bound(r), r) for r in requirements]
-    if any(cap is None or cap >= TORCHNEURON_TORCH for cap, _ in caps):
+    caps = [(cap, r) for r in requirements if (cap := upper_bound(r)) is not None and cap < TORCHNEURON_TORCH]
+    if len(caps) < len(requirements):  # one of them allows TorchNeuron's torch
         return None
-    version, requirement = max(caps)  # type: ignore[type-var]
+    version, requirement = max(caps)
     return TorchFloor(version, f"`{requirement.strip()}` in {where}")
 
 

@@ -7,7 +7,13 @@ from rich.markup import escape
 
 from neuron_migrate.migrate.api_versions import newest_in
 from neuron_migrate.migrate.fix_files import FileFix
-from neuron_migrate.migrate.torch_floor import DEFAULT_TARGET_TORCH, HELD_BACK, cap_note, dotted_release
+from neuron_migrate.migrate.torch_floor import (
+    DEFAULT_TARGET_TORCH,
+    HELD_BACK,
+    TORCHNEURON_TORCH,
+    cap_note,
+    dotted_release,
+)
 from neuron_migrate.reports.words import plural
 
 
@@ -45,12 +51,13 @@ def render_fix_summary(
         + (f", {_notes(notes)} (`neuron-migrate scan` lists them)" if notes else "")
         + "."
     )
+    neuron = dotted_release(TORCHNEURON_TORCH)
     if held_back := sum(1 for _, finding, _ in todo if HELD_BACK in finding.message):
         console.print(
             f"{held_back} {'fix' if held_back == 1 else 'fixes'} held back: the project supports an older "
             "torch than they need, by its metadata or its code's version tests (each finding says where; "
-            "TorchNeuron itself needs torch 2.13 or newer). Raise that minimum, or set "
-            + escape('`[tool.neuron-migrate] target-torch = "2.13"`, to write them.')
+            f"TorchNeuron itself needs torch {neuron} or newer). Raise that minimum, or set "
+            + escape(f'`[tool.neuron-migrate] target-torch = "{neuron}"`, to write them.')
         )
     if defaulted := [f for f in changed if f.default_torch and f.applied]:
         texts = (
@@ -62,8 +69,8 @@ def render_fix_summary(
         console.print(
             "The project declares no torch minimum, its Python requirement (if any) allows any torch, and "
             f"its code tests no torch version: the fixes are written for torch {default}, the default"
-            f"{escape(needs)} (TorchNeuron itself needs 2.13). If it also supports an older torch, declare "
-            "that minimum in its metadata or set "
+            f"{escape(needs)} (TorchNeuron itself needs {neuron}). If it also supports an older torch, "
+            "declare that minimum in its metadata or set "
             + escape("`[tool.neuron-migrate] target-torch`, and rerun: what that torch lacks is held back.")
         )
     if (capped := cap_note(f.torch_cap for f in fixes if f.torch_cap)) is not None:
