@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from neuron_migrate.migrate.parsing import parse
-from neuron_migrate.migrate.walk import SEMANTIC, statements, walk
+from neuron_migrate.migrate.walk import SEMANTIC, find, statements, walk
 
 #: every class whose fields are not declared in source order, and a little of everything else
 SOURCE = """
@@ -29,6 +29,39 @@ class Model(Base, metaclass=Meta):
                 return [k for k in rest if k]
 """
 
+#: the rest of Python's forms: the walk reads only the fields whose declared types admit a semantic node, so
+#: each form whose semantic children sit in an unusual field is here
+EVERY_FORM = """
+from . import a as b, c
+from .. m import *
+global g
+async def run(x: "int" = 1, *, y: list[int] | None = None) -> dict[str, int]:
+    nonlocal_value = (yield from gen())
+    async with lock() as (p, q), other():
+        async for i, *rest in stream(*args, **kwargs):
+            await step(i)
+    del x[1:2:3], y.attr
+    assert x is not None, f"{x!r:>{width}} and {y=}"
+    raise Err("e") from cause
+    total += ~x ** -y @ z // 2 << 1 | 3 & 4 ^ 5
+    return {k: v for k, v in items if (w := k)} or {*s} or [*t] or (lambda q=1, *a, **k: q)
+def gen():
+    yield
+    x = a < b <= c != d in e not in f
+    print(x[::2], x[...], "con" "cat", b"bytes", 1j, 0x1F, 1_000.5e-3)
+    try:
+        pass
+    except* ValueError as group:
+        pass
+    while not x and y or z:
+        break
+    else:
+        continue
+type Alias[T: int, *Ts, **P] = dict[T, tuple[*Ts]]
+class Generic[T](Base[T]):
+    attr: T
+"""
+
 
 class _Record(cst.CSTVisitor):
     def __init__(self, skip: type | None = None) -> None:
@@ -46,14 +79,34 @@ class _Record(cst.CSTVisitor):
             self.seen.append(("leave", id(original_node)))
 
 
+@pytest.mark.parametrize("source", [SOURCE, EVERY_FORM], ids=["source", "every_form"])
 @pytest.mark.parametrize("skip", [None, cst.FunctionDef, cst.Arg, cst.IfExp])
-def test_walk_visits_the_semantic_nodes_libcst_visits_in_the_same_order(skip):
-    module = cst.parse_module(SOURCE)
+def test_walk_visits_the_semantic_nodes_libcst_visits_in_the_same_order(skip, source):
+    module = cst.parse_module(source)
     by_libcst, by_walk = _Record(skip), _Record(skip)
     module.visit(by_libcst)
     walk(module, by_walk)
     assert by_walk.seen == by_libcst.seen
     assert len(by_walk.seen) > (200 if skip is None else 40)
+
+
+def test_find_takes_abstract_classes_and_skips_like_isinstance():
+    module = cst.parse_module(EVERY_FORM)
+    everything: list[cst.CSTNode] = []
+
+    class All(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            everything.append(node)
+            return True
+
+    walk(module, All())
+    for kind in (cst.BaseExpression, cst.BaseSmallStatement, (cst.Name, cst.BaseCompoundStatement)):
+        assert find(module, kind) == [n for n in everything if isinstance(n, kind)]
+    outer = module.body[3]  # `async def run`: below it, a lambda's names are the lambda's own
+    lam = find(outer, cst.Lambda)[0]
+    inside = {id(n) for n in find(lam, cst.Name)}
+    assert inside and inside <= {id(n) for n in find(outer, cst.Name)}
+    assert not inside & {id(n) for n in find(outer, cst.Name, skip=cst.Lambda)}
 
 
 BLOCKS = (
