@@ -80,6 +80,10 @@ class Bindings:
     def __init__(self) -> None:
         self.by_key: dict[str, list[Binding]] = defaultdict(list)
         self.options: dict[str, list[Binding]] = defaultdict(list)  # attribute name -> argparse defaults
+        # the same bindings (options aside) by the block and by the scope that make them, for the queries that
+        # ask about every name of a block or scope (a scan of all bindings per query was quadratic)
+        self._by_block: dict[cst.CSTNode | None, list[Binding]] = defaultdict(list)
+        self._by_scope: dict[cst.CSTNode, list[Binding]] = defaultdict(list)
         self._order = 0
 
     # --- recording (the analyzer's walk calls these) -------------------------------------------------------
@@ -97,7 +101,12 @@ class Bindings:
             return
         self._order += 1
         binding = Binding(key, value, kind, statement, block, scope, self._order)
-        (self.options[key] if kind == "option" else self.by_key[key]).append(binding)
+        if kind == "option":
+            self.options[key].append(binding)
+            return
+        self.by_key[key].append(binding)
+        self._by_block[block].append(binding)
+        self._by_scope[scope].append(binding)
 
     def record_assign(
         self,
@@ -178,11 +187,10 @@ class Bindings:
     def in_block(self, block: cst.CSTNode) -> list[Binding]:
         """The bindings the statements of `block` make (not those of the blocks inside them), in source
         order."""
-        found = [b for bindings in self.by_key.values() for b in bindings if b.block is block]
-        return sorted(found, key=lambda b: b.order)
+        return list(self._by_block.get(block, ()))
 
     def keys_bound_in(self, scope: cst.CSTNode) -> set[str]:
-        return {b.key for bindings in self.by_key.values() for b in bindings if b.scope is scope}
+        return {b.key for b in self._by_scope.get(scope, ())}
 
     def defaults(self) -> list[Binding]:
         """Every argparse option default (`add_argument(..., default=...)`)."""

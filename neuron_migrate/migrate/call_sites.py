@@ -76,13 +76,14 @@ def _collect(module: cst.Module) -> Calls:
         def on_visit(self, node: cst.CSTNode) -> bool:
             parent = self.stack[-1] if self.stack else None
             self.stack.append(node)
-            if isinstance(node, cst.Name):
+            kind = type(node)  # exact type tests: see `names.dotted`
+            if kind is cst.Name:
                 self._name(node, parent)
                 if self.unit is not None:
                     self._refer(node, parent)
-            elif isinstance(node, cst.FunctionDef) and self.unit is None:
+            elif kind is cst.FunctionDef and self.unit is None:
                 owner = self.stack[-3] if len(self.stack) > 2 else None
-                owner_id = id(owner) if isinstance(owner, cst.ClassDef) else None
+                owner_id = id(owner) if type(owner) is cst.ClassDef else None
                 self.unit, self.unit_node = set(), node
                 calls.units[id(node)] = Unit(owner_id, self.unit, node.name.value)
             return True
@@ -93,26 +94,28 @@ def _collect(module: cst.Module) -> Calls:
                 self.unit = self.unit_node = None
 
         def _refer(self, node: cst.Name, parent: cst.CSTNode | None) -> None:
-            if isinstance(parent, cst.Attribute):
-                if parent.attr is node and isinstance(parent.value, cst.Name) and parent.value.value in _OWN:
+            kind = type(parent)
+            if kind is cst.Attribute:
+                if parent.attr is node and type(parent.value) is cst.Name and parent.value.value in _OWN:
                     self.unit.add("." + node.value)
                 elif parent.value is node:
                     self.unit.add(node.value)
-            elif not (isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node):
+            elif not ((kind is cst.FunctionDef or kind is cst.ClassDef) and parent.name is node):
                 self.unit.add(node.value)
 
         def _name(self, node: cst.Name, parent: cst.CSTNode | None) -> None:
             grand = self.stack[-3] if len(self.stack) > 2 else None
-            if isinstance(parent, cst.Call) and parent.func is node:
+            kind = type(parent)
+            if kind is cst.Call and parent.func is node:
                 calls.sites.setdefault(node.value, []).append(CallSite(tuple(self.stack[:-1]), True))
             elif (
-                isinstance(parent, cst.Attribute)
+                kind is cst.Attribute
                 and parent.attr is node
-                and isinstance(grand, cst.Call)
+                and type(grand) is cst.Call
                 and grand.func is parent
             ):
                 calls.sites.setdefault(node.value, []).append(CallSite(tuple(self.stack[:-2]), False))
-            elif not (isinstance(parent, cst.FunctionDef) and id(parent) in top_level):
+            elif not (kind is cst.FunctionDef and id(parent) in top_level):
                 calls.named.add(node.value)
 
     walk(module, Collect())

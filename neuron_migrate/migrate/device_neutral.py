@@ -16,7 +16,7 @@ import libcst as cst
 
 from neuron_migrate.migrate.guards import conjuncts, implies
 from neuron_migrate.migrate.names import dotted
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import find, walk
 
 _NEUTRAL_NAMES = re.compile(
     r"torch\.(accelerator|amp|profiler)\..*|torch\.(device|get_device_module|Stream|Event|is_tensor|"
@@ -195,22 +195,19 @@ def flag_side(ctx, check) -> tuple[cst.CSTNode, ...]:
             if branch is not None:
                 selected.append(branch.body if isinstance(branch, cst.Else) else branch)
 
-    class Finder(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            pick(node.test, node.body, node.orelse)
-
-        def visit_While(self, node: cst.While) -> None:
-            pick(node.test, node.body, None)
-
-        def visit_IfExp(self, node: cst.IfExp) -> None:
-            pick(node.test, node.body, node.orelse)
-
-        def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+    for node in ctx.once((_SELECTING, scope), lambda: find(scope, _SELECTING)):
+        kind = type(node)
+        if kind is cst.BooleanOperation:
             if holds(node.left) == on_cuda and isinstance(node.operator, cst.And):
                 selected.append(node.right)
-
-    walk(scope, Finder())
+        else:
+            pick(node.test, node.body, node.orelse if kind is not cst.While else None)
     return tuple(selected)
+
+
+#: where a flag may select code; the nodes are found once per scope (`flag_side`: a module with seventy CUDA
+#: flags walked it seventy times)
+_SELECTING = (cst.If, cst.While, cst.IfExp, cst.BooleanOperation)
 
 
 def _assigned_flag(ctx, check) -> tuple[str, bool] | None:

@@ -290,9 +290,10 @@ def admitted_devices(stack: tuple[cst.CSTNode, ...] | list[cst.CSTNode]) -> cst.
 def _device_check(statement: cst.CSTNode) -> cst.Comparison | None:
     """The membership test of `if x not in (...): raise` (or any exit) or `assert x in (...)`, when every
     element is a device type and CUDA is one of them, not neuron."""
-    if isinstance(statement, cst.If) and statement.orelse is None and exits(statement.body):
+    kind = type(statement)  # exact type tests: see `names.dotted` (asked of every statement before a check)
+    if kind is cst.If and statement.orelse is None and exits(statement.body):
         test, operator = statement.test, cst.NotIn
-    elif isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assert):
+    elif kind is cst.SimpleStatementLine and type(statement.body[0]) is cst.Assert:
         test, operator = statement.body[0].test, cst.In
     else:
         return None
@@ -608,29 +609,26 @@ def without_accelerator_api(ctx, stack=None) -> bool:
     stack = ctx.stack if stack is None else stack
     for index in range(len(stack) - 1):
         parent, child = stack[index], stack[index + 1]
-        if isinstance(parent, cst.If) and child is not parent.test:  # the test runs on every torch
+        kind = type(parent)  # exact type tests: see `names.dotted`
+        if kind is cst.If and child is not parent.test:  # the test runs on every torch
             api = _api_test(ctx, parent.test)
             if api is not None and ((child is parent.body) != api):
                 return True
-        elif isinstance(parent, cst.IfExp):
+        elif kind is cst.IfExp:
             api = _api_test(ctx, parent.test)
             if api is not None and ((child is parent.body) != api) and child in (parent.body, parent.orelse):
                 return True
-        elif (
-            isinstance(parent, cst.Try)
-            and isinstance(child, cst.ExceptHandler)
-            and _handles_missing_api(child)
-        ):
+        elif kind is cst.Try and type(child) is cst.ExceptHandler and _handles_missing_api(child):
             if _NEWER_API.search(ctx.code(parent.body)):
                 return True
-        elif isinstance(parent, cst.FunctionDef) and _for_older_torch(ctx, parent):
+        elif kind is cst.FunctionDef and _for_older_torch(ctx, parent):
             return True
-        elif isinstance(parent, (cst.IndentedBlock, cst.Module)):
+        elif kind is cst.IndentedBlock or kind is cst.Module:
             for stmt in parent.body:
                 if stmt is child:
                     break
                 if (
-                    isinstance(stmt, cst.If)
+                    type(stmt) is cst.If
                     and stmt.orelse is None
                     and exits(stmt.body)
                     and _api_test(ctx, stmt.test) is True

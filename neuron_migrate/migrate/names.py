@@ -17,12 +17,14 @@ from neuron_migrate.migrate.lexicon import DYNAMIC_IMPORT
 
 
 def dotted(node: cst.BaseExpression) -> str | None:
-    """`a.b.c` for a Name/Attribute chain, else None."""
+    """`a.b.c` for a Name/Attribute chain, else None. (`type() is` rather than `isinstance`, here and in a
+    few other functions asked about every node of a file: libcst's classes are ABCs, whose `isinstance` is
+    a Python-level call where it fails, and none of its concrete classes has a subclass.)"""
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None
@@ -170,11 +172,9 @@ class Scopes:
 
     def qualified_name(self, node: cst.CSTNode) -> str | None:
         """The qualified name of a Name/Attribute chain (`tc.synchronize` -> `torch.cuda.synchronize`)."""
-        if isinstance(node, cst.Decorator):
+        if type(node) is cst.Decorator:
             node = node.decorator
-        if isinstance(node, cst.Call):
-            return None
-        chain = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        chain = dotted(node)  # None for a call, and for anything but a Name/Attribute chain
         if chain is None:
             return None
         head, _, rest = chain.partition(".")
