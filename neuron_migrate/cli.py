@@ -19,14 +19,20 @@ from neuron_migrate.commands.common import HelpGroup
 from neuron_migrate.errors import EXIT_INTERNAL, NeuronMigrateError
 from neuron_migrate.options import Options
 
-app = typer.Typer(
-    name="neuron-migrate",
-    cls=HelpGroup,
-    help="Move PyTorch code from NVIDIA GPUs to AWS Trainium (TorchNeuron): scan, fix, trace, report, check.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+_HELP = "Move PyTorch code from NVIDIA GPUs to AWS Trainium (TorchNeuron): scan, fix, trace, report, check."
+
+
+def _new_app() -> typer.Typer:
+    made = typer.Typer(
+        name="neuron-migrate",
+        cls=HelpGroup,
+        help=_HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    made.callback()(_root)
+    return made
 
 
 def _version(value: bool) -> None:
@@ -35,7 +41,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(
@@ -48,27 +53,34 @@ def _root(
     ctx.obj = Options(debug=debug)
 
 
-def _register_commands() -> None:
-    """Add every command to the app, once (importing a command module imports typer only)."""
-    from neuron_migrate.commands import check, fix, fleet, opdb, report, rules, scan, trace
+#: the commands, in the order `--help` lists them, each registered by its module in `neuron_migrate.commands`
+COMMANDS = ("scan", "fix", "rules", "opdb", "trace", "check", "fleet", "report")
 
-    if app.registered_commands:
-        return
-
-    scan.register(app)
-    fix.register(app)
-    rules.register(app)
-    opdb.register(app)
-    trace.register(app)
-    check.register(app)
-    fleet.register(app)
-    report.register(app)
+app = _new_app()
 
 
-def app_command():  # -> click's Group (typer vendors click; its class is typer's)
-    """The app as the click command tree, every command registered."""
-    _register_commands()
+def _register(target: typer.Typer, names: tuple[str, ...]) -> None:
+    """Add the commands `names` to `target` (importing a command module imports typer only)."""
+    for name in names:
+        importlib.import_module(f"neuron_migrate.commands.{name}").register(target)
+
+
+def app_command(only: str | None = None):  # -> click's Group (typer vendors click; its class is typer's)
+    """The app as the click command tree: every command, or the command `only` alone (all a run of it needs:
+    building the parameters of eight commands was a sixth of a warm scan's time)."""
+    if only is not None:
+        single = _new_app()
+        _register(single, (only,))
+        return typer.main.get_command(single)
+    if not app.registered_commands:
+        _register(app, COMMANDS)
     return typer.main.get_command(app)
+
+
+def invoked(args: list[str]) -> str | None:
+    """The command `args` run, where its name comes before any other word (root options take no value)."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    return first if first in COMMANDS and "--" not in args[: args.index(first)] else None
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:
@@ -100,8 +112,8 @@ def _program_name() -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; a user error is one line on stderr and exit 2, a bug is exit 3. `--debug`
     (read from the run's options) shows the traceback instead."""
-    command = app_command()
     args = debug_first(list(sys.argv[1:] if argv is None else argv))
+    command = app_command(invoked(args))
     root: typer.Context | None = None
     try:
         with command.make_context(_program_name(), args) as root:

@@ -168,9 +168,13 @@ def plan(options: ScanOptions, rules: Rules, cache: ScanCache, errors: list[File
         "kernel_modules": tuple(sorted(kernels)),
     }
     failing = imports.verdicts()
+    styles: dict[Path, FixStyle] = {}  # by folder: what `style_for` reads is the folder's
     for source, digest in zip(sources, digests, strict=True):
         stale = failing.get(source.path.absolute(), ("", "", False))
-        item = Planned(source, replace(style_for(source, options, gates), **project, stale_import=stale))
+        style = styles.get(source.path.parent)
+        if style is None:
+            style = styles[source.path.parent] = replace(style_for(source, options, gates), **project)
+        item = Planned(source, replace(style, stale_import=stale))
         planned.append(item)
         if source.kind == "kernel":  # its finding depends on its kind alone: kept by path, for warm runs
             item.findings = cache.get(source.rel, "kernel")
