@@ -297,6 +297,8 @@ def cuda_extension(ctx) -> str | None:
     """What the module builds its own CUDA kernels from with `torch.utils.cpp_extension` (see the module
     docstring): the CUDA source a `CUDAExtension` / `load` / `load_inline` call names, else the call's
     callee; None when it builds none."""
+    if "cpp_extension" not in ctx.source:  # however the module reaches it, it spells it: no walk
+        return None
     sites = calls_in(ctx).sites
     for function in ("CUDAExtension", "load", "load_inline"):
         for site in sites.get(function, ()):

@@ -209,3 +209,30 @@ def test_pool_takes_the_largest_tasks_first_and_returns_results_in_task_order():
     assert seen[-1] == (40, 40)
     assert submission_order(4, [5, 9, 1, 9]) == [1, 3, 0, 2]
     assert submission_order(3, None) == [0, 1, 2]
+
+
+def test_a_file_is_analysed_without_the_cycle_collector_and_its_cycles_are_freed_after(monkeypatch):
+    """The collector traversed each file's libcst tree again and again while it lived (a tenth of a scan):
+    it is off during a file, and the cycles the analysis made are collected as soon as the file is done."""
+    import gc
+    import weakref
+
+    from neuron_migrate.migrate import file_scan
+    from neuron_migrate.migrate.sources import SourceText
+
+    seen = {}
+
+    class Cycle:
+        pass
+
+    def analysis(rel, text, codes, style):
+        seen["collector on"] = gc.isenabled()
+        cycle = Cycle()
+        cycle.me = cycle
+        seen["cycle"] = weakref.ref(cycle)
+        return []
+
+    monkeypatch.setattr(file_scan, "_scan_file", analysis)
+    assert file_scan.scan_file("a.py", SourceText("x = 1\n"), ("NM101",)) == []
+    assert seen["collector on"] is False and gc.isenabled()
+    assert seen["cycle"]() is None
