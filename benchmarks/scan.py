@@ -1,7 +1,7 @@
 """Scan throughput against TorchFix 0.7.0 and ruff, on real third-party code, in one run.
 
     .venv/bin/python benchmarks/scan.py [--trees accelerate peft trl torch transformers] [--jobs N]
-                                        [--skip-peers] [--differential] [--phases] [--json FILE]
+                                        [--repeat N] [--skip-peers] [--differential] [--phases] [--json FILE]
 
 Trees: `accelerate`, `peft` and `trl` (small pure-Python PyTorch packages, pinned below, installed with
 `pip install --no-deps --target benchmarks/.trees/small` on first use) and the installed `torch` and
@@ -11,6 +11,8 @@ user sees it, and the ratios (goal: TorchFix/cold >= 20, cold/ruff <= 5, cold/wa
 cold run (largest process: the parent or one worker) shows whether memory stays flat as trees grow. The peers
 live in their own venv (benchmarks/.peers, made on first use: TorchFix pins an older libcst). The package is
 byte-compiled first, as an install leaves it, so a run after a source edit does not time the compiler.
+`--repeat N` runs every command (each tool alike) N times and keeps its best time: one run of a command on
+a shared machine varies by a fifth.
 
 `--check-pr`: on a copy of `transformers`, a warm `check` after a pull request touched 10 files (goal < 2 s).
 `--differential`: the fast path against the full libcst path, file by file (`scan_differential.py`); exit 1
@@ -115,29 +117,33 @@ def nm_scan(folder: Path, cache: Path, out: Path, jobs: int) -> list:
     ]
 
 
-def bench_tree(name: str, jobs: int, peers: Path | None) -> dict:
+def bench_tree(name: str, jobs: int, peers: Path | None, repeat: int = 1) -> dict:
+    """One row: each command timed `repeat` times and its best time kept (every tool alike: this machine's
+    timings of one command vary by a fifth from run to run), the peak RSS the largest of the cold runs."""
     folder = tree(name)
     files = python_files(folder)
     row: dict = {"tree": name, "files": len(files), "lines": sum(p.read_bytes().count(b"\n") for p in files)}
-    with tempfile.TemporaryDirectory() as tmp:
-        cache, out = Path(tmp) / "cache", Path(tmp) / "scan.json"
-        row["cold"], proc, row["cold_peak_rss_mib"] = timed_with_peak(
-            nm_scan(folder, cache, out, jobs), Path(tmp)
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"neuron-migrate failed on {name}: {proc.stderr[-2000:]}")
-        data = json.loads(out.read_text())  # the cold run's record: the warm one serves every file from cache
-        row["findings"] = len(data["findings"])
-        row["nm9xx"] = sum(1 for f in data["findings"] if f["code"].startswith("NM9"))
-        row["prefiltered"] = data["files_skipped_by_prefilter"]
-        row["warm"], _ = timed(nm_scan(folder, cache, out, jobs))
-        row["warm_from_cache"] = json.loads(out.read_text())["files_from_cache"]
+    cold, warm, peak = [], [], 0
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            cache, out = Path(tmp) / "cache", Path(tmp) / "scan.json"
+            seconds, proc, rss = timed_with_peak(nm_scan(folder, cache, out, jobs), Path(tmp))
+            if proc.returncode != 0:
+                raise SystemExit(f"neuron-migrate failed on {name}: {proc.stderr[-2000:]}")
+            cold.append(seconds)
+            peak = max(peak, rss)
+            data = json.loads(out.read_text())  # the cold run's record: the warm one serves all from cache
+            row["findings"] = len(data["findings"])
+            row["nm9xx"] = sum(1 for f in data["findings"] if f["code"].startswith("NM9"))
+            row["prefiltered"] = data["files_skipped_by_prefilter"]
+            warm.append(timed(nm_scan(folder, cache, out, jobs))[0])
+            row["warm_from_cache"] = json.loads(out.read_text())["files_from_cache"]
+    row["cold"], row["warm"], row["cold_peak_rss_mib"] = min(cold), min(warm), peak
     if peers is not None:
-        row["torchfix"], proc = timed([peers / "torchfix", "--select", "ALL", folder])
-        row["torchfix_rc"] = proc.returncode
-        row["ruff"], _ = timed(
-            [peers / "ruff", "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet", folder]
-        )
+        runs = [timed([peers / "torchfix", "--select", "ALL", folder]) for _ in range(repeat)]
+        row["torchfix"], row["torchfix_rc"] = min(t for t, _ in runs), runs[-1][1].returncode
+        ruff = [peers / "ruff", "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet", folder]
+        row["ruff"] = min(timed(ruff)[0] for _ in range(repeat))
     return row
 
 
@@ -188,6 +194,9 @@ def main() -> None:
         "--jobs", type=int, default=0, help="neuron-migrate worker processes (0: one per CPU)"
     )
     parser.add_argument("--skip-peers", action="store_true", help="only time neuron-migrate")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run every command this many times and keep its best time"
+    )
     parser.add_argument("--check-pr", action="store_true", help="time a warm check after a 10-file change")
     parser.add_argument("--differential", action="store_true", help="fast path vs full path, file by file")
     parser.add_argument("--phases", action="store_true", help="where a cold one-process scan's time goes")
@@ -216,7 +225,7 @@ def main() -> None:
     )
     rows = []
     for name in args.trees:
-        rows.append(bench_tree(name, args.jobs, peers))
+        rows.append(bench_tree(name, args.jobs, peers, args.repeat))
         print_row(rows[-1])
     if args.check_pr:
         rows.append(check_pr(args.jobs))
