@@ -23,7 +23,7 @@ from neuron_migrate.migrate.positions import StatementPositions
 from neuron_migrate.migrate.records import finding_of
 from neuron_migrate.migrate.rule import Rule
 from neuron_migrate.migrate.settle import settle
-from neuron_migrate.migrate.walk import SEMANTIC, concrete, walk
+from neuron_migrate.migrate.walk import SEMANTIC, STATEMENTS, walk
 from neuron_migrate.model import Finding
 
 _SUPPRESS = re.compile(r"#\s*neuron-migrate:\s*ignore(?!-file)(?:\[([A-Za-z0-9_,\s]+)\])?")
@@ -79,7 +79,7 @@ class _Dispatcher(cst.CSTVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         ctx = self.ctx
         kind = type(node)
-        if kind in _STATEMENTS and type(ctx.stack[-1]) in _BLOCKS:
+        if kind in STATEMENTS and type(ctx.stack[-1]) in _BLOCKS:
             self.enclosing[id(node)] = self.statements[-1]
             self.statements.append(node)
         self.statement_of[id(node)] = self.statements[-1]
@@ -174,7 +174,6 @@ _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
 _NAMING = frozenset({cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Param})
 _SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _REFERENCES = frozenset({cst.Name, cst.Attribute})
-_STATEMENTS = concrete(cst.BaseCompoundStatement) | {cst.SimpleStatementLine}
 _BLOCKS = frozenset({cst.Module, cst.IndentedBlock})
 _BINDERS = frozenset(
     {cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.WithItem, cst.Call}
