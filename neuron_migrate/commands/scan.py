@@ -39,7 +39,6 @@ def scan_command(
     """Find CUDA-specific code: device strings, torch.cuda APIs, cuda amp, NCCL, backend flags, CUDA-only libraries."""  # noqa: E501 - typer keeps the docstring's line breaks in --help
     from neuron_migrate.api import run_scan
     from neuron_migrate.reports.output import write_output
-    from neuron_migrate.reports.scan_text import render_scan_text
 
     if output_format not in FORMATS:
         raise UsageError(f"--format {output_format!r}: choose one of {', '.join(FORMATS)}")
@@ -59,13 +58,14 @@ def scan_command(
     )
     with progress_bar("scanning") as progress:
         result = run_scan(options, progress)
-    console = stderr_console()
     if output_format == "text" and output is None:
-        render_scan_text(result, console)
+        from neuron_migrate.reports.scan_text import render_scan_text
+
+        render_scan_text(result, stderr_console())
     else:
         write_output(_render(result, output_format), output)
-        if output_format != "text":
-            console.print(f"{len(result.findings)} findings in {result.files_scanned} files.")
+        if output_format != "text":  # plain text: a machine format's run needs no console library
+            typer.echo(f"{len(result.findings)} findings in {result.files_scanned} files.", err=True)
     # information findings ("no change needed") never fail a run
     actionable = [f for f in result.findings if f.severity != "info"]
     raise typer.Exit(EXIT_FINDINGS if actionable and not exit_zero else EXIT_OK)

@@ -145,3 +145,24 @@ def test_scan_of_the_example_names_the_seeded_constructs(run_cli):
     assert proc.returncode == 1
     for needle in ("train.py", "bench.py", "NM401", "cell "):
         assert needle in proc.stderr
+
+
+def test_a_machine_format_scan_imports_no_console_library(tmp_path):
+    """A JSON scan served from the cache (an editor's or CI's re-scan) spent a sixth of its time importing
+    rich for a one-line summary."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    program = (
+        "import sys\nfrom neuron_migrate.cli import main\n"
+        "try:\n"
+        f"    main(['scan', {str(tmp_path / 'a.py')!r}, '--format', 'json', '--no-cache', '-o',"
+        f" {str(tmp_path / 'out.json')!r}])\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    assert done.stderr.strip() == "1 findings in 1 files."
+    assert json.loads((tmp_path / "out.json").read_text())["findings"][0]["code"] == "NM103"
