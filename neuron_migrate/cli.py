@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, EOFError):
         typer.echo("neuron-migrate: aborted", err=True)
         sys.exit(130)
+    except typer.Exit as err:  # every command's way out, so before the clause that imports click
+        sys.exit(err.exit_code)
     except _click_exceptions() as err:
         err.show()
-        sys.exit(err.exit_code)
-    except typer.Exit as err:
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         typer.echo("neuron-migrate: interrupted", err=True)

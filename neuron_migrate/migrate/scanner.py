@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -285,6 +284,8 @@ def run_tasks(
             if progress:
                 progress(done, len(tasks))
         return results
+    from concurrent.futures import ProcessPoolExecutor  # a scan served from the cache starts no pool
+
     order = submission_order(len(tasks), sizes)
     ordered: list = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
