@@ -23,7 +23,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from neuron_migrate.migrate.walk import walk
+from neuron_migrate.migrate.walk import STATEMENTS, walk
 
 #: libcst nodes that hold a list of statements
 BLOCKS = (cst.Module, cst.IndentedBlock)
@@ -241,7 +241,7 @@ def index_statements(module: cst.Module) -> tuple[dict[int, cst.CSTNode], dict[i
             self.statements: list[cst.CSTNode | None] = [None]
 
         def on_visit(self, node: cst.CSTNode) -> bool:
-            if is_statement(node) and self.stack and isinstance(self.stack[-1], BLOCKS):
+            if type(node) in STATEMENTS and self.stack and isinstance(self.stack[-1], BLOCKS):
                 enclosing[id(node)] = self.statements[-1]
                 self.statements.append(node)
             if self.statements[-1] is not None:
@@ -256,10 +256,6 @@ def index_statements(module: cst.Module) -> tuple[dict[int, cst.CSTNode], dict[i
 
     module.visit(Index())
     return statement_of, enclosing
-
-
-def is_statement(node: cst.CSTNode) -> bool:
-    return isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
 
 
 #: a statement longer than this many lines is placed by parts (`_resolve_part`), each part as short as the

@@ -27,13 +27,15 @@ def concrete(*bases: type) -> frozenset[type]:
     class that is not one, and made importing this module take 50 ms."""
     found: set[type] = set()
     for value in vars(cst).values():
-        if (
-            isinstance(value, type)
-            and any(base in value.__mro__ for base in bases)
-            and not getattr(value, "__abstractmethods__", None)
-        ):
+        abstract = getattr(value, "__abstractmethods__", None)
+        if isinstance(value, type) and _derives(value, bases) and not abstract:
             found.add(value)
     return frozenset(found)
+
+
+def _derives(cls: type, bases: tuple[type, ...]) -> bool:
+    """`issubclass(cls, bases)` for libcst's classes, read from the MRO (see `concrete`)."""
+    return any(base in cls.__mro__ for base in bases)
 
 
 #: node classes that only carry formatting; no analysis looks at them, and they are most of a tree's nodes
@@ -106,7 +108,7 @@ def _admits_semantic(annotation) -> bool:
         return not isinstance(annotation, (str, enum.Enum))  # a literal's value is no node
     if not issubclass(annotation, cst.CSTNode):
         return False  # str, bool, None, an enum such as MaybeSentinel
-    return any(annotation in kind.__mro__ for kind in SEMANTIC)
+    return any(_derives(kind, (annotation,)) for kind in SEMANTIC)
 
 
 def walk(node: cst.CSTNode, visitor, kinds: frozenset[type] = SEMANTIC) -> None:
@@ -162,7 +164,7 @@ def _subclass_test(kind: type | tuple[type, ...]) -> Callable[[type], bool]:
     def test(cls: type) -> bool:
         answer = known.get(cls)
         if answer is None:
-            answer = known[cls] = any(k in cls.__mro__ for k in kinds)
+            answer = known[cls] = _derives(cls, kinds)
         return answer
 
     return test
